@@ -1,0 +1,34 @@
+"""Shared helpers for the benchmarks: the shared pile_test data and machine description."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+SHARED_DATA = Path(os.environ.get("MIA_FAST_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def pile_texts(subset: str = "wikipedia_en", n: int = 100, max_words: int | None = 100) -> list[str]:
+    """The first ``n`` texts of a pile_test subset, each cut to its first ``max_words`` words."""
+    path = SHARED_DATA / "pile_test" / f"{subset}.jsonl.gz"
+    texts = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            text = json.loads(line)["text"]
+            texts.append(" ".join(text.split()[:max_words]) if max_words else text)
+            if len(texts) == n:
+                break
+    return texts
+
+
+def machine() -> dict:
+    info = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info

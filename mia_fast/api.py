@@ -1,0 +1,139 @@
+"""The Python API: ``Detector`` scores texts with every requested method from one forward pass."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from mia_fast import methods as methods_module
+from mia_fast.engine import StatsEngine, TokenCallback
+from mia_fast.errors import MiaFastError
+from mia_fast.freq import laplace_log_frequencies, load_counts
+from mia_fast.methods import DEFAULT_A, DEFAULT_KS, MethodRequest, ScoringInputs
+from mia_fast.models import load_model
+from mia_fast.stats import TokenStats
+
+DEFAULT_METHODS: tuple[str, ...] = ("loss", "zlib", "mink", "minkpp")
+UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
+
+
+@dataclass
+class Scores(Mapping[str, np.ndarray]):
+    """Columnar scores: one float64 array per score column, in input order.
+
+    ``n_tokens`` is the number of scored positions per text; ``warnings`` holds a message for each
+    text that could not be scored (its scores are NaN) and None elsewhere.
+    """
+
+    columns: dict[str, np.ndarray]
+    n_tokens: np.ndarray
+    warnings: list[str | None]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.columns)
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+
+def check_resources(requests: Sequence[MethodRequest], has_reference: bool, has_frequencies: bool) -> None:
+    """Refuses methods whose extra inputs were not supplied, before any model is loaded."""
+    needs = methods_module.needs_of(requests)
+    if methods_module.NEEDS_REFERENCE in needs and not has_reference:
+        raise MiaFastError("method 'ref' needs a reference model (--ref-model)")
+    if methods_module.NEEDS_FREQUENCIES in needs and not has_frequencies:
+        raise MiaFastError("method 'dcpdd' needs token frequency counts (--freq-counts)")
+
+
+class Detector:
+    """Pretraining-data detector around a target model (and optionally a reference model).
+
+    >>> detector = Detector()                       # built-in SmolLM2-135M
+    >>> scores = detector.score(["some text"], methods=["loss", "mink", "minkpp"], k=[0.2])
+    >>> scores["mink_0.2"]
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        gguf: str | os.PathLike | None = None,
+        ref_model: str | None = None,
+        freq_counts: str | os.PathLike | np.ndarray | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        prepend_start: bool = True,
+        batch_tokens: int | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        engine_options = dict(prepend_start=prepend_start, batch_tokens=batch_tokens)
+        self.target = StatsEngine(load_model(model, gguf=gguf, device=device, dtype=dtype), max_length=max_length, **engine_options)
+        self.reference = (
+            StatsEngine(load_model(ref_model, device=device, dtype=dtype), **engine_options) if ref_model else None
+        )
+        self.log_frequencies = (
+            laplace_log_frequencies(load_counts(freq_counts), self.target.loaded.vocab_size)
+            if freq_counts is not None
+            else None
+        )
+
+    def token_stats(self, texts: Sequence[str]) -> TokenStats:
+        """TokenStats of ``texts`` under the target model (save them to re-score without a forward pass)."""
+        return self.target.compute(texts)
+
+    def score(
+        self,
+        texts: Sequence[str],
+        methods: Sequence[str] = DEFAULT_METHODS,
+        k: Sequence[float] = DEFAULT_KS,
+        a: float = DEFAULT_A,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+    ) -> Scores:
+        """Scores every text with every method (higher = more likely a member)."""
+        return self.score_requests(texts, self.requests(methods, k), a, on_tokenized, on_progress)
+
+    def requests(self, methods: Sequence[str], k: Sequence[float] = DEFAULT_KS) -> list[MethodRequest]:
+        """Resolves method names and checks that this detector can serve them."""
+        requests = methods_module.resolve_methods(methods, k)
+        check_resources(requests, has_reference=self.reference is not None, has_frequencies=self.log_frequencies is not None)
+        return requests
+
+    def score_requests(
+        self,
+        texts: Sequence[str],
+        requests: Sequence[MethodRequest],
+        a: float = DEFAULT_A,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+    ) -> Scores:
+        texts = list(texts)
+        if not all(isinstance(t, str) for t in texts):
+            raise MiaFastError("every text must be a string")
+        needs = methods_module.needs_of(requests)
+        # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash.
+        cleaned = [t if t.strip() else "" for t in texts]
+        passes = {"stats": (self.target, cleaned)}
+        if methods_module.NEEDS_LOWERCASE in needs:
+            passes["lowercase_stats"] = (self.target, [t.lower() for t in cleaned])
+        if methods_module.NEEDS_REFERENCE in needs:
+            passes["reference_stats"] = (self.reference, cleaned)
+        computed = {name: engine.compute(batch, on_tokenized, on_progress) for name, (engine, batch) in passes.items()}
+        inputs = ScoringInputs(
+            texts=cleaned if methods_module.NEEDS_TEXT in needs else None,
+            log_frequencies=self.log_frequencies,
+            a=a,
+            **computed,
+        )
+        columns = methods_module.score(inputs, requests)
+        n_tokens = computed["stats"].lengths
+        warnings = [UNSCORABLE_WARNING if n == 0 else None for n in n_tokens]
+        for name in columns:
+            columns[name][n_tokens == 0] = np.nan
+        return Scores(columns=columns, n_tokens=n_tokens, warnings=warnings)

@@ -1,0 +1,165 @@
+"""Detection metrics: AUROC, ROC curve, TPR at low FPR, paired bootstrap confidence intervals.
+
+Labels are 1 for a member and 0 for a non-member; higher scores mean member. The ROC curve
+reproduces ``sklearn.metrics.roc_curve`` (with its default ``drop_intermediate=True``), and
+TPR@x%FPR is ``tpr[last index where fpr <= x]`` on it, the Min-K%++ code's convention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from mia_fast.errors import MiaFastError
+
+FPR_LEVELS: tuple[float, ...] = (0.001, 0.01, 0.05)
+BOOTSTRAP_RESAMPLES = 1000
+# Bounds the [resamples x n] weight matrix built per bootstrap chunk.
+_BOOTSTRAP_CELLS = 20_000_000
+
+
+def check_labels(labels: Sequence) -> np.ndarray:
+    """Returns labels as an int8 array, refusing anything but 0/1 and a single class."""
+    array = np.asarray(labels)
+    if array.dtype == bool:
+        array = array.astype(np.int8)
+    valid = np.isin(array, (0, 1)) if array.dtype.kind in "iuf" else np.zeros(len(array), dtype=bool)
+    if not valid.all():
+        bad = array[~valid][0]
+        raise MiaFastError(f"labels must be 0 (non-member) or 1 (member); found {bad!r}")
+    array = array.astype(np.int8)
+    if array.min(initial=1) == array.max(initial=0):
+        which = "members" if array.size and array[0] == 1 else "non-members"
+        raise MiaFastError(f"AUROC is undefined: the labelled rows are all {which} (need both classes)")
+    return array
+
+
+def roc_curve(labels: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fpr, tpr, thresholds) exactly as ``sklearn.metrics.roc_curve(labels, scores)``."""
+    labels = np.asarray(labels, dtype=np.float64)
+    scores = np.asarray(scores, dtype=np.float64)
+    order = np.argsort(scores, kind="mergesort")[::-1]
+    scores, labels = scores[order], labels[order]
+    distinct = np.where(np.diff(scores))[0]
+    threshold_idx = np.r_[distinct, labels.size - 1]
+    tps = np.cumsum(labels)[threshold_idx]
+    fps = 1 + threshold_idx - tps
+    thresholds = scores[threshold_idx]
+    if len(fps) > 2:
+        keep = np.where(np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True])[0]
+        fps, tps, thresholds = fps[keep], tps[keep], thresholds[keep]
+    tps, fps = np.r_[0, tps], np.r_[0, fps]
+    thresholds = np.r_[np.inf, thresholds]
+    return fps / fps[-1], tps / tps[-1], thresholds
+
+
+def auroc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve; ties count one half (Mann-Whitney U with mid-ranks)."""
+    labels = np.asarray(labels)
+    weights = np.ones((1, len(labels)))
+    return float(_weighted_auroc(labels, np.asarray(scores, dtype=np.float64), weights)[0])
+
+
+def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, level: float) -> float:
+    return float(tpr[np.where(fpr <= level)[0][-1]])
+
+
+def fpr_at_tpr(fpr: np.ndarray, tpr: np.ndarray, level: float) -> float:
+    return float(fpr[np.where(tpr >= level)[0][0]])
+
+
+def _weighted_auroc(labels: np.ndarray, scores: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """AUROC for each row of ``weights`` [R, n] (a row of resample counts), ties counting 1/2."""
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores = scores[order]
+    group_starts = np.r_[0, np.where(np.diff(sorted_scores))[0] + 1]
+    positive = (labels[order] == 1)[None, :]
+    w = weights[:, order]
+    pos_per_group = np.add.reduceat(np.where(positive, w, 0.0), group_starts, axis=1)
+    neg_per_group = np.add.reduceat(np.where(positive, 0.0, w), group_starts, axis=1)
+    neg_below = np.cumsum(neg_per_group, axis=1) - neg_per_group
+    wins = (pos_per_group * (neg_below + 0.5 * neg_per_group)).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return wins / (pos_per_group.sum(axis=1) * neg_per_group.sum(axis=1))
+
+
+def bootstrap_auroc(
+    labels: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """AUROC of every column on the same (paired) seeded resamples of the rows.
+
+    Resamples that miss a class give NaN and are ignored by :func:`confidence_interval`.
+    """
+    labels = np.asarray(labels)
+    n = len(labels)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _BOOTSTRAP_CELLS // max(n, 1))
+    draws: dict[str, list[np.ndarray]] = {name: [] for name in columns}
+    for start in range(0, resamples, chunk):
+        rows = min(chunk, resamples - start)
+        picks = rng.integers(0, n, size=(rows, n)) + (np.arange(rows) * n)[:, None]
+        weights = np.bincount(picks.ravel(), minlength=rows * n).reshape(rows, n).astype(np.float64)
+        for name, scores in columns.items():
+            draws[name].append(_weighted_auroc(labels, np.asarray(scores, dtype=np.float64), weights))
+    return {name: np.concatenate(parts) for name, parts in draws.items()}
+
+
+def confidence_interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    tail = (1 - level) / 2 * 100
+    low, high = np.nanpercentile(samples, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class MethodMetrics:
+    auroc: float
+    auroc_ci: tuple[float, float]
+    tpr_at_fpr: dict[str, float]
+    fpr_at_95tpr: float
+    n_members: int
+    n_nonmembers: int
+    n_excluded: int  # rows whose score is NaN (e.g. empty texts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def fpr_key(level: float) -> str:
+    return f"{level * 100:g}%"
+
+
+def evaluate(
+    labels: Sequence,
+    columns: Mapping[str, np.ndarray],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, MethodMetrics]:
+    """Metrics of every score column against 0/1 labels.
+
+    Rows where any score is NaN (e.g. empty texts) are left out of every method, so that all
+    methods are compared on the same rows and the bootstrap resamples are paired.
+    """
+    labels = check_labels(labels)
+    matrix = {name: np.asarray(scores, dtype=np.float64) for name, scores in columns.items()}
+    finite = np.logical_and.reduce([~np.isnan(s) for s in matrix.values()]) if matrix else np.ones(0, bool)
+    y = check_labels(labels[finite])
+    kept = {name: s[finite] for name, s in matrix.items()}
+    samples = bootstrap_auroc(y, kept, resamples=resamples, seed=seed)
+    results: dict[str, MethodMetrics] = {}
+    for name, s in kept.items():
+        fpr, tpr, _ = roc_curve(y, s)
+        results[name] = MethodMetrics(
+            auroc=auroc(y, s),
+            auroc_ci=confidence_interval(samples[name]),
+            tpr_at_fpr={fpr_key(level): tpr_at_fpr(fpr, tpr, level) for level in FPR_LEVELS},
+            fpr_at_95tpr=fpr_at_tpr(fpr, tpr, 0.95),
+            n_members=int(y.sum()),
+            n_nonmembers=int(len(y) - y.sum()),
+            n_excluded=int((~finite).sum()),
+        )
+    return results
