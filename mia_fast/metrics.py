@@ -27,7 +27,7 @@ def check_labels(labels: Sequence) -> np.ndarray:
         array = array.astype(np.int8)
     valid = np.isin(array, (0, 1)) if array.dtype.kind in "iuf" else np.zeros(len(array), dtype=bool)
     if not valid.all():
-        bad = array[~valid][0]
+        bad = array[~valid][0].item()
         raise MiaFastError(f"labels must be 0 (non-member) or 1 (member); found {bad!r}")
     array = array.astype(np.int8)
     if array.min(initial=1) == array.max(initial=0):

@@ -1,0 +1,106 @@
+"""Fixtures: tokenizers trained here and tiny random models saved to disk. Nothing is downloaded."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "a journey of a thousand miles begins with a single step",
+    "to be or not to be that is the question",
+    "all that glitters is not gold",
+    "the rain in spain stays mainly in the plain",
+    "Numbers 0123456789 and Punctuation: commas, dots. question? yes!",
+    "Zhōngwén 中文 文本 也 可以 被 分词",
+]
+
+
+def train_tokenizer(special: dict[str, str], vocab_size: int = 300):
+    """A byte-level BPE tokenizer trained on CORPUS, wrapped for transformers."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(dict.fromkeys(special.values())),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    core.train_from_iterator(CORPUS * 20, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=core, **special)
+
+
+def save_tiny_llama(directory: Path, tokenizer, seed: int, hidden: int = 32, layers: int = 2, context: int = 64, **config) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **config,
+    )
+    model = LlamaForCausalLM(cfg)
+    # Larger random weights give peaked, varied distributions instead of near-uniform ones.
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0, 0.5)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A 2-layer Llama with a BOS token, context 64."""
+    tokenizer = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_eos_only_model_dir(tmp_path_factory) -> Path:
+    """A tiny model whose tokenizer has an EOS token but no BOS (like GPT-2 / Pythia / Qwen)."""
+    tokenizer = train_tokenizer({"eos_token": "<|endoftext|>"}, vocab_size=280)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-eos"), tokenizer, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_reference_dir(tmp_path_factory) -> Path:
+    """A reference model with a different tokenizer and vocabulary size."""
+    tokenizer = train_tokenizer({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}, vocab_size=260)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-ref"), tokenizer, seed=2, hidden=16, layers=1)
+
+
+def random_sentence(rng: random.Random, words: int) -> str:
+    pool = " ".join(CORPUS).split()
+    return " ".join(rng.choice(pool) for _ in range(words))
+
+
+@pytest.fixture(scope="session")
+def labelled_jsonl(tmp_path_factory) -> Path:
+    """24 labelled texts of varied lengths (some longer than the tiny model's context of 64)."""
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("data") / "labelled.jsonl"
+    with open(path, "w") as f:
+        for i in range(24):
+            text = random_sentence(rng, rng.choice([3, 8, 20, 60]))
+            f.write(json.dumps({"id": f"doc-{i}", "text": text, "label": i % 2}) + "\n")
+    return path

@@ -1,0 +1,251 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import random_sentence
+from mia_fast import Detector, load_model
+from mia_fast.engine import StatsEngine, plan_batches, split_windows, start_token_id, tokenize
+from mia_fast.errors import MiaFastError
+from mia_fast.reference_loop import public_loop_scores
+from mia_fast.stats import token_stats_torch
+
+METHODS = ["loss", "zlib", "mink", "minkpp"]
+KS = [0.1, 0.2, 0.5, 1.0]
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def texts():
+    rng = random.Random(5)
+    return [random_sentence(rng, rng.randint(2, 40)) for _ in range(30)]
+
+
+def assert_scores_close(a, b, rtol=1e-4, atol=1e-6):
+    assert list(a) == list(b)
+    for name in a:
+        np.testing.assert_allclose(np.asarray(a[name]), np.asarray(b[name]), rtol=rtol, atol=atol, err_msg=name)
+
+
+# ---- start token ----
+
+
+def test_bos_is_prepended_once(loaded):
+    tok = loaded.tokenizer
+    bos = tok.bos_token_id
+    plain = tokenize(tok, ["the fox"], prepend_start=False)[0]
+    assert plain[0] != bos
+    assert tokenize(tok, ["the fox"], prepend_start=True)[0] == [bos, *plain]
+    # already there (the tokenizer or the text added it): not added twice
+    assert tokenize(tok, ["<s>the fox"], prepend_start=True)[0].count(bos) == 1
+
+
+def test_eos_is_the_start_token_without_bos(tiny_eos_only_model_dir):
+    tok = load_model(str(tiny_eos_only_model_dir)).tokenizer
+    assert tok.bos_token_id is None
+    assert start_token_id(tok) == tok.eos_token_id
+    assert tokenize(tok, ["the fox"], prepend_start=True)[0][0] == tok.eos_token_id
+
+
+def test_prepend_start_scores_the_first_token(loaded):
+    engine_on = StatsEngine(loaded, prepend_start=True)
+    engine_off = StatsEngine(loaded, prepend_start=False)
+    text = ["the quick brown fox"]
+    n_ids = len(tokenize(loaded.tokenizer, text, False)[0])
+    assert engine_on.compute(text).lengths[0] == n_ids
+    assert engine_off.compute(text).lengths[0] == n_ids - 1
+
+
+# ---- windows and batches ----
+
+
+@given(st.integers(0, 500), st.integers(2, 64))
+def test_windows_score_every_target_exactly_once(n_ids, max_length):
+    windows = split_windows(0, n_ids, max_length)
+    scored = [t for w in windows for t in range(w.first_target, w.end)]
+    assert scored == list(range(1, n_ids)) if n_ids >= 2 else scored == []
+    for w in windows:
+        assert w.length <= max_length
+        # every target after the first window keeps at least half a window of context
+        assert w.first_target - w.begin >= (1 if w.begin == 0 else max_length // 2)
+
+
+@given(st.lists(st.integers(1, 100), max_size=60), st.integers(1, 400))
+def test_batches_respect_budget_and_cover_all(lengths, budget):
+    batches = plan_batches(lengths, budget)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        width = max(lengths[i] for i in batch)
+        assert len(batch) == 1 or width * len(batch) <= budget
+
+
+def test_windowed_scores_equal_direct_forward_on_each_window(loaded):
+    engine = StatsEngine(loaded, max_length=16, batch_tokens=64)
+    text = random_sentence(random.Random(1), 30)
+    ids = engine.tokenize([text])[0]
+    stats = engine.compute([text])
+    assert stats.lengths[0] == len(ids) - 1
+    expected_logp = []
+    for w in split_windows(0, len(ids), 16):
+        window = torch.tensor([ids[w.begin : w.end]])
+        with torch.inference_mode():
+            logits = loaded.model(window).logits[0].double()
+        logp = torch.log_softmax(logits, -1)
+        for t in range(w.first_target, w.end):
+            expected_logp.append(logp[t - w.begin - 1, ids[t]].item())
+    np.testing.assert_allclose(stats.logp, expected_logp, rtol=1e-5, atol=1e-5)
+
+
+def test_text_longer_than_context_is_windowed_by_default(loaded):
+    engine = StatsEngine(loaded)
+    assert engine.max_length == 64
+    long_text = random_sentence(random.Random(2), 200)
+    n_ids = len(engine.tokenize([long_text])[0])
+    assert n_ids > 64
+    assert engine.compute([long_text]).lengths[0] == n_ids - 1
+
+
+def test_max_length_beyond_context_is_refused(loaded):
+    with pytest.raises(MiaFastError, match="exceeds the model context 64"):
+        StatsEngine(loaded, max_length=65)
+
+
+# ---- exactness ----
+
+
+def test_token_stats_match_fp64_definition():
+    torch.manual_seed(0)
+    logits = torch.randn(37, 1001) * 4
+    logits[3] = -1e4
+    logits[3, 7] = 30.0  # a fully peaked row
+    targets = torch.randint(0, 1001, (37,))
+    logp, mu, var = token_stats_torch(logits, targets)
+    lp = torch.log_softmax(logits.double(), -1)
+    p = lp.exp()
+    mu64 = (p * lp).sum(-1)
+    var64 = (p * lp.square()).sum(-1) - mu64.square()
+    np.testing.assert_allclose(logp, lp.gather(-1, targets[:, None])[:, 0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mu, mu64, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(var, var64, rtol=1e-4, atol=1e-6)
+    assert torch.isfinite(var).all() and (var >= 0).all()
+
+
+def test_token_stats_survive_minus_inf_logits():
+    logits = torch.tensor([[0.0, 1.0, -float("inf"), 2.0]])
+    logp, mu, var = token_stats_torch(logits, torch.tensor([1]))
+    assert torch.isfinite(logp).all() and torch.isfinite(mu).all() and torch.isfinite(var).all()
+
+
+def test_hidden_state_path_equals_full_logits_path(loaded, texts):
+    via_head = StatsEngine(loaded, batch_tokens=256).compute(texts)
+    via_logits = StatsEngine(loaded, batch_tokens=256, use_hidden_states=False).compute(texts)
+    assert via_head.lengths.tolist() == via_logits.lengths.tolist()
+    for name in ("logp", "mu", "var"):
+        np.testing.assert_allclose(getattr(via_head, name), getattr(via_logits, name), rtol=1e-5, atol=1e-5)
+
+
+def test_soft_capped_head_falls_back_to_full_forward(tmp_path):
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from conftest import train_tokenizer
+
+    tok = train_tokenizer({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}, vocab_size=270)
+    config = Gemma2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                          num_key_value_heads=1, head_dim=16, max_position_embeddings=64, final_logit_softcapping=5.0,
+                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    Gemma2ForCausalLM(config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    gemma = load_model(str(tmp_path))
+    assert gemma.plain_linear_head() is None
+    engine = StatsEngine(gemma)
+    assert engine.head is None
+    text = "the rain in spain"
+    ids = engine.tokenize([text])[0]
+    with torch.inference_mode():
+        logits = gemma.model(torch.tensor([ids])).logits[0, :-1]
+    assert logits.abs().max() <= 5.0  # the soft-capping is applied
+    expected = torch.log_softmax(logits.double(), -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+    np.testing.assert_allclose(engine.compute([text]).logp, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_parity_with_public_loop(tiny_model_dir, texts):
+    detector = Detector(str(tiny_model_dir), prepend_start=False)
+    loaded = detector.target.loaded
+    # The public code needs k*n >= 1 and does not window texts beyond the context.
+    long_enough = [t for t in texts if 11 <= len(loaded.tokenizer.encode(t)) <= loaded.context_length]
+    assert len(long_enough) >= 5
+    ours = detector.score(long_enough, methods=METHODS, k=KS)
+    theirs = public_loop_scores(loaded.model, loaded.tokenizer, long_enough, KS)
+    assert_scores_close(dict(ours), {c: theirs[c] for c in ours}, rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(budget=st.integers(1, 3000))
+def test_batch_budget_does_not_change_scores(tiny_model_dir, texts, budget):
+    reference = _scores_with_budget(tiny_model_dir, texts, 64)
+    assert_scores_close(_scores_with_budget(tiny_model_dir, texts, budget), reference)
+
+
+_DETECTORS: dict = {}
+
+
+def _scores_with_budget(model_dir, texts, budget):
+    if str(model_dir) not in _DETECTORS:
+        _DETECTORS[str(model_dir)] = Detector(str(model_dir))
+    detector = _DETECTORS[str(model_dir)]
+    detector.target.batch_tokens = budget
+    return dict(detector.score(texts, methods=METHODS, k=KS))
+
+
+def test_scores_return_in_input_order(tiny_model_dir, texts):
+    detector = Detector(str(tiny_model_dir))
+    together = detector.score(texts, methods=["loss"])["loss"]
+    one_by_one = [detector.score([t], methods=["loss"])["loss"][0] for t in texts[:6]]
+    np.testing.assert_allclose(together[:6], one_by_one, rtol=1e-5)
+
+
+def test_lowercase_and_reference_passes(tiny_model_dir, tiny_reference_dir):
+    detector = Detector(str(tiny_model_dir), ref_model=str(tiny_reference_dir))
+    assert detector.reference.loaded.vocab_size != detector.target.loaded.vocab_size
+    texts = ["The Quick Brown Fox", "ALL THAT GLITTERS"]
+    scores = detector.score(texts, methods=["loss", "lowercase", "ref"])
+    lower = detector.score([t.lower() for t in texts], methods=["loss"])["loss"]
+    np.testing.assert_allclose(scores["lowercase"], lower / scores["loss"], rtol=1e-6)
+    ref_loss = Detector(str(tiny_reference_dir)).score(texts, methods=["loss"])["loss"]
+    np.testing.assert_allclose(scores["ref"], -ref_loss + scores["loss"], rtol=1e-6)
+
+
+def test_empty_and_whitespace_texts_are_nan_with_warning(tiny_model_dir):
+    scores = Detector(str(tiny_model_dir), prepend_start=False).score(["", "   \n", "the fox jumps", "a"], methods=["loss", "mink"], k=[0.5])
+    assert np.isnan(scores["loss"][:2]).all() and np.isfinite(scores["loss"][2])
+    assert scores.warnings[0] and scores.warnings[1] and scores.warnings[2] is None
+    # a one-token text has nothing to score without a start token...
+    assert scores.n_tokens[3] == 0 and scores.warnings[3]
+    # ...and one scored position with it
+    with_start = Detector(str(tiny_model_dir)).score(["a"], methods=["loss"])
+    assert with_start.n_tokens[0] == 1 and np.isfinite(with_start["loss"][0])
+
+
+def test_dcpdd_counts_must_match_vocabulary(tiny_model_dir):
+    with pytest.raises(MiaFastError, match="vocabulary has"):
+        Detector(str(tiny_model_dir), freq_counts=np.ones(7, np.int64))
+
+
+def test_missing_model_fails_clearly(tmp_path):
+    with pytest.raises(MiaFastError, match="could not load model"):
+        load_model(str(tmp_path / "nowhere"))
+
+
+def test_cuda_without_cuda_is_refused():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(MiaFastError, match="CUDA is not available"):
+        load_model("unused", device="cuda")
