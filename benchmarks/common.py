@@ -27,8 +27,18 @@ def pile_texts(subset: str = "wikipedia_en", n: int = 100, max_words: int | None
     return texts
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict:
-    info = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+    info = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     return info

@@ -2,7 +2,7 @@
 
 The three run side by side in one process on the same texts and model (fp32), interleaved round by
 round so that machine noise hits them alike; medians over the rounds are reported. Writes
-``results/cpu-score-<host>.json``.
+``results/cpu-score-<cores>core.json``.
 
     python benchmarks/cpu_score.py [--texts 100] [--words 100] [--rounds 3]
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
+import os
 import statistics
 import sys
 import time
@@ -97,7 +97,7 @@ def main() -> None:
         "scoring_overhead_vs_forward": median["mia_fast_score"] / median["batched_forward_only"],
     }
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"cpu-score-{socket.gethostname().split('.')[0]}.json"
+    path = RESULTS / f"cpu-score-{os.cpu_count()}core.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     for name, tps in result["tokens_per_second"].items():
         print(f"{name:<22} {median[name]:7.2f}s  {tps:8.0f} tok/s")

@@ -57,8 +57,10 @@ def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], 
     loglog.set_yscale("log")
     loglog.set_xlim(floor / 2, 1)
     loglog.set_ylim(floor / 2, 1)
-    linear.set_title("ROC")
-    loglog.set_title("ROC, log-log (low-FPR regime)")
+    first = next(iter(results.values()))
+    counts = f"{first.n_members} members, {first.n_nonmembers} non-members"
+    linear.set_title(f"ROC ({counts})")
+    loglog.set_title("ROC, log-log axes (the low-FPR regime)")
     linear.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
