@@ -55,7 +55,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from importlib.metadata import version
+
     parser = argparse.ArgumentParser(prog="mia-fast", description="Fast pretraining-data detection.")
+    parser.add_argument("--version", action="version", version=f"mia-fast {version('mia-fast')}")
     commands = parser.add_subparsers(dest="command", required=True)
     score = commands.add_parser("score", help="score texts with every requested method")
     _add_common(score)

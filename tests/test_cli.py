@@ -230,3 +230,10 @@ def test_empty_and_one_token_texts_get_nan_and_warning(tiny_model_dir, tmp_path,
     assert [r["loss"] is None for r in rows] == [True, True, True, False]
     assert [bool(r["warning"]) for r in rows] == [True, True, True, False]
     assert "3 texts could not be scored" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("mia-fast 0.")
