@@ -38,14 +38,16 @@ def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (linear, loglog) = plt.subplots(1, 2, figsize=(12, 5.5))
-    for name, result in ranked(results):
+    fig, (linear, loglog) = plt.subplots(1, 2, figsize=(15, 5.5))
+    palette = plt.get_cmap("tab20").colors
+    for i, (name, result) in enumerate(ranked(results)):
         scores = np.asarray(columns[name], dtype=np.float64)
         finite = ~np.isnan(scores)
         fpr, tpr, _ = metrics.roc_curve(labels[finite], scores[finite])
-        label = f"{name} (AUROC {result.auroc:.3f})"
-        linear.plot(fpr, tpr, label=label)
-        loglog.plot(fpr, tpr, label=label)
+        # 20 colours, then the same colours dashed, so that every curve stays distinguishable.
+        style = dict(color=palette[i % len(palette)], linestyle=("-", "--", "-.", ":")[i // len(palette) % 4])
+        linear.plot(fpr, tpr, label=f"{name} (AUROC {result.auroc:.3f})", **style)
+        loglog.plot(fpr, tpr, **style)
     for ax in (linear, loglog):
         ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
         ax.set_xlabel("false positive rate")
@@ -61,8 +63,8 @@ def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], 
     counts = f"{first.n_members} members, {first.n_nonmembers} non-members"
     linear.set_title(f"ROC ({counts})")
     loglog.set_title("ROC, log-log axes (the low-FPR regime)")
-    linear.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    fig.legend(loc="center left", bbox_to_anchor=(0.8, 0.5), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
