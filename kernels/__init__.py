@@ -1,4 +1,10 @@
-"""Triton kernels over logits and hidden states (import only torch and triton).
+"""Triton kernels over logits and hidden states (they import only torch and triton).
 
-Shipped in the wheel as ``mia_fast.kernels``; the kernels arrive with the kernel issue.
+Shipped in the wheel as ``mia_fast.kernels``. On a machine without a GPU they run only under
+Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is imported), which is how the
+tests check them.
 """
+
+from .token_stats import fused_linear_token_stats, token_stats
+
+__all__ = ["fused_linear_token_stats", "token_stats"]

@@ -71,8 +71,9 @@ class Detector:
         prepend_start: bool = True,
         batch_tokens: int | None = None,
         max_length: int | None = None,
+        backend: str = "auto",
     ) -> None:
-        engine_options = dict(prepend_start=prepend_start, batch_tokens=batch_tokens)
+        engine_options = dict(prepend_start=prepend_start, batch_tokens=batch_tokens, backend=backend)
         self.target = StatsEngine(load_model(model, gguf=gguf, device=device, dtype=dtype), max_length=max_length, **engine_options)
         self.reference = (
             StatsEngine(load_model(ref_model, device=device, dtype=dtype), **engine_options) if ref_model else None

@@ -42,6 +42,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     scoring.add_argument("--freq-counts", help="per-id token counts (.npy) of a reference corpus, for dcpdd")
     scoring.add_argument("--prepend-start", action=argparse.BooleanOptionalAction, default=True, help="prepend the BOS/EOS start token so the first token is scored")
     scoring.add_argument("--batch-tokens", type=int, help="token budget per forward batch (default: 1024 on CPU, 16384 on GPU)")
+    scoring.add_argument("--backend", choices=["auto", "torch", "triton"], default="auto", help="token statistics: Triton kernels (auto on CUDA) or the torch reference")
     scoring.add_argument("--max-length", type=int, help="window length for long texts (default: the model context)")
     fields = parser.add_argument_group("input fields")
     fields.add_argument("--text-field", default="text")
@@ -142,6 +143,7 @@ def run_scoring(args: argparse.Namespace, dataset: Dataset, out_path: Path) -> N
         prepend_start=args.prepend_start,
         batch_tokens=args.batch_tokens,
         max_length=args.max_length,
+        backend=args.backend,
     )
     requests = detector.requests(args.methods.split(","), args.k)
     passes = 1 + sum(r.method.name in ("lowercase", "ref") for r in requests)

@@ -9,6 +9,7 @@ positions at a time, otherwise the model's own logits are reduced a chunk at a t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -30,6 +31,24 @@ def default_for(table: dict[str, int], device: torch.device) -> int:
     return table.get(device.type, table["cuda"])
 
 TokenCallback = Callable[[int], None]
+BACKENDS = ("auto", "torch", "triton")
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """``auto`` picks the Triton kernels on CUDA when triton imports, the torch reference otherwise."""
+    if backend not in BACKENDS:
+        raise MiaFastError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "torch" or (backend == "auto" and device.type != "cuda"):
+        return "torch"
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise MiaFastError("the triton backend needs a CUDA device (or TRITON_INTERPRET=1, for testing on CPU)")
+    try:
+        import mia_fast.kernels  # noqa: F401
+    except ImportError as exc:
+        if backend == "auto":
+            return "torch"
+        raise MiaFastError(f"the triton backend needs triton: pip install triton ({exc})") from None
+    return "triton"
 
 
 def start_token_id(tokenizer) -> int:
@@ -109,6 +128,7 @@ class StatsEngine:
         max_length: int | None = None,
         chunk_bytes: int | None = None,
         use_hidden_states: bool = True,
+        backend: str = "auto",
     ) -> None:
         batch_tokens = batch_tokens or default_for(DEFAULT_BATCH_TOKENS, loaded.device)
         chunk_bytes = chunk_bytes or default_for(DEFAULT_CHUNK_BYTES, loaded.device)
@@ -125,6 +145,7 @@ class StatsEngine:
         self.max_length = max_length
         self.chunk_rows = max(1, chunk_bytes // (4 * loaded.vocab_size))
         self.head = loaded.plain_linear_head() if use_hidden_states else None
+        self.backend = resolve_backend(backend, loaded.device)
         tokenizer = loaded.tokenizer
         self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
 
@@ -178,24 +199,34 @@ class StatsEngine:
         if self.head is not None:
             hidden = self.loaded.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             rows = hidden.reshape(-1, hidden.shape[-1])
-            project = self.head
         else:
             logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
             rows = logits.reshape(-1, logits.shape[-1])
-            project = None
-        outputs = []
-        for start in range(0, len(flat_index), self.chunk_rows):
-            index = flat_index[start : start + self.chunk_rows]
-            chunk = rows.index_select(0, index)
-            chunk_logits = project(chunk) if project is not None else chunk
-            outputs.append(token_stats_torch(chunk_logits, flat_targets[start : start + self.chunk_rows]))
-        logp, mu, var = (torch.cat(parts).cpu().numpy() for parts in zip(*outputs))
+        outputs = self._reduce(rows, flat_index, flat_targets)
+        logp, mu, var = (part.cpu().numpy() for part in outputs)
         flat_targets_np = flat_targets.cpu().numpy()
         split_at = np.cumsum([len(t) for t in targets])[:-1]
         return [
             {"target_ids": t, "logp": lp, "mu": m, "var": v}
             for t, lp, m, v in zip(*(np.split(a, split_at) for a in (flat_targets_np, logp, mu, var)))
         ]
+
+    def _reduce(self, rows: torch.Tensor, index: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(logp, mu, var) of the selected rows: hidden states when there is a plain head, else logits."""
+        if self.backend == "triton":
+            from mia_fast.kernels import fused_linear_token_stats, token_stats
+
+            if self.head is not None:
+                return fused_linear_token_stats(rows.index_select(0, index), self.head.weight, targets, self.head.bias, chunk_rows=self.chunk_rows)
+            stats = token_stats
+        else:
+            stats = token_stats_torch
+        parts = []
+        for start in range(0, len(index), self.chunk_rows):
+            chunk = rows.index_select(0, index[start : start + self.chunk_rows])
+            logits = self.head(chunk) if self.head is not None else chunk
+            parts.append(stats(logits, targets[start : start + self.chunk_rows]))
+        return tuple(torch.cat(values) for values in zip(*parts))
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

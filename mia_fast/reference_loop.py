@@ -16,8 +16,14 @@ import torch.nn.functional as F
 
 
 @torch.inference_mode()
-def public_loop_scores(model, tokenizer, texts: Sequence[str], ks: Sequence[float]) -> dict[str, list[float]]:
-    """Scores ``texts`` like the public code: columns loss, zlib, mink_k, minkpp_k (our naming)."""
+def public_loop_scores(
+    model, tokenizer, texts: Sequence[str], ks: Sequence[float], upcast_logits: bool = False
+) -> dict[str, list[float]]:
+    """Scores ``texts`` like the public code: columns loss, zlib, mink_k, minkpp_k (our naming).
+
+    ``upcast_logits`` runs the statistics on fp64 copies of the same logits: an fp64 ground truth
+    of what the fp32 loop computes.
+    """
     device = next(model.parameters()).device
     scores: dict[str, list[float]] = {"loss": [], "zlib": []}
     for k in ks:
@@ -27,6 +33,9 @@ def public_loop_scores(model, tokenizer, texts: Sequence[str], ks: Sequence[floa
         input_ids = torch.tensor(tokenizer.encode(text)).unsqueeze(0).to(device)
         outputs = model(input_ids, labels=input_ids)
         loss, logits = outputs[:2]
+        if upcast_logits:
+            logits = logits.double()
+            loss = F.cross_entropy(logits[0, :-1], input_ids[0, 1:])
         ll = -loss.item()
         scores["loss"].append(ll)
         scores["zlib"].append(ll / len(zlib.compress(bytes(text, "utf-8"))))

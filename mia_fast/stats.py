@@ -18,7 +18,7 @@ from mia_fast.errors import MiaFastError
 
 _FORMAT_VERSION = 1
 _FIELDS = ("target_ids", "logp", "mu", "var")
-# log p below this is clamped: p = 0 there anyway, and the square in var must stay finite in fp32.
+# z - max below this is clamped: its weight is 0 anyway, and the square in var must stay finite in fp32.
 _LOGP_FLOOR = -1e18
 
 
@@ -114,13 +114,18 @@ def first_occurrence_mask(target_ids: np.ndarray, offsets: np.ndarray) -> np.nda
 def token_stats_torch(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Exact per-row (logp, mu, var) in fp32 from logits [N, V] and targets [N].
 
-    var uses the centred two-pass form sum p (log p - mu)^2, which equals
-    sum p (log p)^2 - mu^2 but does not cancel catastrophically on peaked rows.
+    Centred on the row max m, with weights w = e^(z - m) and W = sum w:
+    logp = (z_x - m) - log W, mu = E_w[z - m] - log W, var = E_w[(z - m - E_w[z - m])^2].
+    Nothing of the size of z itself is ever subtracted, and var is a centred two-pass sum, so this
+    stays as close to fp64 as the Triton kernel (the textbook log_softmax route loses ~1e-5 in mu).
     """
-    logprobs = torch.log_softmax(logits.float(), dim=-1).clamp_(min=_LOGP_FLOOR)
-    logp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    probs = logprobs.exp()
-    mu = torch.linalg.vecdot(probs, logprobs)
-    centred = logprobs.sub_(mu.unsqueeze(-1))
-    var = torch.linalg.vecdot(probs.mul_(centred), centred)
-    return logp, mu, var
+    logits = logits.float()
+    shifted = (logits - logits.amax(-1, keepdim=True)).clamp_(min=_LOGP_FLOOR)
+    target_shifted = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    weights = shifted.exp()
+    total = weights.sum(-1)
+    centred_mean = torch.linalg.vecdot(weights, shifted) / total
+    deviation = shifted.sub_(centred_mean.unsqueeze(-1))
+    var = torch.linalg.vecdot(weights.mul_(deviation), deviation) / total
+    log_total = total.log()
+    return target_shifted - log_total, centred_mean - log_total, var

@@ -7,12 +7,17 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import json
-import random
-from pathlib import Path
+import torch  # noqa: E402
 
-import pytest
-import torch
+# Without a GPU, Triton kernels run in the interpreter; it must be chosen before triton is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import json  # noqa: E402
+import random  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
 
 CORPUS = [
     "the quick brown fox jumps over the lazy dog",

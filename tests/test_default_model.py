@@ -35,13 +35,24 @@ def wiki_texts():
 
 
 def test_parity_with_public_minkpp_loop(detector, wiki_texts):
-    """Issue 2, must-show 1: the first 100 wikipedia texts cut to 100 words, fp32, --no-prepend-start."""
+    """Issue 2, must-show 1: the first 100 wikipedia texts cut to 100 words, fp32, --no-prepend-start.
+
+    Every column agrees with the public loop to 1e-4 relative. Our statistics are closer to fp64
+    than the public code's (its mu carries ~6e-5 of fp32 error), so on means of z near zero
+    (minkpp_1.0) the two differ by up to ~3e-5 absolute; there we also require ours to be at least
+    as close as the public loop to the same loop run on fp64 logits.
+    """
     loaded = detector.target.loaded
     ours = detector.score(wiki_texts, methods=["loss", "zlib", "mink", "minkpp"], k=KS)
     theirs = public_loop_scores(loaded.model, loaded.tokenizer, wiki_texts, KS)
+    truth = public_loop_scores(loaded.model, loaded.tokenizer, wiki_texts, KS, upcast_logits=True)
     for column in ours:
-        # atol only matters where a mean z is within ~0.1 of zero (minkpp_1.0), where rtol alone is ill-posed.
-        np.testing.assert_allclose(ours[column], theirs[column], rtol=1e-4, atol=1e-5, err_msg=column)
+        got, public, exact = ours[column], np.asarray(theirs[column]), np.asarray(truth[column])
+        if column.startswith("minkpp"):
+            np.testing.assert_allclose(got, public, rtol=1e-4, atol=3e-5, err_msg=column)
+            assert (np.abs(got - exact) <= np.abs(public - exact) + 1e-6).all(), column
+        else:
+            np.testing.assert_allclose(got, public, rtol=1e-4, err_msg=column)
 
 
 def test_dcpdd_matches_direct_numpy_on_real_text(detector):
@@ -66,3 +77,14 @@ def test_dcpdd_matches_direct_numpy_on_real_text(detector):
                 seen.add(target)
                 alphas.append(min(np.exp(np.float64(logp)) * np.log(1 / f[target]), 0.01))
         assert score == pytest.approx(np.mean(alphas), rel=1e-12)
+
+
+def test_kernel_backend_equals_reference_on_default_model(detector, wiki_texts):
+    """Issue 3, must-show 3: every one-pass method, Triton kernels (interpreter on CPU) vs the torch reference."""
+    kernel = Detector(prepend_start=False, dtype="fp32", device=str(detector.target.loaded.device), backend="triton")
+    texts = [" ".join(t.split()[:40]) for t in wiki_texts[:4]]
+    methods = ["loss", "zlib", "mink", "minkpp"]
+    ours = kernel.score(texts, methods=methods)
+    reference = detector.score(texts, methods=methods)
+    for column in reference:
+        np.testing.assert_allclose(ours[column], reference[column], rtol=1e-4, err_msg=column)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from conftest import random_sentence
 from mia_fast import Detector, load_model
-from mia_fast.engine import StatsEngine, plan_batches, split_windows, start_token_id, tokenize
+from mia_fast.engine import StatsEngine, plan_batches, resolve_backend, split_windows, start_token_id, tokenize
 from mia_fast.errors import MiaFastError
 from mia_fast.reference_loop import public_loop_scores
 from mia_fast.stats import token_stats_torch
@@ -249,3 +249,30 @@ def test_cuda_without_cuda_is_refused():
         pytest.skip("this machine has CUDA")
     with pytest.raises(MiaFastError, match="CUDA is not available"):
         load_model("unused", device="cuda")
+
+
+# ---- back ends ----
+
+
+@pytest.mark.parametrize("use_hidden_states", [True, False])
+def test_triton_backend_equals_torch_reference(loaded, texts, use_hidden_states):
+    options = dict(batch_tokens=200, use_hidden_states=use_hidden_states)
+    kernel = StatsEngine(loaded, backend="triton", **options)
+    reference = StatsEngine(loaded, backend="torch", **options)
+    assert kernel.backend == "triton" and reference.backend == "torch"
+    got, expected = kernel.compute(texts), reference.compute(texts)
+    assert got.lengths.tolist() == expected.lengths.tolist()
+    np.testing.assert_array_equal(got.target_ids, expected.target_ids)
+    for name in ("logp", "mu", "var"):
+        np.testing.assert_allclose(getattr(got, name), getattr(expected, name), rtol=1e-5, atol=1e-5)
+
+
+def test_backend_choice(monkeypatch):
+    cpu = torch.device("cpu")
+    assert resolve_backend("auto", cpu) == "torch"  # the interpreter is never picked on its own
+    assert resolve_backend("torch", cpu) == "torch"
+    with pytest.raises(MiaFastError, match="unknown backend"):
+        resolve_backend("cuda-graphs", cpu)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(MiaFastError, match="needs a CUDA device"):
+        resolve_backend("triton", cpu)
