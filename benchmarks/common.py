@@ -14,9 +14,9 @@ SHARED_DATA = Path(os.environ.get("MIA_FAST_SHARED_DATA", Path(__file__).resolve
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def pile_texts(subset: str = "wikipedia_en", n: int = 100, max_words: int | None = 100) -> list[str]:
-    """The first ``n`` texts of a pile_test subset, each cut to its first ``max_words`` words."""
-    path = SHARED_DATA / "pile_test" / f"{subset}.jsonl.gz"
+def pile_texts(subset: str = "wikipedia_en", n: int = 100, max_words: int | None = 100, root: Path = SHARED_DATA) -> list[str]:
+    """The first ``n`` texts of a pile_test subset under ``root``, each cut to its first ``max_words`` words."""
+    path = root / "pile_test" / f"{subset}.jsonl.gz"
     texts = []
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for line in f:

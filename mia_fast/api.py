@@ -13,7 +13,8 @@ from mia_fast.engine import StatsEngine, TokenCallback
 from mia_fast.errors import MiaFastError
 from mia_fast.freq import laplace_log_frequencies, load_counts
 from mia_fast.methods import DEFAULT_A, DEFAULT_KS, MethodRequest, ScoringInputs
-from mia_fast.models import load_model
+from mia_fast.models import LoadedModel, load_model
+from mia_fast.reductions import NUMPY, TritonReductions
 from mia_fast.stats import TokenStats
 
 DEFAULT_METHODS: tuple[str, ...] = ("loss", "zlib", "mink", "minkpp")
@@ -57,14 +58,17 @@ class Detector:
     >>> detector = Detector()                       # built-in SmolLM2-135M
     >>> scores = detector.score(["some text"], methods=["loss", "mink", "minkpp"], k=[0.2])
     >>> scores["mink_0.2"]
+
+    ``model`` and ``ref_model`` also take a :class:`LoadedModel` already in memory (e.g. one just
+    fine-tuned); ``device`` and ``dtype`` then apply only to models loaded here.
     """
 
     def __init__(
         self,
-        model: str | None = None,
+        model: str | LoadedModel | None = None,
         *,
         gguf: str | os.PathLike | None = None,
-        ref_model: str | None = None,
+        ref_model: str | LoadedModel | None = None,
         freq_counts: str | os.PathLike | np.ndarray | None = None,
         device: str | None = None,
         dtype: str | None = None,
@@ -74,10 +78,14 @@ class Detector:
         backend: str = "auto",
     ) -> None:
         engine_options = dict(prepend_start=prepend_start, batch_tokens=batch_tokens, backend=backend)
-        self.target = StatsEngine(load_model(model, gguf=gguf, device=device, dtype=dtype), max_length=max_length, **engine_options)
-        self.reference = (
-            StatsEngine(load_model(ref_model, device=device, dtype=dtype), **engine_options) if ref_model else None
-        )
+
+        def loaded(name: str | LoadedModel | None, **options) -> LoadedModel:
+            return name if isinstance(name, LoadedModel) else load_model(name, device=device, dtype=dtype, **options)
+
+        self.target = StatsEngine(loaded(model, gguf=gguf), max_length=max_length, **engine_options)
+        self.reference = StatsEngine(loaded(ref_model), **engine_options) if ref_model is not None else None
+        # The bottom-k and DC-PDD reductions follow the statistics onto the kernels.
+        self.reductions = TritonReductions(self.target.loaded.device) if self.target.backend == "triton" else NUMPY
         self.log_frequencies = (
             laplace_log_frequencies(load_counts(freq_counts), self.target.loaded.vocab_size)
             if freq_counts is not None
@@ -130,6 +138,7 @@ class Detector:
             texts=cleaned if methods_module.NEEDS_TEXT in needs else None,
             log_frequencies=self.log_frequencies,
             a=a,
+            reductions=self.reductions,
             **computed,
         )
         columns = methods_module.score(inputs, requests)

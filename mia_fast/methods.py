@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from mia_fast.errors import MiaFastError
+from mia_fast.reductions import NUMPY, Reductions, segment_mean
 from mia_fast.stats import TokenStats
 
 DEFAULT_KS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -38,6 +39,7 @@ class ScoringInputs:
     reference_stats: TokenStats | None = None
     log_frequencies: np.ndarray | None = None  # ln f(v) for every id v of the target vocabulary
     a: float = DEFAULT_A
+    reductions: Reductions = NUMPY  # the back end of the bottom-k and DC-PDD reductions
 
 
 @dataclass(frozen=True)
@@ -140,44 +142,6 @@ def _has(inputs: ScoringInputs, need: str) -> bool:
     return source is not None
 
 
-# ---- segment reductions over ragged per-text arrays ----
-
-
-def segment_mean(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Mean of each text's values (float64); NaN for a text with no positions."""
-    lengths = np.diff(offsets)
-    segments = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    sums = np.bincount(segments, weights=values.astype(np.float64), minlength=len(lengths))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(lengths > 0, sums / np.maximum(lengths, 1), np.nan)
-
-
-def bottom_k_counts(lengths: np.ndarray, ks: Sequence[float]) -> np.ndarray:
-    """max(1, floor(k*n)) for each text and k, as int64 [n_texts, len(ks)].
-
-    floor(k*n) is taken in float64 exactly as the public code's ``int(len * ratio)``.
-    """
-    counts = np.floor(lengths[:, None].astype(np.float64) * np.asarray(ks, dtype=np.float64)[None, :])
-    return np.maximum(counts.astype(np.int64), 1)
-
-
-def bottom_k_means(values: np.ndarray, offsets: np.ndarray, ks: Sequence[float]) -> np.ndarray:
-    """Mean of each text's ``max(1, floor(k*n))`` lowest values, for every k: float64 [n_texts, len(ks)].
-
-    One segmented sort serves all k; NaN for a text with no positions.
-    """
-    lengths = np.diff(offsets)
-    segments = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    order = np.lexsort((values, segments))
-    cumulative = np.concatenate([[0.0], np.cumsum(values[order].astype(np.float64))])
-    counts = bottom_k_counts(lengths, ks)
-    starts = offsets[:-1, None]
-    ends = np.minimum(starts + counts, offsets[1:, None])
-    sums = cumulative[ends] - cumulative[starts]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(lengths[:, None] > 0, sums / counts, np.nan)
-
-
 def mean_loss(stats: TokenStats) -> np.ndarray:
     return -segment_mean(stats.logp, stats.offsets)
 
@@ -214,7 +178,7 @@ def reference_score(inputs: ScoringInputs) -> np.ndarray:
 @register("mink", takes_k=True)
 def mink_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
     """Min-K% Prob: mean of the k-fraction lowest token log-probabilities."""
-    return bottom_k_means(inputs.stats.logp, inputs.stats.offsets, ks)
+    return inputs.reductions.bottom_k_means(inputs.stats.logp, inputs.stats.offsets, ks)
 
 
 @register("minkpp", takes_k=True)
@@ -222,15 +186,10 @@ def minkpp_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
     """Min-K%++: the same bottom-k mean over z = (logp - mu) / sqrt(var)."""
     stats = inputs.stats
     z = (stats.logp.astype(np.float64) - stats.mu) / np.sqrt(np.maximum(stats.var.astype(np.float64), VAR_FLOOR))
-    return bottom_k_means(z, stats.offsets, ks)
+    return inputs.reductions.bottom_k_means(z, stats.offsets, ks)
 
 
 @register("dcpdd", needs=[NEEDS_FREQUENCIES])
 def dcpdd_score(inputs: ScoringInputs) -> np.ndarray:
     """DC-PDD: mean over first occurrences of min(p(x_t) * -ln f(x_t), a)."""
-    stats = inputs.stats
-    first = stats.first_occurrence
-    alpha = np.exp(stats.logp[first].astype(np.float64)) * -inputs.log_frequencies[stats.target_ids[first]]
-    alpha = np.minimum(alpha, inputs.a)
-    first_offsets = np.concatenate([[0], np.cumsum(first)])[stats.offsets]
-    return segment_mean(alpha, first_offsets)
+    return inputs.reductions.capped_first_occurrence_mean(inputs.stats, inputs.log_frequencies, inputs.a)

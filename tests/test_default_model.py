@@ -81,10 +81,16 @@ def test_dcpdd_matches_direct_numpy_on_real_text(detector):
 
 def test_kernel_backend_equals_reference_on_default_model(detector, wiki_texts):
     """Issue 3, must-show 3: every one-pass method, Triton kernels (interpreter on CPU) vs the torch reference."""
-    kernel = Detector(prepend_start=False, dtype="fp32", device=str(detector.target.loaded.device), backend="triton")
+    loaded = detector.target.loaded
+    corpus_ids = np.array([i for t in pile_texts("pile_cc", n=50, max_words=None) for i in loaded.tokenizer.encode(t)], dtype=np.uint32)
+    counts = count_token_ids(corpus_ids, loaded.vocab_size)
+    options = dict(prepend_start=False, dtype="fp32", device=str(loaded.device), freq_counts=counts)
+    kernel = Detector(backend="triton", **options)
+    reference = Detector(backend="torch", **options)
     texts = [" ".join(t.split()[:40]) for t in wiki_texts[:4]]
-    methods = ["loss", "zlib", "mink", "minkpp"]
+    methods = ["loss", "zlib", "mink", "minkpp", "dcpdd"]
     ours = kernel.score(texts, methods=methods)
-    reference = detector.score(texts, methods=methods)
-    for column in reference:
-        np.testing.assert_allclose(ours[column], reference[column], rtol=1e-4, err_msg=column)
+    expected = reference.score(texts, methods=methods)
+    assert len(expected) == 23
+    for column in expected:
+        np.testing.assert_allclose(ours[column], expected[column], rtol=1e-4, err_msg=column)

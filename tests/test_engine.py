@@ -10,6 +10,7 @@ from conftest import random_sentence
 from mia_fast import Detector, load_model
 from mia_fast.engine import StatsEngine, plan_batches, resolve_backend, split_windows, start_token_id, tokenize
 from mia_fast.errors import MiaFastError
+from mia_fast.reductions import NUMPY, TritonReductions
 from mia_fast.reference_loop import public_loop_scores
 from mia_fast.stats import token_stats_torch
 
@@ -265,6 +266,24 @@ def test_triton_backend_equals_torch_reference(loaded, texts, use_hidden_states)
     np.testing.assert_array_equal(got.target_ids, expected.target_ids)
     for name in ("logp", "mu", "var"):
         np.testing.assert_allclose(getattr(got, name), getattr(expected, name), rtol=1e-5, atol=1e-5)
+
+
+def test_triton_detector_scores_every_one_pass_method_like_the_reference(tiny_model_dir, texts):
+    """Statistics and reductions (bottom-k, DC-PDD) on the kernels against the torch and numpy reference."""
+    counts = np.random.default_rng(0).zipf(1.5, len(load_model(str(tiny_model_dir)).tokenizer))
+    options = dict(freq_counts=counts, batch_tokens=200)
+    kernel = Detector(str(tiny_model_dir), backend="triton", **options)
+    reference = Detector(str(tiny_model_dir), backend="torch", **options)
+    assert isinstance(kernel.reductions, TritonReductions) and reference.reductions is NUMPY
+    methods = [*METHODS, "dcpdd"]
+    assert_scores_close(kernel.score(texts, methods, KS), reference.score(texts, methods, KS), rtol=1e-4, atol=1e-6)
+
+
+def test_detector_takes_a_model_already_in_memory(loaded, tiny_model_dir, texts):
+    in_memory = Detector(loaded, ref_model=loaded, batch_tokens=200)
+    assert in_memory.target.loaded is loaded and in_memory.reference.loaded is loaded
+    from_disk = Detector(str(tiny_model_dir), batch_tokens=200)
+    assert_scores_close(in_memory.score(texts, METHODS, KS), from_disk.score(texts, METHODS, KS), rtol=1e-6)
 
 
 def test_backend_choice(monkeypatch):
