@@ -311,7 +311,7 @@ def bench_end_to_end(config: dict, device: torch.device, data: Path) -> dict:
     ids = np.concatenate([np.asarray(i, np.uint32) for i in tokenizer(texts)["input_ids"]])
     counts = count_token_ids(ids, loaded.vocab_size)
     detectors = {
-        backend: Detector(loaded, backend=backend, prepend_start=False, freq_counts=counts)
+        backend: Detector(loaded, backend=backend, prepend_start=False, frequencies=counts)
         for backend in ("triton", "torch")
     }
     contenders = {

@@ -11,7 +11,7 @@ import numpy as np
 from mia_fast import methods as methods_module
 from mia_fast.engine import StatsEngine, TokenCallback
 from mia_fast.errors import MiaFastError
-from mia_fast.freq import laplace_log_frequencies, load_counts
+from mia_fast.freq import FrequencyTable, model_log_frequencies
 from mia_fast.methods import DEFAULT_A, DEFAULT_KS, MethodRequest, ScoringInputs
 from mia_fast.models import LoadedModel, load_model
 from mia_fast.reductions import NUMPY, TritonReductions
@@ -49,7 +49,7 @@ def check_resources(requests: Sequence[MethodRequest], has_reference: bool, has_
     if methods_module.NEEDS_REFERENCE in needs and not has_reference:
         raise MiaFastError("method 'ref' needs a reference model (--ref-model)")
     if methods_module.NEEDS_FREQUENCIES in needs and not has_frequencies:
-        raise MiaFastError("method 'dcpdd' needs token frequency counts (--freq-counts)")
+        raise MiaFastError("method 'dcpdd' needs a token frequency table (--freq-table; build one with 'mia-fast freq build')")
 
 
 class Detector:
@@ -69,7 +69,7 @@ class Detector:
         *,
         gguf: str | os.PathLike | None = None,
         ref_model: str | LoadedModel | None = None,
-        freq_counts: str | os.PathLike | np.ndarray | None = None,
+        frequencies: str | os.PathLike | np.ndarray | FrequencyTable | None = None,
         device: str | None = None,
         dtype: str | None = None,
         prepend_start: bool = True,
@@ -86,9 +86,10 @@ class Detector:
         self.reference = StatsEngine(loaded(ref_model), **engine_options) if ref_model is not None else None
         # The bottom-k and DC-PDD reductions follow the statistics onto the kernels.
         self.reductions = TritonReductions(self.target.loaded.device) if self.target.backend == "triton" else NUMPY
+        loaded_target = self.target.loaded
         self.log_frequencies = (
-            laplace_log_frequencies(load_counts(freq_counts), self.target.loaded.vocab_size)
-            if freq_counts is not None
+            model_log_frequencies(frequencies, loaded_target.tokenizer, loaded_target.vocab_size)
+            if frequencies is not None
             else None
         )
 

@@ -1,4 +1,4 @@
-"""The ``mia-fast`` command line: ``score`` texts, ``eval`` methods against labels."""
+"""The ``mia-fast`` command line: ``score`` texts, ``eval`` methods against labels, ``freq`` tables."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from mia_fast.api import DEFAULT_METHODS, Detector, Scores, check_resources
+from mia_fast.cli_freq import add_freq_commands, command_freq
 from mia_fast.data import Dataset, ResultWriter, read_dataset
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import DEFAULT_A, DEFAULT_KS, MethodRequest, resolve_methods
@@ -39,7 +40,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     scoring.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref (or mink_0.2 ...)")
     scoring.add_argument("--k", type=_floats, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)")
     scoring.add_argument("--a", type=float, default=DEFAULT_A, help="DC-PDD cap (default 0.01)")
-    scoring.add_argument("--freq-counts", help="per-id token counts (.npy) of a reference corpus, for dcpdd")
+    scoring.add_argument("--freq-table", "--freq-counts", dest="freq_table", help="for dcpdd: a frequency table of a reference corpus ('mia-fast freq build'), or per-id counts (.npy)")
     scoring.add_argument("--prepend-start", action=argparse.BooleanOptionalAction, default=True, help="prepend the BOS/EOS start token so the first token is scored")
     scoring.add_argument("--batch-tokens", type=int, help="token budget per forward batch (default: 1024 on CPU, 16384 on GPU)")
     scoring.add_argument("--backend", choices=["auto", "torch", "triton"], default="auto", help="token statistics: Triton kernels (auto on CUDA) or the torch reference")
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", help="scores file (default: REPORT/scores.jsonl)")
     evaluate.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the AUROC CI")
     evaluate.add_argument("--seed", type=int, default=0)
+    add_freq_commands(commands)
     return parser
 
 
@@ -117,7 +119,7 @@ class _TokenProgress:
 def run_scoring(args: argparse.Namespace, dataset: Dataset, out_path: Path) -> None:
     """Scores ``dataset`` block by block into ``out_path``, resuming where a previous run stopped."""
     requests = resolve_methods(args.methods.split(","), args.k)
-    check_resources(requests, has_reference=bool(args.ref_model), has_frequencies=bool(args.freq_counts))
+    check_resources(requests, has_reference=bool(args.ref_model), has_frequencies=bool(args.freq_table))
     columns = output_columns(dataset, requests, args.id_field, args.label_field)
     writer = ResultWriter(out_path, columns, resume=args.resume, overwrite=args.overwrite)
     if writer.done_rows > len(dataset.texts):
@@ -137,7 +139,7 @@ def run_scoring(args: argparse.Namespace, dataset: Dataset, out_path: Path) -> N
         args.model,
         gguf=args.gguf,
         ref_model=args.ref_model,
-        freq_counts=args.freq_counts,
+        frequencies=args.freq_table,
         device=args.device,
         dtype=args.dtype,
         prepend_start=args.prepend_start,
@@ -225,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
-        {"score": command_score, "eval": command_eval}[args.command](args)
+        {"score": command_score, "eval": command_eval, "freq": command_freq}[args.command](args)
     except MiaFastError as exc:
         print(f"mia-fast: error: {exc}", file=sys.stderr)
         return 2

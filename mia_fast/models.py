@@ -113,18 +113,33 @@ def load_model(
     """
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    source, name = pretrained_source(model, gguf)
+    return _load_pretrained(source, name, torch_device, torch_dtype)
+
+
+def pretrained_source(model: str | None = None, gguf: str | os.PathLike | None = None) -> tuple[str, str]:
+    """(what ``from_pretrained`` loads, a name for messages) for a hub name, directory, GGUF file or the default."""
     if gguf is None and model is not None and str(model).endswith(".gguf"):
         gguf, model = model, None
     if gguf is not None:
         path = Path(gguf)
         if not path.is_file():
             raise MiaFastError(f"GGUF file not found: {path}")
-        source, name = _converted_gguf(path, expected_sha256=None), str(path)
-    elif model is None:
-        source, name = _converted_gguf(default_gguf_path(), DEFAULT_GGUF_SHA256), DEFAULT_MODEL_LABEL
-    else:
-        source, name = str(model), str(model)
-    return _load_pretrained(source, name, torch_device, torch_dtype)
+        return _converted_gguf(path, expected_sha256=None), str(path)
+    if model is None:
+        return _converted_gguf(default_gguf_path(), DEFAULT_GGUF_SHA256), DEFAULT_MODEL_LABEL
+    return str(model), str(model)
+
+
+def load_tokenizer(model: str | None = None):
+    """The tokenizer of a hub model, local directory or GGUF file; the built-in default model's for None or "default"."""
+    from transformers import AutoTokenizer
+
+    source, name = pretrained_source(None if model == "default" else model)
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except Exception as exc:  # hub, file and config errors all end here
+        raise MiaFastError(f"could not load the tokenizer of {name!r}: {_first_line(exc)}") from None
 
 
 def default_gguf_path() -> Path:

@@ -139,7 +139,7 @@ def test_unknown_method(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
 
 def test_dcpdd_without_counts_or_wrong_length(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
     out = tmp_path / "o.jsonl"
-    assert "needs token frequency counts" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "dcpdd", "--out", out)
+    assert "needs a token frequency table" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "dcpdd", "--out", out)
     counts = tmp_path / "c.npy"
     np.save(counts, np.ones(10, np.int64))
     message = fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "dcpdd", "--freq-counts", counts, "--out", out)

@@ -84,7 +84,7 @@ def test_kernel_backend_equals_reference_on_default_model(detector, wiki_texts):
     loaded = detector.target.loaded
     corpus_ids = np.array([i for t in pile_texts("pile_cc", n=50, max_words=None) for i in loaded.tokenizer.encode(t)], dtype=np.uint32)
     counts = count_token_ids(corpus_ids, loaded.vocab_size)
-    options = dict(prepend_start=False, dtype="fp32", device=str(loaded.device), freq_counts=counts)
+    options = dict(prepend_start=False, dtype="fp32", device=str(loaded.device), frequencies=counts)
     kernel = Detector(backend="triton", **options)
     reference = Detector(backend="torch", **options)
     texts = [" ".join(t.split()[:40]) for t in wiki_texts[:4]]
@@ -94,3 +94,26 @@ def test_kernel_backend_equals_reference_on_default_model(detector, wiki_texts):
     assert len(expected) == 23
     for column in expected:
         np.testing.assert_allclose(ours[column], expected[column], rtol=1e-4, err_msg=column)
+
+
+def test_dcpdd_from_a_built_table_equals_the_equivalent_counts_npy(detector, tmp_path):
+    """Issue 4: a table built from real text with the default tokenizer scores DC-PDD exactly like the
+    counts .npy of the same tokens counted by numpy."""
+    import gzip
+    import json
+
+    from mia_fast import FrequencyTable
+
+    tokenizer, vocab = detector.target.loaded.tokenizer, detector.target.loaded.vocab_size
+    corpus_file = SHARED_DATA / "pile_test" / "pile_cc.jsonl.gz"
+    table = FrequencyTable.build([corpus_file], tokenizer, workers=2)
+    docs = [json.loads(line)["text"] for line in gzip.open(corpus_file, "rt")]
+    counts = np.bincount(np.concatenate([tokenizer.encode(d, add_special_tokens=False) for d in docs]), minlength=vocab)
+    np.testing.assert_array_equal(table.counts, counts)
+    np.save(tmp_path / "counts.npy", counts)
+    table.save(tmp_path / "pile_cc.freq")
+
+    texts = pile_texts("pubmed_abstracts", n=8, max_words=60)
+    from_table = Detector(detector.target.loaded, prepend_start=False, frequencies=tmp_path / "pile_cc.freq")
+    from_npy = Detector(detector.target.loaded, prepend_start=False, frequencies=tmp_path / "counts.npy")
+    np.testing.assert_array_equal(from_table.score(texts, ["dcpdd"])["dcpdd"], from_npy.score(texts, ["dcpdd"])["dcpdd"])

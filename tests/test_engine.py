@@ -237,7 +237,7 @@ def test_empty_and_whitespace_texts_are_nan_with_warning(tiny_model_dir):
 
 def test_dcpdd_counts_must_match_vocabulary(tiny_model_dir):
     with pytest.raises(MiaFastError, match="vocabulary has"):
-        Detector(str(tiny_model_dir), freq_counts=np.ones(7, np.int64))
+        Detector(str(tiny_model_dir), frequencies=np.ones(7, np.int64))
 
 
 def test_missing_model_fails_clearly(tmp_path):
@@ -271,7 +271,7 @@ def test_triton_backend_equals_torch_reference(loaded, texts, use_hidden_states)
 def test_triton_detector_scores_every_one_pass_method_like_the_reference(tiny_model_dir, texts):
     """Statistics and reductions (bottom-k, DC-PDD) on the kernels against the torch and numpy reference."""
     counts = np.random.default_rng(0).zipf(1.5, len(load_model(str(tiny_model_dir)).tokenizer))
-    options = dict(freq_counts=counts, batch_tokens=200)
+    options = dict(frequencies=counts, batch_tokens=200)
     kernel = Detector(str(tiny_model_dir), backend="triton", **options)
     reference = Detector(str(tiny_model_dir), backend="torch", **options)
     assert isinstance(kernel.reductions, TritonReductions) and reference.reductions is NUMPY

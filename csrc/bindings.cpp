@@ -1,0 +1,116 @@
+// Python bindings of the native core (mia_fast._native): numpy buffers in, numpy arrays out.
+// Counting runs with the GIL released.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "counting.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+mia::TokenBuffer token_buffer(const py::array& ids) {
+  if (ids.ndim() != 1) throw py::value_error("ids must be a 1-D array");
+  if (!(ids.flags() & py::array::c_style)) throw py::value_error("ids must be contiguous");
+  const auto dtype = ids.dtype();
+  mia::IdType type;
+  if (dtype.is(py::dtype::of<uint16_t>())) type = mia::IdType::u16;
+  else if (dtype.is(py::dtype::of<uint32_t>())) type = mia::IdType::u32;
+  else if (dtype.is(py::dtype::of<int32_t>())) type = mia::IdType::i32;
+  else if (dtype.is(py::dtype::of<int64_t>())) type = mia::IdType::i64;
+  else throw py::type_error("ids must be uint16, uint32, int32 or int64, got " + std::string(py::str(dtype)));
+  return {ids.data(), type, static_cast<int64_t>(ids.size())};
+}
+
+template <typename T>
+py::array_t<T> to_numpy(std::vector<T>&& values) {
+  auto* owned = new std::vector<T>(std::move(values));
+  py::capsule release(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>(static_cast<py::ssize_t>(owned->size()), owned->data(), release);
+}
+
+mia::Mode parse_mode(const std::string& mode) {
+  if (mode == "occurrence") return mia::Mode::occurrence;
+  if (mode == "document") return mia::Mode::document;
+  throw py::value_error("mode must be 'occurrence' or 'document', got '" + mode + "'");
+}
+
+py::array_t<uint64_t> count_tokens(const py::array& ids, int64_t vocab_size, int threads,
+                                   const py::object& offsets, const std::string& mode,
+                                   int64_t max_tokens_per_doc) {
+  const mia::TokenBuffer buffer = token_buffer(ids);
+  if (vocab_size <= 0) throw py::value_error("vocab_size must be positive");
+  const mia::CountOptions options{parse_mode(mode), max_tokens_per_doc, threads};
+  py::array_t<int64_t, py::array::c_style | py::array::forcecast> document_offsets;
+  const int64_t* offsets_data = nullptr;
+  int64_t n_documents = 0;
+  if (!offsets.is_none()) {
+    document_offsets = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(offsets);
+    if (!document_offsets || document_offsets.ndim() != 1 || document_offsets.size() < 1)
+      throw py::value_error("offsets must be a 1-D integer array of documents + 1 values");
+    offsets_data = document_offsets.data();
+    n_documents = static_cast<int64_t>(document_offsets.size()) - 1;
+  }
+  std::vector<uint64_t> counts;
+  {
+    py::gil_scoped_release release;
+    counts = mia::count_ids(buffer, offsets_data, n_documents, static_cast<uint64_t>(vocab_size), options);
+  }
+  return to_numpy(std::move(counts));
+}
+
+py::array_t<int64_t> separator_offsets(const py::array& ids, int64_t separator) {
+  const mia::TokenBuffer buffer = token_buffer(ids);
+  std::vector<int64_t> offsets;
+  {
+    py::gil_scoped_release release;
+    offsets = mia::separator_offsets(buffer, separator);
+  }
+  return to_numpy(std::move(offsets));
+}
+
+py::dict parse_megatron_index(const py::buffer& image) {
+  const py::buffer_info info = image.request();
+  if (info.ndim != 1 || info.itemsize != 1) throw py::value_error("the index image must be a 1-D byte buffer");
+  mia::MegatronIndex index =
+      mia::parse_megatron_index(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size));
+  const char* dtype = index.type == mia::IdType::u16 ? "uint16" : index.type == mia::IdType::i32 ? "int32" : "int64";
+  py::dict out;
+  out["dtype"] = dtype;
+  out["item_size"] = index.item_size;
+  out["total_tokens"] = index.total_tokens;
+  out["document_offsets"] = to_numpy(std::move(index.document_offsets));
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "mia-fast native core: token counting and Megatron index parsing";
+  // IdOutOfRange carries .position and .id, so callers that count in chunks can report file positions.
+  static py::handle id_out_of_range = py::exception<mia::IdOutOfRange>(m, "IdOutOfRange", PyExc_ValueError).release();
+  py::register_exception_translator([](std::exception_ptr raised) {
+    try {
+      if (raised) std::rethrow_exception(raised);
+    } catch (const mia::IdOutOfRange& error) {
+      py::object instance = id_out_of_range(error.what());
+      instance.attr("position") = error.position;
+      instance.attr("id") = error.id;
+      PyErr_SetObject(id_out_of_range.ptr(), instance.ptr());
+    }
+  });
+  m.def("count_tokens", &count_tokens, py::arg("ids"), py::arg("vocab_size"), py::arg("threads") = 0,
+        py::arg("offsets") = py::none(), py::arg("mode") = "occurrence", py::arg("max_tokens_per_doc") = 0,
+        "Per-id counts of a 1-D uint16/uint32/int32/int64 buffer, as uint64[vocab_size].\n"
+        "offsets (documents + 1 rising values from 0 to len(ids)) marks documents, needed by mode='document'\n"
+        "(an id counts once per document) and by max_tokens_per_doc (only each document's first ids count).\n"
+        "Counts on per-thread histograms with the GIL released; an id outside [0, vocab_size) raises\n"
+        "IdOutOfRange (a ValueError) naming the first such position.");
+  m.def("separator_offsets", &separator_offsets, py::arg("ids"), py::arg("separator"),
+        "Document offsets of a stream whose documents each end with the id `separator`.");
+  m.def("parse_megatron_index", &parse_megatron_index, py::arg("image"),
+        "Parses and validates a Megatron MMIDIDX .idx image: dtype, item_size, total_tokens and the\n"
+        "token offsets of its documents. Raises ValueError saying what is wrong.");
+}

@@ -1,0 +1,144 @@
+"""``mia-fast freq``: build, inspect and merge token-frequency tables (for DC-PDD)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from mia_fast.corpus import TOKEN_DTYPES, build_from_text, build_from_tokens
+from mia_fast.errors import MiaFastError
+from mia_fast.freq import MODES, FrequencyTable, tokenizer_fingerprint
+
+
+def add_freq_commands(commands: argparse._SubParsersAction) -> None:
+    freq = commands.add_parser("freq", help="token-frequency tables of a reference corpus (for dcpdd)")
+    actions = freq.add_subparsers(dest="freq_command", required=True)
+
+    def counting_options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--out", required=True, help="the table file to write")
+        parser.add_argument("--mode", choices=MODES, default="occurrence", help="count every occurrence (default) or each id once per document")
+        parser.add_argument("--max-tokens-per-doc", type=int, help="count only each document's first N tokens (the DC-PDD code used 1024)")
+        parser.add_argument("--overwrite", action="store_true", help="replace an existing table")
+        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    build = actions.add_parser("build", help="tokenize text corpora with a model's tokenizer and count the tokens")
+    build.add_argument("sources", nargs="+", help=".txt (a document per line), .jsonl[.gz], .json.gz (C4), .parquet files, directories or globs")
+    build.add_argument("--tokenizer", required=True, help="hub name, local model directory, .gguf file, or 'default' (the built-in model)")
+    build.add_argument("--text-field", default="text", help="JSON field or parquet column holding the text")
+    build.add_argument("--workers", type=int, help="tokenizer threads (default: one per core)")
+    build.add_argument("--vocab-size", type=int, help="the model's vocabulary size when its output head is larger than the tokenizer")
+    build.add_argument("--skip-bad-records", action="store_true", help="skip and count lines that are not valid UTF-8 or JSON or lack the text field (default: stop)")
+    counting_options(build)
+
+    tokens = actions.add_parser("build-tokens", help="count pre-tokenized files: raw uint16/uint32 streams, .npy, Megatron .bin/.idx")
+    tokens.add_argument("files", nargs="+", help="token files, or Megatron prefixes (PATH for PATH.bin + PATH.idx)")
+    tokens.add_argument("--vocab-size", type=int, required=True)
+    tokens.add_argument("--dtype", choices=TOKEN_DTYPES, help="id type of raw files (.npy headers and Megatron indexes carry their own)")
+    tokens.add_argument("--doc-separator", type=int, help="id that ends every document of a raw stream (for --mode document or --max-tokens-per-doc)")
+    tokens.add_argument("--tokenizer", help="the tokenizer that made the ids, to stamp its fingerprint on the table")
+    tokens.add_argument("--threads", type=int, default=0, help="counting threads (default: one per core)")
+    counting_options(tokens)
+
+    info = actions.add_parser("info", help="print a table's header and its most frequent ids")
+    info.add_argument("table")
+    info.add_argument("--top", type=int, default=10)
+    info.add_argument("--tokenizer", help="show the most frequent ids as tokens of this tokenizer")
+
+    merge = actions.add_parser("merge", help="add tables built with the same tokenizer and settings")
+    merge.add_argument("tables", nargs="+")
+    merge.add_argument("--out", required=True)
+    merge.add_argument("--overwrite", action="store_true")
+
+
+def _check_output(path: Path, overwrite: bool) -> None:
+    """Refuses an existing output or an unwritable place before any work is done."""
+    if path.exists() and not overwrite:
+        raise MiaFastError(f"{path} exists; pass --overwrite to replace it")
+    if path.is_dir():
+        raise MiaFastError(f"{path} is a directory")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise MiaFastError(f"{parent}: no such directory for the output")
+
+
+def _summary(table: FrequencyTable, path: Path) -> str:
+    documents = "unknown" if table.documents is None else f"{table.documents:,}"
+    return f"wrote {path}: {table.tokens:,} tokens, {documents} documents, {int((table.counts > 0).sum()):,} of {table.vocab_size:,} ids seen"
+
+
+def command_build(args: argparse.Namespace) -> None:
+    from mia_fast.models import load_tokenizer
+
+    out = Path(args.out)
+    _check_output(out, args.overwrite)
+    checkpoints = out.with_name(out.name + ".partial")
+    if args.overwrite:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    tokenizer = load_tokenizer(args.tokenizer)
+    report = build_from_text(
+        args.sources, tokenizer, mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc, text_field=args.text_field,
+        workers=args.workers, vocab_size=args.vocab_size, skip_bad_records=args.skip_bad_records,
+        checkpoint_dir=checkpoints, progress=not args.quiet,
+    )
+    report.table.save(out, overwrite=args.overwrite)
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    if report.resumed_shards:
+        print(f"resumed: {report.resumed_shards} finished shard(s) taken from {checkpoints}", file=sys.stderr)
+    if report.bad_records:
+        print(f"skipped {report.bad_records} bad record(s), e.g.:", file=sys.stderr)
+        for example in report.bad_examples:
+            print(f"  {example}", file=sys.stderr)
+    rate = report.table.tokens / max(report.seconds, 1e-9)
+    print(f"{_summary(report.table, out)} ({report.bytes_read / 2**20:.1f} MiB in {report.seconds:.1f}s, {rate / 1e6:.2f}M tokens/s)")
+
+
+def command_build_tokens(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    _check_output(out, args.overwrite)
+    fingerprint = None
+    if args.tokenizer:
+        from mia_fast.models import load_tokenizer
+
+        fingerprint = tokenizer_fingerprint(load_tokenizer(args.tokenizer))
+    table = build_from_tokens(
+        args.files, vocab_size=args.vocab_size, dtype=args.dtype, mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc,
+        doc_separator=args.doc_separator, tokenizer_fingerprint=fingerprint, threads=args.threads, progress=not args.quiet,
+    )
+    table.save(out, overwrite=args.overwrite)
+    print(_summary(table, out))
+
+
+def command_info(args: argparse.Namespace) -> None:
+    table = FrequencyTable.load(args.table)
+    for key, value in table.header().items():
+        if key != "sources":
+            print(f"{key:22} {value}")
+    print(f"{'sources':22} {len(table.sources)}: " + ", ".join(table.sources[:5]) + (" ..." if len(table.sources) > 5 else ""))
+    print(f"{'ids seen':22} {int((table.counts > 0).sum())} of {table.vocab_size}")
+    decode = None
+    if args.tokenizer:
+        from mia_fast.models import load_tokenizer
+
+        tokenizer = load_tokenizer(args.tokenizer)
+        decode = tokenizer.convert_ids_to_tokens
+    top = np.argsort(table.counts, kind="stable")[::-1][: args.top]
+    total = max(int(table.counts.sum()), 1)
+    for rank, token_id in enumerate(top, start=1):
+        label = f" {decode(int(token_id))!r}" if decode else ""
+        print(f"{rank:>4}. id {int(token_id):>7}{label}: {int(table.counts[token_id]):,} ({table.counts[token_id] / total:.3%})")
+
+
+def command_merge(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    _check_output(out, args.overwrite)
+    table = FrequencyTable.merge([FrequencyTable.load(p) for p in args.tables])
+    table.save(out, overwrite=args.overwrite)
+    print(_summary(table, out))
+
+
+def command_freq(args: argparse.Namespace) -> None:
+    {"build": command_build, "build-tokens": command_build_tokens, "info": command_info, "merge": command_merge}[args.freq_command](args)

@@ -1,0 +1,514 @@
+"""Reference corpora for frequency tables: reading text and token files, and counting them.
+
+Text corpora are tokenized with the model's HF fast tokenizer in batches on worker threads (the
+Rust tokenizer releases the GIL) and every batch is counted by the native core as soon as it is
+tokenized, so counting overlaps tokenization. Formats, a directory or glob of shards of any mix:
+
+- ``.txt``: one document per line (blank lines skipped);
+- ``.jsonl``, ``.jsonl.gz`` and ``.json.gz``: one JSON object per line, as in C4's files;
+- ``.parquet``: one row per document.
+
+Pre-tokenized corpora are memory-mapped and counted by the native core across threads: raw
+uint16/uint32 streams (nanoGPT ``.bin``, dolma's headerless ``.npy``), ``.npy`` files with a
+header, and Megatron ``.bin``/``.idx`` pairs (documents from the index).
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import itertools
+import json
+import os
+import shutil
+import time
+import zlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from mia_fast import _native
+from mia_fast.errors import MiaFastError
+from mia_fast.freq import MODES, FrequencyTable, FrequencyTableError, tokenizer_fingerprint, write_atomically
+
+TEXT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".json.gz", ".parquet")
+TOKEN_DTYPES = {"uint16": np.uint16, "uint32": np.uint32, "int32": np.int32, "int64": np.int64}
+# Characters of text per tokenizer batch: large enough to amortise the call, small enough to stream.
+BATCH_CHARS = 1 << 20
+# Ids per native counting call on token files, so the progress bar moves on multi-GB files.
+TOKEN_CHUNK = 1 << 27
+_NPY_MAGIC = b"\x93NUMPY"
+_EXAMPLES = 5
+
+
+def _suffix(path: Path, suffixes: Sequence[str]) -> str | None:
+    name = path.name.lower()
+    return next((s for s in sorted(suffixes, key=len, reverse=True) if name.endswith(s)), None)
+
+
+def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str] = TEXT_SUFFIXES) -> list[Path]:
+    """Files named directly, found under a directory (recursively, by suffix) or matched by a glob."""
+    files: list[Path] = []
+    for source in sources:
+        text = os.fspath(source)
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and _suffix(p, suffixes))
+            if not found:
+                raise MiaFastError(f"{path}: no corpus files ({', '.join(suffixes)}) in this directory")
+        elif glob.has_magic(text):
+            found = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+            if not found:
+                raise MiaFastError(f"{text}: the pattern matches no file")
+        elif path.is_file():
+            if not _suffix(path, suffixes):
+                raise MiaFastError(f"{path}: unsupported corpus format; use one of {', '.join(suffixes)}")
+            found = [path]
+        else:
+            raise MiaFastError(f"{path}: no such file or directory")
+        files.extend(found)
+    if not files:
+        raise MiaFastError("no corpus files given")
+    return files
+
+
+@dataclass
+class BadRecords:
+    """Corpus records that are not valid UTF-8, not valid JSON or lack the text field: an error, or
+    skipped and counted when ``skip`` is set."""
+
+    skip: bool = False
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def record(self, where: str, reason: str) -> None:
+        if not self.skip:
+            raise MiaFastError(f"{where}: {reason} (skip such records with --skip-bad-records)")
+        self.count += 1
+        if len(self.examples) < _EXAMPLES:
+            self.examples.append(f"{where}: {reason}")
+
+
+def iter_documents(path: Path, text_field: str, bad: BadRecords) -> Iterator[tuple[str, int]]:
+    """(text, bytes of the file consumed so far) for every document of a corpus file."""
+    suffix = _suffix(path, TEXT_SUFFIXES)
+    try:
+        if suffix == ".parquet":
+            yield from _parquet_documents(path, text_field, bad)
+            return
+        with open(path, "rb") as raw:
+            lines = gzip.GzipFile(fileobj=raw) if suffix.endswith(".gz") else raw
+            for line_number, line in enumerate(lines, start=1):
+                text = _line_text(line, suffix, text_field, f"{path}:{line_number}", bad)
+                if text is not None:
+                    yield text, raw.tell()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise MiaFastError(f"{path}: cannot read: {exc}") from None
+
+
+def _line_text(line: bytes, suffix: str, text_field: str, where: str, bad: BadRecords) -> str | None:
+    if not line.strip():
+        return None
+    try:
+        if suffix == ".txt":
+            return line.decode("utf-8").rstrip("\r\n")
+        record = json.loads(line)
+    except UnicodeDecodeError as exc:
+        bad.record(where, f"not valid UTF-8 (byte {exc.start})")
+        return None
+    except json.JSONDecodeError as exc:
+        bad.record(where, f"not valid JSON ({exc.msg})")
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+        fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+        bad.record(where, f"no string field {text_field!r} (found: {fields})")
+        return None
+    return record[text_field]
+
+
+def _parquet_documents(path: Path, text_field: str, bad: BadRecords) -> Iterator[tuple[str, int]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise MiaFastError(f"{path}: cannot read: {exc}") from None
+    if text_field not in parquet.schema_arrow.names:
+        raise MiaFastError(f"{path}: no column {text_field!r} (columns: {', '.join(parquet.schema_arrow.names)})")
+    size, groups, row = path.stat().st_size, parquet.num_row_groups, 0
+    for group in range(groups):
+        for value in parquet.read_row_group(group, columns=[text_field]).column(0).to_pylist():
+            row += 1
+            if isinstance(value, str):
+                yield value, size * (group + 1) // groups
+            else:
+                bad.record(f"{path}: row {row}", f"{text_field!r} is {type(value).__name__}, not text")
+
+
+def _batches(documents: Iterable[tuple[str, int]]) -> Iterator[tuple[list[str], int]]:
+    """Groups documents into batches of about BATCH_CHARS characters, with the file position after each."""
+    texts: list[str] = []
+    chars = position = 0
+    for text, position in documents:
+        texts.append(text)
+        chars += len(text)
+        if chars >= BATCH_CHARS:
+            yield texts, position
+            texts, chars = [], 0
+    if texts:
+        yield texts, position
+
+
+def fast_tokenizer(tokenizer: Any) -> Any:
+    """The Rust ``tokenizers.Tokenizer`` behind a transformers fast tokenizer (or the tokenizer itself)."""
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not hasattr(backend, "encode_batch"):
+        raise MiaFastError("building a frequency table needs a fast (Rust) tokenizer; this one is a slow Python tokenizer")
+    return backend
+
+
+def tokenizer_vocab_size(tokenizer: Any) -> int:
+    return len(tokenizer) if hasattr(tokenizer, "backend_tokenizer") else fast_tokenizer(tokenizer).get_vocab_size(with_added_tokens=True)
+
+
+@dataclass(frozen=True)
+class _BatchCounter:
+    """Tokenizes one batch exactly as the model's tokenizer does (no special tokens) and counts it."""
+
+    backend: Any
+    vocab_size: int
+    mode: str
+    max_tokens_per_doc: int | None
+
+    def __call__(self, texts: list[str]) -> tuple[np.ndarray, int]:
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        id_lists = [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.uint32, count=int(lengths.sum()))
+        counts = count_documents(ids, np.concatenate([[0], np.cumsum(lengths)]), self.vocab_size, self.mode, self.max_tokens_per_doc, threads=1)
+        return counts, counted_tokens(lengths, self.max_tokens_per_doc)
+
+
+def counted_tokens(lengths: np.ndarray, max_tokens_per_doc: int | None) -> int:
+    return int(np.minimum(lengths, max_tokens_per_doc).sum() if max_tokens_per_doc else lengths.sum())
+
+
+def count_documents(
+    ids: np.ndarray, offsets: np.ndarray | None, vocab_size: int, mode: str, max_tokens_per_doc: int | None, threads: int = 0
+) -> np.ndarray:
+    """Native counts of ``ids``; ``offsets`` (documents) are passed on only where the mode needs them."""
+    needs_documents = mode == "document" or bool(max_tokens_per_doc)
+    return _native.count_tokens(
+        ids, int(vocab_size), int(threads), offsets=offsets if needs_documents else None,
+        mode=mode, max_tokens_per_doc=int(max_tokens_per_doc or 0),
+    )
+
+
+def _check_options(mode: str, max_tokens_per_doc: int | None) -> None:
+    if mode not in MODES:
+        raise MiaFastError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if max_tokens_per_doc is not None and max_tokens_per_doc < 1:
+        raise MiaFastError(f"max_tokens_per_doc must be positive, got {max_tokens_per_doc}")
+
+
+class _Progress:
+    """A tqdm bar over input bytes (so it shows MB/s) with tokens/s and documents beside it."""
+
+    def __init__(self, total_bytes: int, enabled: bool):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, disable=not enabled, dynamic_ncols=True)
+        self.started = time.perf_counter()
+        self.tokens = self.documents = 0
+
+    def advance(self, nbytes: int, tokens: int = 0, documents: int = 0) -> None:
+        self.tokens += tokens
+        self.documents += documents
+        rate = self.tokens / max(time.perf_counter() - self.started, 1e-9)
+        self.bar.set_postfix_str(f"{rate / 1e6:.2f}M tok/s, {self.documents} docs", refresh=False)
+        self.bar.update(nbytes)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@dataclass
+class BuildReport:
+    table: FrequencyTable
+    bad_records: int
+    bad_examples: list[str]
+    resumed_shards: int
+    seconds: float
+    bytes_read: int
+
+
+class ShardCheckpoints:
+    """Finished shards of a text build, kept as tables in a directory so that a rerun resumes.
+
+    The directory's manifest holds the build settings and the sources (paths, sizes, modification
+    times); a rerun with anything else refuses to mix the two builds.
+    """
+
+    def __init__(self, directory: Path, settings: dict[str, Any], files: Sequence[Path]):
+        self.directory = directory
+        self.manifest_path = directory / "manifest.json"
+        identity = {"settings": settings, "sources": [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
+        if self.manifest_path.is_file():
+            manifest = json.loads(self.manifest_path.read_text())
+            if {k: manifest.get(k) for k in identity} != identity:
+                raise MiaFastError(
+                    f"{directory} holds an unfinished build with other settings or sources; "
+                    "remove it (or pass --overwrite) to start over"
+                )
+            self.manifest = manifest
+        else:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.manifest = {**identity, "bad_records": {}}
+            self._write_manifest()
+
+    def _shard_path(self, index: int) -> Path:
+        return self.directory / f"shard-{index:06d}.freq"
+
+    def load(self, index: int) -> tuple[FrequencyTable, int] | None:
+        """The finished shard ``index`` and its skipped-record count, or None to count it (again)."""
+        path, bad = self._shard_path(index), self.manifest["bad_records"].get(str(index))
+        if bad is None or not path.is_file():
+            return None
+        try:
+            return FrequencyTable.load(path), bad
+        except FrequencyTableError:
+            return None
+
+    def save(self, index: int, table: FrequencyTable, bad_records: int) -> None:
+        table.save(self._shard_path(index), overwrite=True)
+        self.manifest["bad_records"][str(index)] = bad_records
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        write_atomically(self.manifest_path, json.dumps(self.manifest, indent=1).encode())
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def build_from_text(
+    sources: Sequence[str | os.PathLike],
+    tokenizer: Any,
+    *,
+    mode: str = "occurrence",
+    max_tokens_per_doc: int | None = None,
+    text_field: str = "text",
+    workers: int | None = None,
+    vocab_size: int | None = None,
+    skip_bad_records: bool = False,
+    checkpoint_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> BuildReport:
+    """Counts the tokens of text corpora as ``tokenizer`` (a transformers fast tokenizer or a
+    ``tokenizers.Tokenizer``) tokenizes them, without special tokens.
+
+    ``vocab_size`` defaults to the tokenizer's; give the model's when its output head is larger.
+    With ``checkpoint_dir`` every finished shard (input file) is kept there, and a rerun skips it.
+    """
+    _check_options(mode, max_tokens_per_doc)
+    files = expand_sources(sources)
+    backend = fast_tokenizer(tokenizer)
+    own_vocab = tokenizer_vocab_size(tokenizer)
+    vocab_size = vocab_size or own_vocab
+    if vocab_size < own_vocab:
+        raise MiaFastError(f"vocab_size {vocab_size} is smaller than the tokenizer's {own_vocab} ids")
+    workers = workers or os.cpu_count() or 1
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    settings = {"tokenizer_fingerprint": fingerprint, "vocab_size": vocab_size, "mode": mode,
+                "max_tokens_per_doc": max_tokens_per_doc, "text_field": text_field}
+    checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
+    counter = _BatchCounter(backend, vocab_size, mode, max_tokens_per_doc)
+    bad = BadRecords(skip=skip_bad_records)
+    started = time.perf_counter()
+    total_bytes = sum(p.stat().st_size for p in files)
+    bar = _Progress(total_bytes, progress)
+    tables, resumed = [], 0
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mia-fast-tokenize") as pool:
+            for index, path in enumerate(files):
+                finished = checkpoints.load(index) if checkpoints else None
+                if finished is not None:
+                    table, skipped = finished
+                    bad.count += skipped
+                    resumed += 1
+                    bar.advance(path.stat().st_size, table.tokens, table.documents or 0)
+                else:
+                    skipped_before = bad.count
+                    table = _count_text_shard(path, text_field, bad, pool, counter, workers, fingerprint, bar)
+                    if checkpoints:
+                        checkpoints.save(index, table, bad.count - skipped_before)
+                tables.append(table)
+    finally:
+        bar.close()
+    table = FrequencyTable.merge(tables)
+    if table.tokens == 0:
+        raise MiaFastError(f"the corpus ({len(files)} file(s)) holds no tokens to count")
+    return BuildReport(table, bad.count, bad.examples, resumed, time.perf_counter() - started, total_bytes)
+
+
+def _count_text_shard(
+    path: Path, text_field: str, bad: BadRecords, pool: ThreadPoolExecutor, counter: _BatchCounter,
+    workers: int, fingerprint: str, bar: _Progress,
+) -> FrequencyTable:
+    counts = np.zeros(counter.vocab_size, dtype=np.uint64)
+    tokens = documents = 0
+    pending: deque = deque()
+
+    def collect() -> None:
+        nonlocal counts, tokens
+        batch_counts, batch_tokens = pending.popleft().result()
+        counts += batch_counts
+        tokens += batch_tokens
+        bar.advance(0, batch_tokens)
+
+    # The reading thread keeps a few batches in flight per worker, so tokenizing never waits on it.
+    position = 0
+    for texts, new_position in _batches(iter_documents(path, text_field, bad)):
+        pending.append(pool.submit(counter, texts))
+        documents += len(texts)
+        while len(pending) > 2 * workers:
+            collect()
+        bar.advance(new_position - position, 0, len(texts))
+        position = new_position
+    while pending:
+        collect()
+    bar.advance(path.stat().st_size - position)
+    return FrequencyTable(counts, tokens, documents, counter.mode, counter.max_tokens_per_doc, fingerprint, (str(path),))
+
+
+# ---- pre-tokenized corpora ----
+
+
+@dataclass(frozen=True)
+class TokenFile:
+    """A pre-tokenized source: its ids (memory-mapped) and, where known, its document offsets."""
+
+    name: str
+    ids: np.ndarray
+    offsets: np.ndarray | None
+    nbytes: int
+
+
+def _memmap(path: Path, dtype: np.dtype, offset: int = 0) -> np.ndarray:
+    if path.stat().st_size == offset:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset)
+
+
+def open_token_file(source: str | os.PathLike, dtype: str | None) -> TokenFile:
+    """Opens a raw token stream, an .npy file or a Megatron .bin/.idx pair (given as either file or the prefix)."""
+    text = os.fspath(source)
+    prefix = text[: -len(".bin")] if text.endswith((".bin", ".idx")) else text
+    if Path(prefix + ".idx").is_file() and Path(prefix + ".bin").is_file():
+        return _open_megatron(Path(prefix + ".idx"), Path(prefix + ".bin"), dtype)
+    path = Path(text)
+    if not path.is_file():
+        raise MiaFastError(f"{path}: no such token file (nor a Megatron prefix with .bin and .idx)")
+    with open(path, "rb") as f:
+        has_npy_header = f.read(len(_NPY_MAGIC)) == _NPY_MAGIC
+    if has_npy_header:
+        try:
+            ids = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise MiaFastError(f"{path}: not a readable .npy file: {exc}") from None
+        if ids.ndim != 1 or ids.dtype.name not in TOKEN_DTYPES:
+            raise MiaFastError(f"{path}: expected a 1-D array of {', '.join(TOKEN_DTYPES)}, got {ids.dtype} of shape {ids.shape}")
+        if dtype is not None and ids.dtype.name != dtype:
+            raise MiaFastError(f"{path}: holds {ids.dtype.name} ids, not {dtype}")
+        return TokenFile(str(path), ids, None, path.stat().st_size)
+    if dtype is None:
+        raise MiaFastError(f"{path}: a raw token file needs --dtype (uint16 or uint32)")
+    numpy_dtype = np.dtype(TOKEN_DTYPES[dtype])
+    size = path.stat().st_size
+    if size % numpy_dtype.itemsize:
+        raise MiaFastError(f"{path}: {size} bytes is not a whole number of {dtype} ids ({numpy_dtype.itemsize} bytes each)")
+    return TokenFile(str(path), _memmap(path, numpy_dtype), None, size)
+
+
+def _open_megatron(index_path: Path, bin_path: Path, dtype: str | None) -> TokenFile:
+    try:
+        index = _native.parse_megatron_index(np.fromfile(index_path, dtype=np.uint8))
+    except ValueError as exc:
+        raise MiaFastError(f"{index_path}: {exc}") from None
+    if dtype is not None and dtype != index["dtype"]:
+        raise MiaFastError(f"{index_path}: the index says {index['dtype']} ids, not {dtype}")
+    expected, actual = index["total_tokens"] * index["item_size"], bin_path.stat().st_size
+    if expected != actual:
+        raise MiaFastError(f"{index_path} does not match {bin_path}: the index describes {expected} bytes of tokens, the .bin holds {actual}")
+    ids = _memmap(bin_path, np.dtype(index["dtype"]))
+    return TokenFile(str(bin_path.with_suffix("")), ids, index["document_offsets"], actual)
+
+
+def _chunks(n_ids: int, offsets: np.ndarray | None) -> Iterator[tuple[int, int, np.ndarray | None]]:
+    """(first id, end id, document offsets relative to the first id) of about TOKEN_CHUNK ids each,
+    cut at document boundaries when there are documents."""
+    if offsets is None:
+        for start in range(0, n_ids, TOKEN_CHUNK):
+            yield start, min(start + TOKEN_CHUNK, n_ids), None
+        return
+    first_document = 0
+    while first_document < len(offsets) - 1:
+        target = offsets[first_document] + TOKEN_CHUNK
+        last_document = max(first_document + 1, int(np.searchsorted(offsets, target, side="right")) - 1)
+        part = offsets[first_document : last_document + 1]
+        yield int(part[0]), int(part[-1]), part - part[0]
+        first_document = last_document
+
+
+def build_from_tokens(
+    files: Sequence[str | os.PathLike],
+    *,
+    vocab_size: int,
+    dtype: str | None = None,
+    mode: str = "occurrence",
+    max_tokens_per_doc: int | None = None,
+    doc_separator: int | None = None,
+    tokenizer_fingerprint: str | None = None,
+    threads: int = 0,
+    progress: bool = False,
+) -> FrequencyTable:
+    """Counts pre-tokenized files (see :func:`open_token_file`) with the native core.
+
+    Document mode and ``max_tokens_per_doc`` need documents: a Megatron index gives them, a raw
+    stream needs ``doc_separator`` (the id that ends every document, e.g. GPT-2's <|endoftext|>).
+    """
+    _check_options(mode, max_tokens_per_doc)
+    if dtype is not None and dtype not in TOKEN_DTYPES:
+        raise MiaFastError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {dtype!r}")
+    sources = [open_token_file(f, dtype) for f in files]
+    if not sources:
+        raise MiaFastError("no token files given")
+    needs_documents = mode == "document" or bool(max_tokens_per_doc)
+    counts = np.zeros(vocab_size, dtype=np.uint64)
+    tokens, documents = 0, 0
+    bar = _Progress(sum(s.nbytes for s in sources), progress)
+    try:
+        for source in sources:
+            offsets = source.offsets
+            if offsets is None and doc_separator is not None:
+                offsets = _native.separator_offsets(source.ids, doc_separator)
+            if needs_documents and offsets is None:
+                raise MiaFastError(f"{source.name}: {mode} mode and max_tokens_per_doc need documents; give --doc-separator for a raw token stream")
+            documents = None if documents is None or offsets is None else documents + len(offsets) - 1
+            for start, end, part in _chunks(len(source.ids), offsets):
+                ids = np.ascontiguousarray(source.ids[start:end])
+                try:
+                    counts += count_documents(ids, part, vocab_size, mode, max_tokens_per_doc, threads)
+                except _native.IdOutOfRange as exc:
+                    raise MiaFastError(f"{source.name}: token id {exc.id} at position {start + exc.position} is outside the vocabulary [0, {vocab_size})") from None
+                chunk_tokens = counted_tokens(np.diff(part), max_tokens_per_doc) if part is not None else end - start
+                tokens += chunk_tokens
+                bar.advance((end - start) * source.ids.itemsize, chunk_tokens, 0 if part is None else len(part) - 1)
+    finally:
+        bar.close()
+    return FrequencyTable(counts, tokens, documents, mode, max_tokens_per_doc, tokenizer_fingerprint, tuple(s.name for s in sources))
