@@ -26,6 +26,7 @@ def add_freq_commands(commands: argparse._SubParsersAction) -> None:
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
     build = actions.add_parser("build", help="tokenize text corpora with a model's tokenizer and count the tokens")
+    build.set_defaults(handler=command_build)
     build.add_argument("sources", nargs="+", help=".txt (a document per line), .jsonl[.gz], .json.gz (C4), .parquet files, directories or globs")
     build.add_argument("--tokenizer", required=True, help="hub name, local model directory, .gguf file, or 'default' (the built-in model)")
     build.add_argument("--text-field", default="text", help="JSON field or parquet column holding the text")
@@ -35,6 +36,7 @@ def add_freq_commands(commands: argparse._SubParsersAction) -> None:
     counting_options(build)
 
     tokens = actions.add_parser("build-tokens", help="count pre-tokenized files: raw uint16/uint32 streams, .npy, Megatron .bin/.idx")
+    tokens.set_defaults(handler=command_build_tokens)
     tokens.add_argument("files", nargs="+", help="token files, or Megatron prefixes (PATH for PATH.bin + PATH.idx)")
     tokens.add_argument("--vocab-size", type=int, required=True)
     tokens.add_argument("--dtype", choices=TOKEN_DTYPES, help="id type of raw files (.npy headers and Megatron indexes carry their own)")
@@ -44,11 +46,13 @@ def add_freq_commands(commands: argparse._SubParsersAction) -> None:
     counting_options(tokens)
 
     info = actions.add_parser("info", help="print a table's header and its most frequent ids")
+    info.set_defaults(handler=command_info)
     info.add_argument("table")
     info.add_argument("--top", type=int, default=10)
     info.add_argument("--tokenizer", help="show the most frequent ids as tokens of this tokenizer")
 
     merge = actions.add_parser("merge", help="add tables built with the same tokenizer and settings")
+    merge.set_defaults(handler=command_merge)
     merge.add_argument("tables", nargs="+")
     merge.add_argument("--out", required=True)
     merge.add_argument("--overwrite", action="store_true")
@@ -138,7 +142,3 @@ def command_merge(args: argparse.Namespace) -> None:
     table = FrequencyTable.merge([FrequencyTable.load(p) for p in args.tables])
     table.save(out, overwrite=args.overwrite)
     print(_summary(table, out))
-
-
-def command_freq(args: argparse.Namespace) -> None:
-    {"build": command_build, "build-tokens": command_build_tokens, "info": command_info, "merge": command_merge}[args.freq_command](args)

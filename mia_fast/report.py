@@ -1,15 +1,26 @@
-"""Evaluation reports: metrics.json, a ROC figure (linear and log-log) and a sorted text table."""
+"""Evaluation reports: metrics.json, figures (ROC, score histograms), report.md and a self-contained
+report.html, a text table, and the comparison of two reports."""
 
 from __future__ import annotations
 
+import base64
+import html
 import json
+import math
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from mia_fast import metrics
+from mia_fast.errors import MiaFastError
 from mia_fast.metrics import MethodMetrics
+
+BucketResults = Mapping[str, Mapping[str, MethodMetrics]]
+
+
+def ranked(results: Mapping[str, MethodMetrics]) -> list[tuple[str, MethodMetrics]]:
+    return sorted(results.items(), key=lambda item: -item[1].auroc)
 
 
 def write_report(
@@ -17,35 +28,52 @@ def write_report(
     labels: np.ndarray,
     columns: Mapping[str, np.ndarray],
     results: Mapping[str, MethodMetrics],
-    meta: Mapping[str, object],
+    meta: Mapping[str, Any],
+    buckets: BucketResults | None = None,
+    figures: Sequence[tuple[str, Path]] = (),
 ) -> list[Path]:
-    """Writes metrics.json and roc.png into ``directory``; returns the paths written."""
+    """Writes metrics.json, roc.png, histograms.png, report.md and report.html into ``directory``.
+
+    ``buckets`` holds the metrics of each length bucket; ``figures`` adds (caption, path) figures
+    already written into ``directory`` (e.g. a training-loss curve).
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {"meta": dict(meta), "methods": {name: r.to_dict() for name, r in ranked(results)}}
+    if buckets:
+        payload["buckets"] = {label: {name: r.to_dict() for name, r in ranked(res)} for label, res in buckets.items()}
     metrics_path = directory / "metrics.json"
-    payload = {"meta": dict(meta), "methods": {name: r.to_dict() for name, r in ranked(results)}}
     metrics_path.write_text(json.dumps(payload, indent=2) + "\n")
-    return [metrics_path, plot_roc(directory / "roc.png", labels, columns, results)]
+    roc = plot_roc(directory / "roc.png", labels, columns, results)
+    histograms = plot_histograms(directory / "histograms.png", labels, columns, results)
+    shown = [("ROC curves (linear and log-log axes)", roc), ("Scores of members and non-members", histograms), *figures]
+    markdown, page = write_documents(directory, meta, results, buckets, shown)
+    return [metrics_path, roc, histograms, markdown, page]
 
 
-def ranked(results: Mapping[str, MethodMetrics]) -> list[tuple[str, MethodMetrics]]:
-    return sorted(results.items(), key=lambda item: -item[1].auroc)
-
-
-def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]) -> Path:
+def _matplotlib():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (linear, loglog) = plt.subplots(1, 2, figsize=(15, 5.5))
+    return plt
+
+
+def _styles(plt, count: int) -> list[dict]:
+    # 20 colours, then the same colours dashed, so that every curve stays distinguishable.
     palette = plt.get_cmap("tab20").colors
-    for i, (name, result) in enumerate(ranked(results)):
+    return [dict(color=palette[i % len(palette)], linestyle=("-", "--", "-.", ":")[i // len(palette) % 4]) for i in range(count)]
+
+
+def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]) -> Path:
+    plt = _matplotlib()
+    fig, (linear, loglog) = plt.subplots(1, 2, figsize=(15, 5.5))
+    order = ranked(results)
+    for style, (name, result) in zip(_styles(plt, len(order)), order):
         scores = np.asarray(columns[name], dtype=np.float64)
         finite = ~np.isnan(scores)
         fpr, tpr, _ = metrics.roc_curve(labels[finite], scores[finite])
-        # 20 colours, then the same colours dashed, so that every curve stays distinguishable.
-        style = dict(color=palette[i % len(palette)], linestyle=("-", "--", "-.", ":")[i // len(palette) % 4])
         linear.plot(fpr, tpr, label=f"{name} (AUROC {result.auroc:.3f})", **style)
         loglog.plot(fpr, tpr, **style)
     for ax in (linear, loglog):
@@ -53,21 +81,114 @@ def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], 
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
         ax.grid(alpha=0.3)
-    n = len(labels)
-    floor = 1.0 / max(n, 10)
+    floor = 1.0 / max(len(labels), 10)
     loglog.set_xscale("log")
     loglog.set_yscale("log")
     loglog.set_xlim(floor / 2, 1)
     loglog.set_ylim(floor / 2, 1)
-    first = next(iter(results.values()))
-    counts = f"{first.n_members} members, {first.n_nonmembers} non-members"
-    linear.set_title(f"ROC ({counts})")
+    first = order[0][1]
+    linear.set_title(f"ROC ({first.n_members} members, {first.n_nonmembers} non-members)")
     loglog.set_title("ROC, log-log axes (the low-FPR regime)")
     fig.legend(loc="center left", bbox_to_anchor=(0.8, 0.5), fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0, 0.8, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_histograms(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]) -> Path:
+    """One panel per method, best AUROC first: the score distributions of members and non-members."""
+    plt = _matplotlib()
+    order = ranked(results)
+    cols = min(5, len(order))
+    rows = math.ceil(len(order) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False)
+    for ax, (name, result) in zip(axes.flat, order):
+        scores = np.asarray(columns[name], dtype=np.float64)
+        finite = ~np.isnan(scores)
+        values = scores[finite]
+        bins = np.histogram_bin_edges(values, bins=30) if values.size and np.ptp(values) > 0 else 10
+        for label, colour, legend in ((1, "tab:red", "members"), (0, "tab:blue", "non-members")):
+            ax.hist(scores[finite & (labels == label)], bins=bins, alpha=0.55, color=colour, label=legend, density=True)
+        ax.set_title(f"{name}  (AUROC {result.auroc:.3f})", fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(order):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle("score distributions (higher = more likely a member)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _metric_rows(results: Mapping[str, MethodMetrics]) -> tuple[list[str], list[list[str]]]:
+    levels = [metrics.fpr_key(level) for level in metrics.FPR_LEVELS]
+    header = ["method", "AUROC", "95% CI", *(f"TPR@{k}FPR" for k in levels), "FPR@95%TPR"]
+    rows = [
+        [name, f"{r.auroc:.3f}", f"[{r.auroc_ci[0]:.3f}, {r.auroc_ci[1]:.3f}]", *(f"{r.tpr_at_fpr[k]:.3f}" for k in levels), f"{r.fpr_at_95tpr:.3f}"]
+        for name, r in ranked(results)
+    ]
+    return header, rows
+
+
+def _bucket_rows(results: Mapping[str, MethodMetrics], buckets: BucketResults) -> tuple[list[str], list[list[str]]]:
+    labels = list(buckets)
+    header = ["method", *(f"{b} ({_counts(buckets[b])})" for b in labels)]
+    rows = [[name, *(f"{buckets[b][name].auroc:.3f}" if name in buckets[b] else "–" for b in labels)] for name, _ in ranked(results)]
+    return header, rows
+
+
+def _counts(results: Mapping[str, MethodMetrics]) -> str:
+    first = next(iter(results.values()))
+    return f"{first.n_members}+{first.n_nonmembers}"
+
+
+def write_documents(
+    directory: Path,
+    meta: Mapping[str, Any],
+    results: Mapping[str, MethodMetrics],
+    buckets: BucketResults | None,
+    figures: Sequence[tuple[str, Path]],
+) -> tuple[Path, Path]:
+    """report.md (figures linked beside it) and report.html (figures embedded: one file to send)."""
+    first = next(iter(results.values()))
+    summary = f"{first.n_members} members, {first.n_nonmembers} non-members, {first.n_excluded} excluded (nothing to score)"
+    tables = [("Detection quality, best AUROC first", *_metric_rows(results))]
+    if buckets:
+        tables.append(("AUROC by text length in words (members+non-members per bucket)", *_bucket_rows(results, buckets)))
+    settings = [[str(k), _setting(v)] for k, v in meta.items()]
+
+    md = ["# mia-fast evaluation report", "", summary, ""]
+    for title, header, rows in tables:
+        md += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    for caption, path in figures:
+        md += [f"## {caption}", "", f"![{caption}]({path.name})", ""]
+    md += ["## Settings", "", "| setting | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in settings), ""]
+    markdown = directory / "report.md"
+    markdown.write_text("\n".join(md))
+
+    body = [f"<h1>mia-fast evaluation report</h1><p>{html.escape(summary)}</p>"]
+    for title, header, rows in tables + [("Settings", ["setting", "value"], settings)]:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+        cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+        body.append(f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{cells}</table>")
+    for caption, path in figures:
+        data = base64.b64encode(path.read_bytes()).decode()
+        body.append(f"<h2>{html.escape(caption)}</h2><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>")
+    style = "body{font-family:sans-serif;max-width:1400px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}img{max-width:100%}"
+    page = directory / "report.html"
+    page.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>mia-fast report</title><style>{style}</style></head><body>{''.join(body)}</body></html>")
+    return markdown, page
+
+
+def _setting(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)) and len(value) > 12:
+        return f"{len(value)} values, from {_setting(value[0])} to {_setting(value[-1])}"
+    return str(value)
 
 
 def format_table(results: Mapping[str, MethodMetrics]) -> str:
@@ -82,4 +203,31 @@ def format_table(results: Mapping[str, MethodMetrics]) -> str:
     first = next(iter(results.values()), None)
     if first is not None:
         lines.append(f"members: {first.n_members}, non-members: {first.n_nonmembers}, excluded (unscorable): {first.n_excluded}")
+    return "\n".join(lines)
+
+
+def load_metrics(directory: str | Path) -> dict[str, dict]:
+    path = Path(directory) / "metrics.json"
+    try:
+        methods = json.loads(path.read_text())["methods"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise MiaFastError(f"{path}: not a mia-fast metrics file ({exc})") from None
+    return methods
+
+
+def compare_reports(first: str | Path, second: str | Path) -> str:
+    """Per method in both reports: AUROC and TPR@1%FPR of each and their difference (second − first)."""
+    a, b = load_metrics(first), load_metrics(second)
+    shared = [name for name in b if name in a]
+    if not shared:
+        raise MiaFastError(f"{first} and {second} share no method")
+    header = f"{'method':<16} {'AUROC A':>8} {'AUROC B':>8} {'Δ':>7}   {'TPR@1% A':>9} {'TPR@1% B':>9} {'Δ':>7}"
+    lines = [f"A = {first}", f"B = {second}", header, "-" * len(header)]
+    for name in sorted(shared, key=lambda n: -b[n]["auroc"]):
+        ra, rb = a[name], b[name]
+        ta, tb = ra["tpr_at_fpr"]["1%"], rb["tpr_at_fpr"]["1%"]
+        lines.append(f"{name:<16} {ra['auroc']:>8.3f} {rb['auroc']:>8.3f} {rb['auroc'] - ra['auroc']:>+7.3f}   {ta:>9.3f} {tb:>9.3f} {tb - ta:>+7.3f}")
+    for label, only in (("only in A", [n for n in a if n not in b]), ("only in B", [n for n in b if n not in a])):
+        if only:
+            lines.append(f"{label}: {', '.join(only)}")
     return "\n".join(lines)

@@ -122,7 +122,14 @@ def test_gzipped_jsonl_and_csv_inputs(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize("label", [2, "maybe", -1])
 def test_labels_other_than_0_1(tiny_model_dir, tmp_path, capsys, label):
     data = write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "label": 0}, {"text": "b", "label": label}])
-    assert "is not 0 (non-member) or 1 (member)" in fail(capsys, "eval", data, "--model", tiny_model_dir, "--report", tmp_path / "r")
+    assert "is neither member (1, true, \"member\") nor non-member" in fail(capsys, "eval", data, "--model", tiny_model_dir, "--report", tmp_path / "r")
+
+
+def test_member_nonmember_words_and_booleans_are_labels(tiny_model_dir, tmp_path):
+    rows = [{"text": "a fox", "label": "member"}, {"text": "the dog", "label": "Non-Member"}, {"text": "x y", "label": True}, {"text": "z", "label": False}]
+    out = tmp_path / "o.jsonl"
+    assert run_cli("score", write_jsonl(tmp_path / "d.jsonl", rows), "--model", tiny_model_dir, "--out", out, *FAST) == 0
+    assert [r["label"] for r in read_jsonl(out)] == [1, 0, 1, 0]
 
 
 def test_eval_without_labels_or_one_class(tiny_model_dir, tmp_path, capsys):

@@ -20,7 +20,11 @@ from mia_fast.errors import MiaFastError
 
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".csv", ".parquet")
 OUTPUT_SUFFIXES = (".jsonl", ".csv", ".parquet")
-_LABEL_WORDS = {"0": 0, "1": 1, "0.0": 0, "1.0": 1, "true": 1, "false": 0}
+# Label encodings seen in the field's datasets, mapped to 1 = member, 0 = non-member.
+_LABEL_WORDS = {
+    "0": 0, "1": 1, "0.0": 0, "1.0": 1, "true": 1, "false": 0,
+    "member": 1, "nonmember": 0, "non-member": 0, "non_member": 0, "seen": 1, "unseen": 0,
+}
 
 
 @dataclass
@@ -28,6 +32,7 @@ class Dataset:
     texts: list[str]
     ids: list[Any] | None
     labels: list[int] | None
+    groups: list[str] | None = None  # e.g. the book of each BookMIA snippet, for per-document rates
 
 
 def _suffix(path: Path, allowed: Sequence[str], what: str) -> str:
@@ -95,8 +100,9 @@ def read_dataset(
     id_field: str | None = "id",
     label_field: str | None = "label",
     require_labels: bool = False,
+    group_field: str | None = None,
 ) -> Dataset:
-    """Reads texts, plus ids and 0/1 labels where the file has those fields."""
+    """Reads texts, plus ids, labels and groups where the file has those fields."""
     rows = read_rows(path)
     if not rows:
         raise MiaFastError(f"{path}: the file holds no rows")
@@ -114,10 +120,13 @@ def read_dataset(
     ids = _column(rows, id_field)
     labels = _column(rows, label_field)
     if labels is not None:
-        labels = [_parse_label(path, number, value) for (number, _), value in zip(rows, labels)]
+        labels = [_row_label(path, number, value) for (number, _), value in zip(rows, labels)]
     elif require_labels:
         raise MiaFastError(f"{path}: no {label_field!r} field; evaluation needs 0/1 labels (pick the field with --label-field)")
-    return Dataset(texts=texts, ids=ids, labels=labels)
+    groups = _column(rows, group_field)
+    if group_field and groups is None:
+        raise MiaFastError(f"{path}: no {group_field!r} field for --group-field")
+    return Dataset(texts=texts, ids=ids, labels=labels, groups=None if groups is None else [str(g) for g in groups])
 
 
 def _column(rows: list[tuple[int, dict]], field: str | None) -> list[Any] | None:
@@ -129,14 +138,22 @@ def _column(rows: list[tuple[int, dict]], field: str | None) -> list[Any] | None
     return [record[field] for _, record in rows]
 
 
-def _parse_label(path: Path, number: int, value: Any) -> int:
+def parse_label(value: Any) -> int:
+    """1 (member) or 0 (non-member) from 0/1, booleans, or words such as "member" and "nonmember"."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, (int, float)) and value in (0, 1):
         return int(value)
     if isinstance(value, str) and value.strip().lower() in _LABEL_WORDS:
         return _LABEL_WORDS[value.strip().lower()]
-    raise MiaFastError(f"{path}: row at line {number}: label {value!r} is not 0 (non-member) or 1 (member)")
+    raise MiaFastError(f"label {value!r} is neither member (1, true, \"member\") nor non-member (0, false, \"nonmember\")")
+
+
+def _row_label(path: Path, number: int, value: Any) -> int:
+    try:
+        return parse_label(value)
+    except MiaFastError as exc:
+        raise MiaFastError(f"{path}: row at line {number}: {exc}") from None
 
 
 def _json_value(value: Any) -> Any:

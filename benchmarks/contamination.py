@@ -1,0 +1,106 @@
+"""Does detection rise with the strength of contamination? The controlled experiment on real text.
+
+    python benchmarks/contamination.py [--texts 128] [--lrs 1e-5,1e-4,3e-4] [--epochs 1,3] [--max-tokens 128]
+
+The shared pile_test documents (their four subsets interleaved) are split i.i.d. into members and
+non-members; the built-in SmolLM2-135M is fine-tuned on the members at every learning rate and
+epoch count, each run from the untouched model, and both halves are scored (the untouched model is
+the reference of ``ref``). Min-K% Prob's paper (Table 4) found detection rising sharply with the
+learning rate. Writes ``results/contamination-<cores>core.json``, a plot, and one report per run
+under ``--reports``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import RESULTS, machine, pile_texts  # noqa: E402
+from mia_fast.cli_common import floats, ints  # noqa: E402
+from mia_fast.experiments import FineTuning, run_experiment  # noqa: E402
+from mia_fast.models import LoadedModel, load_model  # noqa: E402
+
+SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
+METHODS = ["loss", "zlib", "mink", "minkpp", "lowercase", "ref"]
+SHOWN = ["loss", "zlib", "mink_0.2", "minkpp_0.2", "lowercase", "ref"]
+
+
+def interleaved_corpus(per_subset: int) -> list[str]:
+    subsets = [pile_texts(name, n=per_subset, max_words=None) for name in SUBSETS]
+    return [text for group in zip(*subsets) for text in group]
+
+
+def plot(path: Path, runs: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = sorted({r["epochs"] for r in runs})
+    fig, axes = plt.subplots(1, len(epochs), figsize=(6 * len(epochs), 4.2), squeeze=False, sharey=True)
+    for ax, epoch in zip(axes[0], epochs):
+        chosen = sorted((r for r in runs if r["epochs"] == epoch), key=lambda r: r["learning_rate"])
+        for column in SHOWN:
+            ax.plot([r["learning_rate"] for r in chosen], [r["auroc"][column] for r in chosen], marker="o", label=column)
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_title(f"{epoch} epoch(s) of fine-tuning on the members")
+        ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("AUROC (members vs held-out non-members)")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--texts", type=int, default=128, help="texts per run, half of them members")
+    parser.add_argument("--lrs", type=floats, default=[1e-5, 1e-4, 3e-4])
+    parser.add_argument("--epochs", type=ints, default=[1, 3])
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reports", type=Path, default=Path("/tmp/mia-fast-contamination"))
+    args = parser.parse_args()
+
+    corpus = interleaved_corpus(per_subset=max(64, args.texts))
+    base = load_model(device="cpu", dtype="fp32")
+    untouched = copy.deepcopy(base.model.state_dict())
+    runs = []
+    for epochs in args.epochs:
+        for lr in args.lrs:
+            base.model.load_state_dict(untouched)
+            loaded = LoadedModel(base.model, base.tokenizer, base.name, base.device, base.dtype)
+            started = time.perf_counter()
+            experiment, results = run_experiment(
+                loaded, corpus, args.reports / f"lr{lr:g}-ep{epochs}", FineTuning(epochs, lr, 8, args.max_tokens, args.seed),
+                texts=args.texts, methods=METHODS, corpus_name="pile_test (4 subsets)", bootstrap=1000,
+            )
+            run = {
+                "learning_rate": lr, "epochs": epochs, "members": len(experiment.members), "nonmembers": len(experiment.nonmembers),
+                "first_loss": experiment.losses[0], "last_loss": experiment.losses[-1], "seconds": time.perf_counter() - started,
+                "auroc": {name: r.auroc for name, r in results.items()},
+                "auroc_ci": {name: r.auroc_ci for name, r in results.items()},
+                "tpr_at_1%_fpr": {name: r.tpr_at_fpr["1%"] for name, r in results.items()},
+            }
+            runs.append(run)
+            print(f"lr {lr:g}, {epochs} epoch(s): loss {run['first_loss']:.3f} -> {run['last_loss']:.3f}; "
+                  + ", ".join(f"{c} {run['auroc'][c]:.3f}" for c in SHOWN), flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"contamination-{os.cpu_count()}core"
+    settings = {"texts": args.texts, "max_tokens": args.max_tokens, "seed": args.seed, "batch_size": 8, "corpus": "pile_test (4 subsets)", "model": base.name}
+    stem.with_suffix(".json").write_text(json.dumps({"benchmark": "contamination", "machine": machine(), "settings": settings, "runs": runs}, indent=2) + "\n")
+    plot(stem.with_suffix(".png"), runs)
+    print(f"wrote {stem}.json and {stem}.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The field's membership-inference benchmarks, by Hugging Face name or from local files in the same layout.
+
+Every loader returns a :class:`Dataset` with labels normalised to 1 = member, 0 = non-member:
+
+- ``wikimia``: ``swj0419/WikiMIA``, splits ``WikiMIA_length32/64/128/256``, text in ``input``;
+- ``wikimia-paraphrased``: ``zjysteven/WikiMIA_paraphrased_perturbed`` (paraphrased and perturbed splits);
+- ``bookmia``: ``swj0419/BookMIA``, 512-word ``snippet``s; the ``book`` title becomes the group for
+  per-book contamination rates;
+- ``arxivmia``: ``zhliu/ArxivMIA``, ``text`` and ``label``; the ``cs`` or ``math`` config keeps the rows
+  of that ``field``;
+- ``mimir``: ``iamgroot42/mimir``, one config per Pile domain and the ``ngram_7_0.2``, ``ngram_13_0.2``
+  and ``ngram_13_0.8`` splits; each row pairs a ``member`` and a ``nonmember`` text, which become
+  two labelled rows;
+- ``patentmia``: local files only (Chinese patents, ``input`` and ``label``). Whole patents are cut
+  into 512-word snippets, words counted by jieba's segmentation, each patent a group.
+
+Local files are any of the formats ``read_rows`` reads (.jsonl[.gz], .json[.gz], .csv, .parquet): a
+file, or a directory holding one file per split named after it (``WikiMIA_length64.jsonl``,
+``pile_cc/ngram_13_0.8.jsonl``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mia_fast.data.files import INPUT_SUFFIXES, Dataset, parse_label, read_rows
+from mia_fast.data.text import snippets
+from mia_fast.errors import MiaFastError
+
+PATENT_SNIPPET_WORDS = 512
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    hub_id: str | None
+    splits: tuple[str, ...]
+    text_field: str | None
+    label_field: str | None = "label"
+    configs: tuple[str, ...] = ()
+    default_config: str | None = None
+    group_field: str | None = None
+    config_filter_field: str | None = None  # the config keeps the rows whose field equals it
+    paired_fields: tuple[str, str] | None = None  # (member text, non-member text) in one row
+
+    @property
+    def default_split(self) -> str:
+        return self.splits[0]
+
+
+_WIKIMIA_LENGTHS = (32, 64, 128, 256)
+SUITES: dict[str, Suite] = {
+    suite.name: suite
+    for suite in (
+        Suite("wikimia", "swj0419/WikiMIA", tuple(f"WikiMIA_length{n}" for n in _WIKIMIA_LENGTHS), "input"),
+        Suite(
+            "wikimia-paraphrased",
+            "zjysteven/WikiMIA_paraphrased_perturbed",
+            tuple(f"WikiMIA_length{n}_{kind}" for kind in ("paraphrased", "perturbed", "paraphrased_perturbed") for n in _WIKIMIA_LENGTHS[:3]),
+            "input",
+        ),
+        Suite("bookmia", "swj0419/BookMIA", ("train",), "snippet", group_field="book"),
+        Suite("arxivmia", "zhliu/ArxivMIA", ("train",), "text", configs=("cs", "math"), config_filter_field="field"),
+        Suite(
+            "mimir",
+            "iamgroot42/mimir",
+            ("ngram_13_0.8", "ngram_13_0.2", "ngram_7_0.2"),
+            None,
+            label_field=None,
+            configs=("arxiv", "dm_mathematics", "github", "hackernews", "pile_cc", "pubmed_central", "wikipedia_(en)"),
+            default_config="pile_cc",
+            paired_fields=("member", "nonmember"),
+        ),
+        Suite("patentmia", None, ("train",), "input", group_field="id"),
+    )
+}
+
+
+def load_suite(
+    name: str,
+    split: str | None = None,
+    config: str | None = None,
+    files: str | os.PathLike | None = None,
+    patent_snippet_words: int | None = PATENT_SNIPPET_WORDS,
+) -> Dataset:
+    """Loads a benchmark from ``files`` (local, same layout) or, without them, from the Hugging Face hub."""
+    suite = SUITES.get(name)
+    if suite is None:
+        raise MiaFastError(f"unknown benchmark {name!r}; known: {', '.join(SUITES)}")
+    split = split or suite.default_split
+    if split not in suite.splits:
+        raise MiaFastError(f"{name} has no split {split!r}; its splits: {', '.join(suite.splits)}")
+    config = config or suite.default_config
+    if suite.configs and config is not None and config not in suite.configs:
+        raise MiaFastError(f"{name} has no config {config!r}; its configs: {', '.join(suite.configs)}")
+    if files is not None:
+        rows = read_rows(_split_file(Path(files), split, config if suite.paired_fields else None))
+    elif suite.hub_id is None:
+        raise MiaFastError(f"{name} is not on the Hugging Face hub: pass its files as DATA (a .jsonl with fields {suite.text_field!r} and 'label')")
+    else:
+        rows = _hub_rows(suite, split, config)
+    if suite.config_filter_field and config is not None:
+        rows = [(n, r) for n, r in rows if r.get(suite.config_filter_field) == config]
+    dataset = _paired(suite, rows) if suite.paired_fields else _labelled(suite, rows)
+    if name == "patentmia" and patent_snippet_words:
+        dataset = cut_into_snippets(dataset, patent_snippet_words)
+    if not dataset.texts:
+        raise MiaFastError(f"{name} ({split}{', ' + config if config else ''}) has no rows")
+    return dataset
+
+
+def _split_file(path: Path, split: str, config: str | None) -> Path:
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise MiaFastError(f"{path}: no such file or directory")
+    base = path / config if config and (path / config).is_dir() else path
+    names = {f"{split}{suffix}" for suffix in INPUT_SUFFIXES}
+    found = sorted(p for p in base.iterdir() if p.is_file() and p.name in names)
+    if len(found) != 1:
+        raise MiaFastError(f"{base}: expected one file named {split}.<jsonl|json|csv|parquet>, found {len(found)}")
+    return found[0]
+
+
+def _hub_rows(suite: Suite, split: str, config: str | None) -> list[tuple[int, dict]]:
+    local = f"download it and pass its files as DATA (a file, or a directory holding {split}.jsonl)"
+    try:
+        import datasets
+    except ImportError:
+        raise MiaFastError(f"{suite.name} loads from the Hugging Face hub ({suite.hub_id}) with the 'datasets' package (pip install 'mia-fast[hub]'); or {local}") from None
+    # A filtering config (ArxivMIA's cs/math) selects rows, not a hub config.
+    hub_config = config if suite.configs and not suite.config_filter_field else None
+    try:
+        loaded = datasets.load_dataset(suite.hub_id, hub_config, split=split)
+    except Exception as exc:  # network, offline mode, missing split: datasets raises many types
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MiaFastError(f"could not load {suite.hub_id} ({split}) from the Hugging Face hub: {reason}. Without a hub, {local}") from None
+    return list(enumerate(loaded, start=1))
+
+
+def _text(suite: Suite, number: int, record: dict, field: str) -> str:
+    value = record.get(field)
+    if not isinstance(value, str):
+        present = ", ".join(map(str, record)) or "none"
+        raise MiaFastError(f"{suite.name}: row {number} has no text field {field!r} (fields: {present})")
+    return value
+
+
+def _labelled(suite: Suite, rows: list[tuple[int, dict]]) -> Dataset:
+    texts, labels, ids, groups = [], [], [], []
+    for number, record in rows:
+        texts.append(_text(suite, number, record, suite.text_field))
+        if suite.label_field not in record:
+            raise MiaFastError(f"{suite.name}: row {number} has no {suite.label_field!r} field")
+        try:
+            labels.append(parse_label(record[suite.label_field]))
+        except MiaFastError as exc:
+            raise MiaFastError(f"{suite.name}: row {number}: {exc}") from None
+        ids.append(record.get("id", number))
+        if suite.group_field:
+            groups.append(str(record.get(suite.group_field, number)))
+    return Dataset(texts, ids, labels, groups if suite.group_field else None)
+
+
+def _paired(suite: Suite, rows: list[tuple[int, dict]]) -> Dataset:
+    member_field, nonmember_field = suite.paired_fields
+    texts, labels, ids = [], [], []
+    for number, record in rows:
+        for field, label, prefix in ((member_field, 1, "member"), (nonmember_field, 0, "nonmember")):
+            texts.append(_text(suite, number, record, field))
+            labels.append(label)
+            ids.append(f"{prefix}-{number}")
+    return Dataset(texts, ids, labels)
+
+
+def cut_into_snippets(dataset: Dataset, words: int) -> Dataset:
+    """Each text cut into consecutive ``words``-word snippets (jieba words for Chinese); a snippet keeps
+    its text's label, and the text's id becomes the group, for per-document rates."""
+    texts: list[str] = []
+    ids: list[Any] = []
+    labels: list[int] = []
+    groups: list[str] = []
+    for i, text in enumerate(dataset.texts):
+        document = str(dataset.ids[i] if dataset.ids is not None else i)
+        for j, snippet in enumerate(snippets(text, words)):
+            texts.append(snippet)
+            ids.append(f"{document}#{j}")
+            labels.append(dataset.labels[i])
+            groups.append(dataset.groups[i] if dataset.groups is not None else document)
+    return Dataset(texts, ids, labels, groups)

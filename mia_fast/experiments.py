@@ -1,0 +1,274 @@
+"""Controlled contamination: plant known members into a model, then check that each method finds them.
+
+A corpus is shuffled and split in two halves, seeded and i.i.d.: members and non-members. The model
+is fine-tuned on the members with the causal LM loss. Both halves are then scored by the
+fine-tuned model; the untouched model serves as the reference model of ``ref``. The result is the
+usual evaluation report. Every text is first cut to ``max_tokens`` tokens, so the model is trained
+and scored on exactly the same texts.
+
+The default corpus exists on every machine without a network: passages of the Python standard
+library's own documentation, the docstrings shipped with this interpreter.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from mia_fast.errors import MiaFastError
+from mia_fast.models import LoadedModel
+
+DEMO_METHODS = ("loss", "zlib", "mink", "minkpp", "lowercase", "ref")
+MIN_TEXTS = 8
+STDLIB_MODULES = (
+    "argparse", "array", "ast", "asyncio", "base64", "bisect", "calendar", "cmath", "codecs", "collections",
+    "colorsys", "concurrent.futures", "configparser", "contextlib", "copy", "csv", "dataclasses", "datetime",
+    "decimal", "difflib", "email.message", "enum", "fnmatch", "fractions", "functools", "getopt", "gettext",
+    "glob", "graphlib", "gzip", "hashlib", "heapq", "hmac", "html", "html.parser", "http.client", "inspect",
+    "io", "ipaddress", "itertools", "json", "locale", "logging", "lzma", "math", "mimetypes", "numbers",
+    "operator", "os", "pathlib", "pickle", "platform", "pprint", "queue", "random", "re", "sched", "secrets",
+    "selectors", "shelve", "shlex", "shutil", "socket", "sqlite3", "statistics", "string", "struct",
+    "subprocess", "tarfile", "tempfile", "textwrap", "threading", "time", "timeit", "traceback", "types",
+    "typing", "unittest", "urllib.parse", "uuid", "warnings", "wave", "weakref", "xml.etree.ElementTree",
+    "zipfile", "zlib",
+)
+_MIN_DOC_WORDS = 40
+
+
+class TrainingDiverged(MiaFastError):
+    """The fine-tuning loss became NaN or infinite."""
+
+    def __init__(self, step: int, losses: list[float]):
+        super().__init__(f"fine-tuning diverged: the loss is {losses[-1]} at step {step}; lower the learning rate")
+        self.step = step
+        self.losses = losses
+
+
+def stdlib_corpus(modules: Sequence[str] = STDLIB_MODULES) -> list[str]:
+    """Docstrings of at least 40 words of standard-library modules, their public functions, classes and
+    methods, deduplicated and in a fixed order."""
+    docs: set[str] = set()
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        objects: list[Any] = [module]
+        for attribute in dir(module):
+            value = getattr(module, attribute, None)
+            if attribute.startswith("_") or getattr(value, "__module__", None) != module.__name__:
+                continue
+            objects.append(value)
+            if inspect.isclass(value):
+                objects += [v for a, v in vars(value).items() if not a.startswith("_") and callable(v)]
+        docs.update(d for d in map(inspect.getdoc, objects) if d and len(d.split()) >= _MIN_DOC_WORDS)
+    if not docs:
+        raise MiaFastError("found no standard-library docstrings (is Python running with -OO?); pass a corpus with --corpus")
+    return sorted(docs)
+
+
+def read_corpus(path: str | Path, text_field: str = "text") -> list[str]:
+    """Texts of a corpus file (.txt a text per line, .jsonl[.gz], .json.gz, .parquet)."""
+    from mia_fast.corpus import BadRecords, expand_sources, iter_documents
+
+    return [text for source in expand_sources([path]) for text, _ in iter_documents(source, text_field, BadRecords())]
+
+
+def prepare_texts(texts: Sequence[str], tokenizer: Any, count: int, max_tokens: int, seed: int) -> list[str]:
+    """``count`` distinct texts drawn at random (seeded), each cut to its first ``max_tokens`` tokens."""
+    unique = list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
+    if len(unique) < max(count, MIN_TEXTS):
+        raise MiaFastError(f"the corpus has {len(unique)} distinct texts; the experiment needs {max(count, MIN_TEXTS)} (at least {MIN_TEXTS} to split)")
+    order = np.random.default_rng(seed).permutation(len(unique))[:count]
+    cut = []
+    for i in order:
+        ids = tokenizer(unique[i], add_special_tokens=False)["input_ids"][:max_tokens]
+        cut.append(tokenizer.decode(ids).strip())
+    return cut
+
+
+def split_members(texts: Sequence[str], seed: int) -> tuple[list[str], list[str]]:
+    """A seeded i.i.d. split into two halves: (members, non-members)."""
+    order = np.random.default_rng(seed + 1).permutation(len(texts))
+    half = len(texts) // 2
+    return [texts[i] for i in order[:half]], [texts[i] for i in order[half:]]
+
+
+@dataclass(frozen=True)
+class FineTuning:
+    epochs: int = 3
+    learning_rate: float = 1e-4
+    batch_size: int = 8
+    max_tokens: int = 128
+    seed: int = 0
+
+
+def fine_tune(
+    loaded: LoadedModel, texts: Sequence[str], settings: FineTuning, on_step: Callable[[int, float], None] | None = None
+) -> list[float]:
+    """Fine-tunes ``loaded.model`` in place on ``texts`` (AdamW, causal LM loss, the start token
+    prepended as when scoring); returns the loss of every step. Raises TrainingDiverged on a NaN loss."""
+    from mia_fast.engine import tokenize
+
+    model, device = loaded.model, loaded.device
+    sequences = [ids[: settings.max_tokens + 1] for ids in tokenize(loaded.tokenizer, list(texts), prepend_start=True)]
+    pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
+    generator = np.random.default_rng(settings.seed + 2)
+    losses: list[float] = []
+    model.train()
+    try:
+        for _ in range(settings.epochs):
+            order = generator.permutation(len(sequences))
+            for start in range(0, len(order), settings.batch_size):
+                batch = [sequences[i] for i in order[start : start + settings.batch_size]]
+                width = max(map(len, batch))
+                input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+                labels = torch.full((len(batch), width), -100, dtype=torch.long)
+                mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, ids in enumerate(batch):
+                    input_ids[row, : len(ids)] = labels[row, : len(ids)] = torch.tensor(ids)
+                    mask[row, : len(ids)] = 1
+                loss = model(input_ids=input_ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
+                losses.append(float(loss.detach()))
+                if not math.isfinite(losses[-1]):
+                    raise TrainingDiverged(len(losses), losses)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if on_step is not None:
+                    on_step(len(losses), losses[-1])
+    finally:
+        model.eval()
+        optimizer.zero_grad(set_to_none=True)
+    return losses
+
+
+@dataclass
+class Experiment:
+    """Everything the contamination report is made of."""
+
+    members: list[str]
+    nonmembers: list[str]
+    settings: dict[str, Any]
+    losses: list[float] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def texts(self) -> list[str]:
+        return self.members + self.nonmembers
+
+    @property
+    def labels(self) -> np.ndarray:
+        return np.r_[np.ones(len(self.members), np.int8), np.zeros(len(self.nonmembers), np.int8)]
+
+
+def plot_losses(path: Path, losses: Sequence[float], steps_per_epoch: int) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(range(1, len(losses) + 1), losses, marker=".")
+    for epoch in range(1, math.ceil(len(losses) / max(steps_per_epoch, 1))):
+        ax.axvline(epoch * steps_per_epoch + 0.5, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("step (dotted lines: epochs)")
+    ax.set_ylabel("causal LM loss on the members")
+    ax.set_title("fine-tuning")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_experiment(
+    loaded: LoadedModel,
+    corpus: Sequence[str],
+    report_dir: str | Path,
+    tuning: FineTuning = FineTuning(),
+    texts: int = 64,
+    methods: Sequence[str] = DEMO_METHODS,
+    ks: Sequence[float] | None = None,
+    corpus_name: str = "",
+    on_step: Callable[[int, float], None] | None = None,
+    bootstrap: int = 1000,
+    on_tokenized: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[Experiment, dict]:
+    """Splits, fine-tunes ``loaded`` in place, scores, and writes the evaluation report into ``report_dir``.
+
+    ``on_step`` sees each fine-tuning step and its loss; ``on_tokenized`` and ``on_progress`` the
+    scoring passes' tokens, as in :meth:`Detector.score`. Returns the experiment and the per-column metrics. On a diverging fine-tuning the report directory
+    still gets the training log and a report saying so, and TrainingDiverged is raised.
+    """
+    from mia_fast import metrics
+    from mia_fast.api import Detector
+    from mia_fast.methods import DEFAULT_KS
+    from mia_fast.report import write_report
+
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    prepared = prepare_texts(corpus, loaded.tokenizer, texts, tuning.max_tokens, tuning.seed)
+    members, nonmembers = split_members(prepared, tuning.seed)
+    settings = {
+        "model": loaded.name, "corpus": corpus_name, "texts": len(prepared), "members": len(members),
+        "nonmembers": len(nonmembers), **asdict(tuning), "device": str(loaded.device), "python": platform.python_version(),
+    }
+    experiment = Experiment(members, nonmembers, settings)
+    reference = None
+    if "ref" in methods:
+        reference = LoadedModel(copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (untouched)", loaded.device, loaded.dtype)
+    steps_per_epoch = math.ceil(len(members) / tuning.batch_size)
+    try:
+        experiment.losses = fine_tune(loaded, members, tuning, on_step)
+    except TrainingDiverged as diverged:
+        experiment.losses = diverged.losses
+        _write_diverged_report(report_dir, experiment, diverged, steps_per_epoch)
+        raise
+    experiment.seconds["fine_tune"] = time.perf_counter() - started
+    loss_figure = plot_losses(report_dir / "training_loss.png", experiment.losses, steps_per_epoch)
+
+    scoring_started = time.perf_counter()
+    detector = Detector(loaded, ref_model=reference)
+    scores = detector.score(experiment.texts, methods=list(methods), k=list(ks or DEFAULT_KS), on_tokenized=on_tokenized, on_progress=on_progress)
+    experiment.seconds["score"] = time.perf_counter() - scoring_started
+    columns = {name: values for name, values in scores.items()}
+    results = metrics.evaluate(experiment.labels, columns, resamples=bootstrap, seed=tuning.seed)
+    meta = {**settings, "first_loss": experiment.losses[0], "last_loss": experiment.losses[-1], "steps": len(experiment.losses),
+            **{f"seconds_{k}": round(v, 1) for k, v in experiment.seconds.items()}}
+    write_report(report_dir, experiment.labels, columns, results, meta, figures=[("Fine-tuning loss on the members", loss_figure)])
+    _write_scores(report_dir / "scores.jsonl", experiment, columns)
+    return experiment, results
+
+
+def _write_scores(path: Path, experiment: Experiment, columns: dict[str, np.ndarray]) -> None:
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        for i, (text, label) in enumerate(zip(experiment.texts, experiment.labels)):
+            row = {"id": i, "label": int(label), "text": text, **{k: (None if np.isnan(v[i]) else float(v[i])) for k, v in columns.items()}}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def _write_diverged_report(report_dir: Path, experiment: Experiment, diverged: TrainingDiverged, steps_per_epoch: int) -> None:
+    finite = [loss if math.isfinite(loss) else float("nan") for loss in experiment.losses]
+    plot_losses(report_dir / "training_loss.png", finite, steps_per_epoch)
+    lines = ["# mia-fast contamination experiment: stopped", "", f"**{diverged}.** Nothing was scored.", "",
+             "| step | loss |", "|---|---|", *(f"| {i} | {loss} |" for i, loss in enumerate(experiment.losses, start=1)), "",
+             "![fine-tuning loss](training_loss.png)", "", "| setting | value |", "|---|---|",
+             *(f"| {k} | {v} |" for k, v in experiment.settings.items()), ""]
+    (report_dir / "report.md").write_text("\n".join(lines))

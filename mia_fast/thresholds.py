@@ -1,0 +1,106 @@
+"""Decision thresholds for audits (Min-K% Prob, §5.1): pick one on a labelled validation set, apply it
+to new texts, and report per document group (e.g. per book) the share of snippets flagged as members.
+
+A text is flagged when its score is at or above the threshold (scores are oriented so that higher
+means member). Two rules pick the threshold: the best validation accuracy, or the highest TPR whose
+validation FPR stays at or below a target.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from mia_fast.errors import MiaFastError
+
+RULES = ("accuracy", "fpr")
+_FORMAT = "mia-fast threshold v1"
+
+
+@dataclass(frozen=True)
+class Threshold:
+    method: str
+    value: float
+    rule: str
+    target_fpr: float | None
+    validation: dict[str, float]  # accuracy, tpr, fpr, members, non-members at this threshold
+    settings: dict[str, Any] = field(default_factory=dict)  # model and scoring options it was calibrated with
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps({"format": _FORMAT, **asdict(self)}, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Threshold:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise MiaFastError(f"cannot read threshold file {path}: {exc}") from None
+        if not isinstance(data, dict) or data.pop("format", None) != _FORMAT:
+            raise MiaFastError(f"{path} is not a threshold file written by 'mia-fast calibrate'")
+        try:
+            threshold = cls(**data)
+        except TypeError as exc:
+            raise MiaFastError(f"{path}: malformed threshold file ({exc})") from None
+        if threshold.rule not in RULES or not isinstance(threshold.value, (int, float)):
+            raise MiaFastError(f"{path}: malformed threshold file (rule {threshold.rule!r}, value {threshold.value!r})")
+        return threshold
+
+
+def calibrate(
+    labels: Sequence[int], scores: Sequence[float], method: str, rule: str = "accuracy",
+    target_fpr: float | None = None, settings: dict[str, Any] | None = None,
+) -> Threshold:
+    """The threshold on ``scores`` that maximises validation accuracy (``rule="accuracy"``) or TPR
+    subject to FPR <= ``target_fpr`` (``rule="fpr"``). Unscorable (NaN) rows are left out."""
+    if rule not in RULES:
+        raise MiaFastError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    if rule == "fpr" and not (target_fpr is not None and 0 <= target_fpr < 1):
+        raise MiaFastError(f"the fpr rule needs a target FPR in [0, 1), got {target_fpr}")
+    labels, scores = np.asarray(labels), np.asarray(scores, dtype=np.float64)
+    keep = ~np.isnan(scores)
+    labels, scores = labels[keep], scores[keep]
+    members, nonmembers = int((labels == 1).sum()), int((labels == 0).sum())
+    if members == 0 or nonmembers == 0:
+        which = "members" if members == 0 else "non-members"
+        raise MiaFastError(f"the validation set has no {which} (with a score); a threshold needs both")
+    # Candidate thresholds: every distinct score, high to low, plus +inf (flag nothing).
+    candidates = np.r_[np.inf, np.unique(scores)[::-1]]
+    tp = members - np.searchsorted(np.sort(scores[labels == 1]), candidates, side="left")
+    fp = nonmembers - np.searchsorted(np.sort(scores[labels == 0]), candidates, side="left")
+    tpr, fpr = tp / members, fp / nonmembers
+    accuracy = (tp + nonmembers - fp) / (members + nonmembers)
+    if rule == "accuracy":
+        best = int(np.argmax(accuracy))  # the highest threshold among equals: fewest flags
+    else:
+        allowed = np.where(fpr <= target_fpr)[0]
+        best = int(allowed[np.argmax(tpr[allowed])])
+    validation = {"accuracy": float(accuracy[best]), "tpr": float(tpr[best]), "fpr": float(fpr[best]),
+                  "members": members, "nonmembers": nonmembers}
+    return Threshold(method, float(candidates[best]), rule, target_fpr, validation, dict(settings or {}))
+
+
+def flag(scores: Sequence[float], threshold: Threshold) -> np.ndarray:
+    """True where a score is at or above the threshold (NaN scores are not flagged)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return scores >= threshold.value
+
+
+def contamination_rates(groups: Sequence[str], flags: np.ndarray, scored: np.ndarray) -> list[dict[str, Any]]:
+    """Per group: snippets, scored snippets, flagged snippets and the flagged share of the scored ones,
+    highest share first."""
+    rates: dict[str, dict[str, Any]] = {}
+    for group, flagged, ok in zip(groups, flags, scored):
+        entry = rates.setdefault(str(group), {"group": str(group), "snippets": 0, "scored": 0, "flagged": 0})
+        entry["snippets"] += 1
+        entry["scored"] += int(ok)
+        entry["flagged"] += int(bool(flagged) and ok)
+    for entry in rates.values():
+        entry["rate"] = entry["flagged"] / entry["scored"] if entry["scored"] else float("nan")
+    return sorted(rates.values(), key=lambda e: (-np.nan_to_num(e["rate"], nan=-1), e["group"]))

@@ -1,0 +1,87 @@
+"""The controlled-contamination experiment on a tiny model: the split, fine-tuning, the report, the
+demo command, and its bad inputs (too small a corpus, a diverging fine-tuning)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import CORPUS
+from test_cli import fail, run_cli
+from mia_fast import load_model
+from mia_fast.errors import MiaFastError
+from mia_fast.experiments import FineTuning, TrainingDiverged, prepare_texts, run_experiment, split_members, stdlib_corpus
+
+
+def corpus_texts(n=40):
+    words = " ".join(CORPUS).split()
+    rng = np.random.default_rng(3)
+    return [" ".join(rng.choice(words, size=int(rng.integers(8, 20)))) for _ in range(n)]
+
+
+def test_stdlib_corpus_is_real_documentation_and_stable():
+    first, second = stdlib_corpus(), stdlib_corpus()
+    assert first == second and len(first) > 200
+    assert all(len(t.split()) >= 40 for t in first)
+    assert any("JSON" in t for t in first)
+
+
+def test_split_is_seeded_disjoint_and_halved(tiny_model_dir):
+    tokenizer = load_model(str(tiny_model_dir)).tokenizer
+    texts = prepare_texts(corpus_texts(), tokenizer, count=20, max_tokens=12, seed=5)
+    assert len(texts) == 20 and all(len(tokenizer(t, add_special_tokens=False)["input_ids"]) <= 13 for t in texts)
+    members, nonmembers = split_members(texts, seed=5)
+    assert len(members) == len(nonmembers) == 10 and not set(members) & set(nonmembers)
+    assert split_members(texts, seed=5) == (members, nonmembers) != split_members(texts, seed=6)
+
+
+def test_fine_tuning_plants_members_that_the_methods_find(tiny_model_dir, tmp_path):
+    loaded = load_model(str(tiny_model_dir))
+    tuning = FineTuning(epochs=6, learning_rate=3e-3, batch_size=4, max_tokens=24, seed=0)
+    experiment, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=24, methods=["loss", "mink", "ref"], ks=[0.2], bootstrap=50)
+    assert experiment.losses[-1] < experiment.losses[0]
+    assert results["ref"].auroc > 0.9 and results["loss"].auroc > 0.8
+    meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
+    assert meta["members"] == 12 and meta["epochs"] == 6 and meta["steps"] == 18
+    for name in ("report.md", "report.html", "roc.png", "histograms.png", "training_loss.png", "scores.jsonl"):
+        assert (tmp_path / "r" / name).is_file()
+    assert "Fine-tuning loss on the members" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_a_corpus_too_small_to_split_is_refused(tiny_model_dir, tmp_path):
+    loaded = load_model(str(tiny_model_dir))
+    with pytest.raises(MiaFastError, match="the corpus has 5 distinct texts; the experiment needs 8"):
+        run_experiment(loaded, ["a b", "c d", "e f", "g h", "a b", "i j"], tmp_path / "r", texts=4)
+
+
+def test_a_diverging_fine_tuning_stops_and_keeps_a_report(tiny_model_dir, tmp_path, monkeypatch):
+    loaded = load_model(str(tiny_model_dir))
+    forward = loaded.model.forward
+    calls = []
+
+    def nan_on_third_step(*args, **kwargs):
+        output = forward(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 3:
+            output.loss = output.loss * torch.tensor(float("nan"))
+        return output
+
+    monkeypatch.setattr(loaded.model, "forward", nan_on_third_step)
+    with pytest.raises(TrainingDiverged, match="the loss is nan at step 3"):
+        run_experiment(loaded, corpus_texts(), tmp_path / "r", FineTuning(epochs=2, batch_size=4, max_tokens=16), texts=16)
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "stopped" in report and "| 3 | nan |" in report and (tmp_path / "r" / "training_loss.png").is_file()
+    assert not (tmp_path / "r" / "metrics.json").exists()
+
+
+def test_demo_command_end_to_end(tiny_model_dir, tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"body": t}) + "\n" for t in corpus_texts()))
+    args = ["demo", "--model", tiny_model_dir, "--corpus", corpus, "--text-field", "body", "--texts", "16", "--epochs", "2",
+            "--max-tokens", "16", "--batch-size", "4", "--methods", "loss,zlib,mink_0.2,minkpp_0.2", "--bootstrap", "20", "--quiet"]
+    assert run_cli(*args, "--report", tmp_path / "r") == 0
+    out = capsys.readouterr().out
+    assert "8 members fine-tuned for 2 epoch(s)" in out and "minkpp_0.2" in out and "members: 8, non-members: 8" in out
+    assert "is not empty; pass --overwrite" in fail(capsys, *args, "--report", tmp_path / "r")
+    assert "--epochs must be positive" in fail(capsys, *args[:-1], "--epochs", "0", "--report", tmp_path / "r2")
