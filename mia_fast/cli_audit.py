@@ -12,7 +12,7 @@ from pathlib import Path
 from mia_fast.cli_common import add_input_options, add_model_options, add_scoring_options, input_name, load_input, model_name, read_scores, run_scoring
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import resolve_methods
-from mia_fast.thresholds import RULES, Threshold, calibrate, contamination_rates, flag
+from mia_fast.thresholds import RULES, Threshold, calibrate, contamination_rates, flag, require_both_classes
 
 # Settings that change what a score means: a threshold only transfers when they are equal.
 _SCORE_SETTINGS = ("model", "prepend_start", "max_words", "a", "freq_table", "ref_model")
@@ -59,20 +59,18 @@ def _scores_path(out: Path) -> Path:
 
 
 def command_calibrate(args: argparse.Namespace) -> None:
-    from mia_fast import metrics
-
     column = _single_column(args.method)
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise MiaFastError(f"{out} exists; pass --overwrite to replace it")
     dataset = load_input(args, require_labels=True)
-    labels = metrics.check_labels(dataset.labels)
+    require_both_classes(dataset.labels)  # before any scoring
     args.methods, args.k = column, []
     scores_path = _scores_path(out)
     run_scoring(args, dataset, scores_path)
     scores = read_scores(scores_path, [column])[column]
     settings = _score_settings(args) | {"data": input_name(args)}
-    threshold = calibrate(labels, scores, column, args.rule, args.target_fpr if args.rule == "fpr" else None, settings)
+    threshold = calibrate(dataset.labels, scores, column, args.rule, args.target_fpr if args.rule == "fpr" else None, settings)
     threshold.save(out)
     v = threshold.validation
     print(f"{column} >= {threshold.value:.6g} flags a member ({args.rule} rule): validation accuracy {v['accuracy']:.3f}, "

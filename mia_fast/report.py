@@ -169,14 +169,16 @@ def write_documents(
     markdown = directory / "report.md"
     markdown.write_text("\n".join(md))
 
-    body = [f"<h1>mia-fast evaluation report</h1><p>{html.escape(summary)}</p>"]
-    for title, header, rows in tables + [("Settings", ["setting", "value"], settings)]:
+    def html_table(title: str, header: list[str], rows: list[list[str]]) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
         cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-        body.append(f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{cells}</table>")
+        return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{cells}</table>"
+
+    body = [f"<h1>mia-fast evaluation report</h1><p>{html.escape(summary)}</p>", *(html_table(*t) for t in tables)]
     for caption, path in figures:
         data = base64.b64encode(path.read_bytes()).decode()
         body.append(f"<h2>{html.escape(caption)}</h2><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>")
+    body.append(html_table("Settings", ["setting", "value"], settings))
     style = "body{font-family:sans-serif;max-width:1400px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}img{max-width:100%}"
     page = directory / "report.html"
     page.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>mia-fast report</title><style>{style}</style></head><body>{''.join(body)}</body></html>")

@@ -65,10 +65,7 @@ def calibrate(
     labels, scores = np.asarray(labels), np.asarray(scores, dtype=np.float64)
     keep = ~np.isnan(scores)
     labels, scores = labels[keep], scores[keep]
-    members, nonmembers = int((labels == 1).sum()), int((labels == 0).sum())
-    if members == 0 or nonmembers == 0:
-        which = "members" if members == 0 else "non-members"
-        raise MiaFastError(f"the validation set has no {which} (with a score); a threshold needs both")
+    members, nonmembers = require_both_classes(labels)
     # Candidate thresholds: every distinct score, high to low, plus +inf (flag nothing).
     candidates = np.r_[np.inf, np.unique(scores)[::-1]]
     tp = members - np.searchsorted(np.sort(scores[labels == 1]), candidates, side="left")
@@ -83,6 +80,16 @@ def calibrate(
     validation = {"accuracy": float(accuracy[best]), "tpr": float(tpr[best]), "fpr": float(fpr[best]),
                   "members": members, "nonmembers": nonmembers}
     return Threshold(method, float(candidates[best]), rule, target_fpr, validation, dict(settings or {}))
+
+
+def require_both_classes(labels: Sequence[int]) -> tuple[int, int]:
+    """(members, non-members) of a validation set; an error when either is missing."""
+    labels = np.asarray(labels)
+    members, nonmembers = int((labels == 1).sum()), int((labels == 0).sum())
+    if members == 0 or nonmembers == 0:
+        which = "members" if members == 0 else "non-members"
+        raise MiaFastError(f"the validation set has no {which} (with a score); a threshold needs both")
+    return members, nonmembers
 
 
 def flag(scores: Sequence[float], threshold: Threshold) -> np.ndarray:

@@ -69,8 +69,9 @@ def test_calibrate_then_classify_with_per_book_rates(tiny_model_dir, tmp_path, c
 
 def test_audit_bad_inputs(tiny_model_dir, tiny_reference_dir, tmp_path, capsys):
     write_jsonl(tmp_path / "nonmembers.jsonl", [{"text": f"the fox {i}", "label": 0} for i in range(4)])
-    assert "AUROC is undefined: the labelled rows are all non-members" in fail(
+    assert "the validation set has no members (with a score); a threshold needs both" in fail(
         capsys, "calibrate", tmp_path / "nonmembers.jsonl", "--model", tiny_model_dir, "--method", "loss", "--out", tmp_path / "t.json")
+    assert not list(tmp_path.glob("t.*"))  # refused before anything was scored or written
     write_jsonl(tmp_path / "val.jsonl", [{"text": f"the fox {'dog ' * i}", "label": i % 2} for i in range(6)])
     assert run_cli("calibrate", tmp_path / "val.jsonl", "--model", tiny_model_dir, "--method", "loss", "--out", tmp_path / "t.json", "--quiet") == 0
     message = fail(capsys, "classify", tmp_path / "val.jsonl", "--model", tiny_model_dir, "--threshold", tmp_path / "t.json", "--method", "mink_0.2", "--out", tmp_path / "f.jsonl")
