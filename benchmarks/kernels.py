@@ -155,38 +155,62 @@ def compiled_eager() -> Callable:
     return torch.compile(eager_token_stats, dynamic=False)
 
 
+def token_stats_row(n: int, vocab: int, device: torch.device, copy_bps: float, use_compile: bool, reps: int) -> dict:
+    """One shape of the token_stats benchmark; its tensors are freed when it returns."""
+    logits = (torch.randn(n, vocab, device=device) * 3).to(torch.bfloat16)
+    targets = torch.randint(0, vocab, (n,), device=device)
+    contenders = {
+        "kernel": partial(token_stats, logits, targets),
+        "eager": partial(eager_token_stats, logits, targets),
+        "torch_reference": partial(token_stats_torch, logits, targets),
+    }
+    if use_compile:
+        contenders["compile"] = partial(compiled_eager(), logits, targets)
+    row = {"n": n, "vocab": vocab, "logits_bytes": logits.numel() * logits.element_size()}
+    # Accuracy on real hardware, on a slice small enough for an fp64 copy.
+    head, head_targets = logits[:256], targets[:256]
+    truth = fp64_token_stats(head, head_targets)
+    row["max_abs_error_vs_fp64"] = {
+        "kernel": max_abs_errors(token_stats(head, head_targets), truth),
+        "eager": max_abs_errors(eager_token_stats(head, head_targets), truth),
+    }
+    row["contenders"] = times = {name: measure(fn, device, reps) for name, fn in contenders.items()}
+    for result in times.values():
+        if "ms" in result:
+            result["GBps"] = row["logits_bytes"] / (result["ms"] / 1e3) / 1e9
+            result["fraction_of_copy_bandwidth"] = result["GBps"] * 1e9 / copy_bps
+    row["kernel_speedup"] = {name: times[name]["ms"] / times["kernel"]["ms"] for name in times if "ms" in times[name]}
+    report(f"token_stats N={n} V={vocab}", times)
+    return row
+
+
 def bench_token_stats(config: dict, device: torch.device, copy_bps: float, use_compile: bool) -> list[dict]:
-    rows = []
-    for vocab in config["stats_vocab"]:
-        for n in config["stats_rows"]:
-            logits = (torch.randn(n, vocab, device=device) * 3).to(torch.bfloat16)
-            targets = torch.randint(0, vocab, (n,), device=device)
-            contenders = {
-                "kernel": partial(token_stats, logits, targets),
-                "eager": partial(eager_token_stats, logits, targets),
-                "torch_reference": partial(token_stats_torch, logits, targets),
-            }
-            if use_compile:
-                contenders["compile"] = partial(compiled_eager(), logits, targets)
-            row = {"n": n, "vocab": vocab, "logits_bytes": logits.numel() * logits.element_size()}
-            # Accuracy on real hardware, on a slice small enough for an fp64 copy.
-            head, head_targets = logits[:256], targets[:256]
-            truth = fp64_token_stats(head, head_targets)
-            row["max_abs_error_vs_fp64"] = {
-                "kernel": max_abs_errors(token_stats(head, head_targets), truth),
-                "eager": max_abs_errors(eager_token_stats(head, head_targets), truth),
-            }
-            del truth
-            row["contenders"] = times = {name: measure(fn, device, config["reps"]) for name, fn in contenders.items()}
-            for result in times.values():
-                if "ms" in result:
-                    result["GBps"] = row["logits_bytes"] / (result["ms"] / 1e3) / 1e9
-                    result["fraction_of_copy_bandwidth"] = result["GBps"] * 1e9 / copy_bps
-            row["kernel_speedup"] = {name: times[name]["ms"] / times["kernel"]["ms"] for name in times if "ms" in times[name]}
-            rows.append(row)
-            report(f"token_stats N={n} V={vocab}", times)
-            del logits, targets
-    return rows
+    return [
+        token_stats_row(n, vocab, device, copy_bps, use_compile, config["reps"])
+        for vocab in config["stats_vocab"]
+        for n in config["stats_rows"]
+    ]
+
+
+def fused_row(n: int, weight: torch.Tensor, chunk_mb: list[float], reps: int) -> dict:
+    """One shape of the head + statistics benchmark; its tensors are freed when it returns."""
+    vocab, hidden_size = weight.shape
+    hidden = torch.randn(n, hidden_size, device=weight.device).to(torch.bfloat16)
+    targets = torch.randint(0, vocab, (n,), device=weight.device)
+    contenders = {
+        "matmul_then_kernel": lambda: token_stats(hidden @ weight.T, targets),
+        "eager": lambda: eager_token_stats(hidden @ weight.T, targets),
+    }
+    for mb in chunk_mb:
+        chunk_rows = max(1, int(mb * 2**20) // (vocab * 2))
+        contenders[f"fused_chunk_{mb}MB"] = partial(fused_linear_token_stats, hidden, weight, targets, chunk_rows=chunk_rows)
+    row = {"n": n, "hidden": hidden_size, "vocab": vocab}
+    row["max_abs_diff_fused_vs_matmul_then_kernel"] = max_abs_errors(
+        fused_linear_token_stats(hidden, weight, targets), token_stats(hidden @ weight.T, targets)
+    )
+    row["contenders"] = {name: measure(fn, weight.device, reps) for name, fn in contenders.items()}
+    report(f"fused N={n} H={hidden_size} V={vocab}", row["contenders"])
+    return row
 
 
 def bench_fused(config: dict, device: torch.device) -> list[dict]:
@@ -194,25 +218,7 @@ def bench_fused(config: dict, device: torch.device) -> list[dict]:
     for hidden_size in config["fused_hidden"]:
         for vocab in config["fused_vocab"]:
             weight = (torch.randn(vocab, hidden_size, device=device) * 0.02).to(torch.bfloat16)
-            for n in config["fused_rows"]:
-                hidden = torch.randn(n, hidden_size, device=device).to(torch.bfloat16)
-                targets = torch.randint(0, vocab, (n,), device=device)
-                contenders = {
-                    "matmul_then_kernel": lambda: token_stats(hidden @ weight.T, targets),
-                    "eager": lambda: eager_token_stats(hidden @ weight.T, targets),
-                }
-                for mb in config["fused_chunk_mb"]:
-                    chunk_rows = max(1, int(mb * 2**20) // (vocab * 2))
-                    contenders[f"fused_chunk_{mb}MB"] = partial(fused_linear_token_stats, hidden, weight, targets, chunk_rows=chunk_rows)
-                row = {"n": n, "hidden": hidden_size, "vocab": vocab}
-                row["max_abs_diff_fused_vs_matmul_then_kernel"] = max_abs_errors(
-                    fused_linear_token_stats(hidden, weight, targets), token_stats(hidden @ weight.T, targets)
-                )
-                row["contenders"] = {name: measure(fn, device, config["reps"]) for name, fn in contenders.items()}
-                rows.append(row)
-                report(f"fused N={n} H={hidden_size} V={vocab}", row["contenders"])
-                del hidden, targets
-            del weight
+            rows += [fused_row(n, weight, config["fused_chunk_mb"], config["reps"]) for n in config["fused_rows"]]
     return rows
 
 

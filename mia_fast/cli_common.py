@@ -49,17 +49,17 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     fields.add_argument("--group-field", help="document of each text (e.g. the book of a snippet), for per-document rates")
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -> None:
     model = parser.add_argument_group("model")
     model.add_argument("--model", help="hub name or local directory (default: built-in SmolLM2-135M)")
     model.add_argument("--gguf", help="a GGUF model file instead of --model")
+    if reference:
+        model.add_argument("--ref-model", help="reference model for the 'ref' method (its own tokenizer)")
     model.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     model.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
 
 
 def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -> None:
-    model = next(g for g in parser._action_groups if g.title == "model")
-    model.add_argument("--ref-model", help="reference model for the 'ref' method (its own tokenizer)")
     scoring = parser.add_argument_group("scoring")
     if methods:
         scoring.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref (or mink_0.2 ...)")

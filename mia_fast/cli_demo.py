@@ -18,7 +18,7 @@ def add_demo_command(commands: argparse._SubParsersAction) -> None:
                     "scores both halves with the fine-tuned model (the untouched model is the reference for 'ref') and "
                     "writes the evaluation report. Default corpus: the Python standard library's docstrings.",
     )
-    add_model_options(demo)
+    add_model_options(demo, reference=False)  # the reference is the untouched model itself
     demo.add_argument("--report", default="report", help="report directory (default: report)")
     demo.add_argument("--corpus", help="texts to split (.txt a text per line, .jsonl[.gz], .json.gz, .parquet); default: stdlib docstrings")
     demo.add_argument("--text-field", default="text")
