@@ -17,6 +17,7 @@ import copy
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=ints, default=[1, 3])
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--reports", type=Path, default=Path("/tmp/mia-fast-contamination"))
+    parser.add_argument("--reports", type=Path, default=Path(tempfile.gettempdir()) / "mia-fast-contamination")
     args = parser.parse_args()
 
     corpus = interleaved_corpus(per_subset=max(64, args.texts))

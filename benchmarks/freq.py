@@ -1,6 +1,6 @@
 """Frequency-table speed: pre-tokenized counting and text counting, against their baselines, in one run.
 
-    python benchmarks/freq.py [--gib 1.0] [--text-mib 200] [--rounds 3] [--workdir /tmp/mia-fast-bench]
+    python benchmarks/freq.py [--gib 1.0] [--text-mib 200] [--rounds 3] [--workdir DIR]
 
 Pre-tokenized: a Zipf-distributed uint16 file (vocabulary 50257) and a uint32 one (151936) of
 ``--gib`` GiB each. Contenders, interleaved round by round: ``build_from_tokens`` (what
@@ -25,6 +25,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -199,7 +200,7 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=1.0, help="size of each generated token file")
     parser.add_argument("--text-mib", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/mia-fast-bench"))
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "mia-fast-bench", help="where the generated inputs are kept")
     parser.add_argument("--only", choices=["tokens", "text"], help="run one half")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)

@@ -256,12 +256,14 @@ def run_experiment(
 
 
 def _write_scores(path: Path, experiment: Experiment, columns: dict[str, np.ndarray]) -> None:
-    import json
+    from mia_fast.data import ResultWriter
 
-    with open(path, "w", encoding="utf-8") as f:
-        for i, (text, label) in enumerate(zip(experiment.texts, experiment.labels)):
-            row = {"id": i, "label": int(label), "text": text, **{k: (None if np.isnan(v[i]) else float(v[i])) for k, v in columns.items()}}
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    writer = ResultWriter(path, ["id", "label", "text", *columns], overwrite=True)
+    writer.write([
+        {"id": i, "label": int(label), "text": text, **{name: float(values[i]) for name, values in columns.items()}}
+        for i, (text, label) in enumerate(zip(experiment.texts, experiment.labels))
+    ])
+    writer.close()
 
 
 def _write_diverged_report(report_dir: Path, experiment: Experiment, diverged: TrainingDiverged, steps_per_epoch: int) -> None:
