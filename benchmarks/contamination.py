@@ -16,17 +16,15 @@ import argparse
 import copy
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import RESULTS, machine, pile_texts
 
-from benchmarks.common import RESULTS, machine, pile_texts  # noqa: E402
-from mia_fast.cli_common import floats, ints  # noqa: E402
-from mia_fast.experiments import FineTuning, run_experiment  # noqa: E402
-from mia_fast.models import LoadedModel, load_model  # noqa: E402
+from mia_fast.cli.options import floats, ints
+from mia_fast.evaluation.experiments import FineTuning, run_experiment
+from mia_fast.pipeline.models import LoadedModel, load_model
 
 SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
 METHODS = ["loss", "zlib", "mink", "minkpp", "lowercase", "ref"]

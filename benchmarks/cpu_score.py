@@ -1,10 +1,18 @@
 """Scoring speed on CPU: mia-fast's engine vs the public per-sample loop vs a pure batched forward.
 
-The three run side by side in one process on the same texts and model (fp32), interleaved round by
-round so that machine noise hits them alike; medians over the rounds are reported. Writes
-``results/cpu-score-<cores>core.json``.
+Two models, each scored side by side in one process on the same texts (fp32), interleaved round by
+round so that machine noise hits the contenders alike; medians over the rounds are reported:
 
-    python benchmarks/cpu_score.py [--texts 100] [--words 100] [--rounds 3]
+- ``builtin``: the built-in SmolLM2-135M (V = 49152) on the first 100 wikipedia_en texts cut to 100 words;
+- ``qwen-152k``: a random-initialised model of the Qwen2.5-0.5B shape (V = 151936, H = 896, 24 layers;
+  SmolLM2's tokenizer, whose ids all fit) on the first 20 PubMed abstracts, about 300 tokens each.
+
+Contenders: the public Min-K%++ loop; ``Detector.score`` with loss, zlib, mink and minkpp at 10 k's
+(the engine of ``mia-fast score``); the same with the logit chunking of before the fix (16 MB of
+logits per head projection and per reduction); and the forward alone with the engine's batches.
+Writes ``results/cpu-score-<cores>core.json``.
+
+    python benchmarks/cpu_score.py [--models builtin,qwen-152k] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -15,19 +23,24 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
+from common import RESULTS, machine, pile_texts
+from reference_loop import public_loop_scores
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS, machine, pile_texts  # noqa: E402
-from mia_fast import Detector  # noqa: E402
-from mia_fast.engine import plan_batches, split_windows  # noqa: E402
-from mia_fast.methods import DEFAULT_KS  # noqa: E402
-from mia_fast.reference_loop import public_loop_scores  # noqa: E402
+from mia_fast import Detector, LoadedModel
+from mia_fast.methods import DEFAULT_KS
+from mia_fast.pipeline.batching import plan_batches
+from mia_fast.pipeline.models import load_tokenizer
+from mia_fast.pipeline.tokenize import split_windows
 
 METHODS = ["loss", "zlib", "mink", "minkpp"]
+# The engine's CPU logit chunk before the fix: the head projected and the statistics reduced 16 MB at a time.
+CHUNK_BYTES_BEFORE_FIX = 16 << 20
+QWEN_0_5B_SHAPE = dict(
+    hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+    vocab_size=151936, max_position_embeddings=32768, rope_theta=1_000_000.0, tie_word_embeddings=True,
+)
 
 
 @torch.inference_mode()
@@ -52,56 +65,88 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def detector_and_texts(name: str, batch_tokens: int | None) -> tuple[Detector, list[str]]:
+    options = dict(prepend_start=False, batch_tokens=batch_tokens)
+    if name == "builtin":
+        return Detector(device="cpu", dtype="fp32", **options), pile_texts("wikipedia_en", n=100, max_words=100)
+    if name == "qwen-152k":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(Qwen2Config(**QWEN_0_5B_SHAPE)).eval()
+        loaded = LoadedModel(model, load_tokenizer("default"), "random Qwen2.5-0.5B shape (V=151936)", torch.device("cpu"), torch.float32)
+        return Detector(loaded, **options), pile_texts("pubmed_abstracts", n=20, max_words=None)
+    raise SystemExit(f"unknown model {name!r}; choose builtin or qwen-152k")
+
+
+def with_chunking(engine, chunk_rows: int, stats_rows: int):
+    def run(fn):
+        saved = engine.chunk_rows, engine.stats_rows
+        engine.chunk_rows, engine.stats_rows = chunk_rows, stats_rows
+        try:
+            return fn()
+        finally:
+            engine.chunk_rows, engine.stats_rows = saved
+
+    return run
+
+
+def bench_model(name: str, rounds: int, batch_tokens: int | None) -> dict:
+    detector, texts = detector_and_texts(name, batch_tokens)
+    engine = detector.target
+    model, tokenizer = engine.loaded.model, engine.loaded.tokenizer
+    scored_tokens = sum(len(ids) - 1 for ids in engine.tokenize(texts))
+    old_rows = max(1, CHUNK_BYTES_BEFORE_FIX // (4 * engine.loaded.vocab_size))
+    before_fix = with_chunking(engine, old_rows, old_rows)
+    contenders = {
+        "public_loop": lambda: public_loop_scores(model, tokenizer, texts, DEFAULT_KS),
+        "mia_fast_score": lambda: detector.score(texts, methods=METHODS, k=DEFAULT_KS),
+        "mia_fast_score_before_fix": lambda: before_fix(lambda: detector.score(texts, methods=METHODS, k=DEFAULT_KS)),
+        "batched_forward_only": lambda: batched_forward(engine, texts),
+    }
+    contenders["mia_fast_score"]()  # warm-up: first-call allocations and lazy init
+    times: dict[str, list[float]] = {c: [] for c in contenders}
+    for round_index in range(rounds):
+        for contender, fn in contenders.items():
+            times[contender].append(timed(fn))
+            print(f"{name} round {round_index + 1}: {contender} {times[contender][-1]:.2f}s", file=sys.stderr)
+    median = {c: statistics.median(t) for c, t in times.items()}
+    return {
+        "model": engine.loaded.name,
+        "vocab_size": engine.loaded.vocab_size,
+        "texts": len(texts),
+        "scored_tokens": scored_tokens,
+        "batch_tokens": engine.batch_tokens,
+        "chunking": {"after_fix": {"head_rows": engine.chunk_rows, "stats_rows": engine.stats_rows},
+                     "before_fix": {"head_rows": old_rows, "stats_rows": old_rows}},
+        "seconds": times,
+        "median_seconds": median,
+        "tokens_per_second": {c: scored_tokens / s for c, s in median.items()},
+        "speedup_vs_public_loop": median["public_loop"] / median["mia_fast_score"],
+        "speedup_vs_public_loop_before_fix": median["public_loop"] / median["mia_fast_score_before_fix"],
+        "forward_only_vs_public_loop": median["public_loop"] / median["batched_forward_only"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--texts", type=int, default=100)
-    parser.add_argument("--words", type=int, default=100)
+    parser.add_argument("--models", default="builtin,qwen-152k")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-tokens", type=int, default=None)
     args = parser.parse_args()
 
-    texts = pile_texts("wikipedia_en", n=args.texts, max_words=args.words)
-    detector = Detector(prepend_start=False, device="cpu", dtype="fp32", batch_tokens=args.batch_tokens)
-    engine = detector.target
-    model, tokenizer = engine.loaded.model, engine.loaded.tokenizer
-    scored_tokens = sum(len(ids) - 1 for ids in engine.tokenize(texts))
-    contenders = {
-        "public_loop": lambda: public_loop_scores(model, tokenizer, texts, DEFAULT_KS),
-        "mia_fast_score": lambda: detector.score(texts, methods=METHODS, k=DEFAULT_KS),
-        "batched_forward_only": lambda: batched_forward(engine, texts),
-    }
-    contenders["mia_fast_score"]()  # warm-up: first-call allocations and lazy init
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for round_index in range(args.rounds):
-        for name, fn in contenders.items():
-            times[name].append(timed(fn))
-            print(f"round {round_index + 1}: {name} {times[name][-1]:.2f}s", file=sys.stderr)
-
-    median = {name: statistics.median(t) for name, t in times.items()}
-    result = {
-        "benchmark": "cpu_score",
-        "machine": machine(),
-        "model": engine.loaded.name,
-        "dtype": "fp32",
-        "texts": args.texts,
-        "words_per_text": args.words,
-        "scored_tokens": scored_tokens,
-        "methods": METHODS,
-        "ks": list(DEFAULT_KS),
-        "batch_tokens": engine.batch_tokens,
-        "rounds": args.rounds,
-        "seconds": times,
-        "median_seconds": median,
-        "tokens_per_second": {name: scored_tokens / s for name, s in median.items()},
-        "speedup_vs_public_loop": median["public_loop"] / median["mia_fast_score"],
-        "scoring_overhead_vs_forward": median["mia_fast_score"] / median["batched_forward_only"],
-    }
+    results = {name: bench_model(name, args.rounds, args.batch_tokens) for name in args.models.split(",")}
+    result = {"benchmark": "cpu_score", "machine": machine(), "dtype": "fp32", "methods": METHODS, "ks": list(DEFAULT_KS),
+              "rounds": args.rounds, "models": results}
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"cpu-score-{os.cpu_count()}core.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
-    for name, tps in result["tokens_per_second"].items():
-        print(f"{name:<22} {median[name]:7.2f}s  {tps:8.0f} tok/s")
-    print(f"speed-up vs public loop: {result['speedup_vs_public_loop']:.2f}x; score / forward-only: {result['scoring_overhead_vs_forward']:.2f}")
+    for name, r in results.items():
+        print(f"{name} ({r['model']}, {r['scored_tokens']} tokens)")
+        for contender, seconds in r["median_seconds"].items():
+            print(f"  {contender:<28} {seconds:7.2f}s  {r['tokens_per_second'][contender]:8.0f} tok/s")
+        print(f"  vs public loop: {r['speedup_vs_public_loop']:.2f}x (before the fix {r['speedup_vs_public_loop_before_fix']:.2f}x, "
+              f"forward alone {r['forward_only_vs_public_loop']:.2f}x)")
     print(f"wrote {path}")
 
 

@@ -31,13 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from common import RESULTS, SHARED_DATA, machine
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS, SHARED_DATA, machine  # noqa: E402
-from mia_fast import corpus  # noqa: E402
-from mia_fast.corpus import build_from_text, build_from_tokens  # noqa: E402
-from mia_fast.models import load_tokenizer  # noqa: E402
+from mia_fast.frequency import build, sources
+from mia_fast.frequency.sources import build_from_text, build_from_tokens
+from mia_fast.pipeline.models import load_tokenizer
 
 TOKEN_FILES = {"uint16": 50257, "uint32": 151936}
 PUBLIC_LOOP_TOKENS = 5_000_000
@@ -132,15 +130,15 @@ def repeated_corpus(path: Path, mib: int) -> Path:
 
 def tokenize_only(path: Path, tokenizer, workers: int) -> int:
     """build_from_text's reading, batching and threads, with the tokenizer alone: the floor for counting."""
-    backend = corpus.fast_tokenizer(tokenizer)
-    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+    rust = build.counting_tokenizer(tokenizer)
+    encode = getattr(rust, "encode_batch_fast", rust.encode_batch)
 
     def tokenize(texts: list[str]) -> int:
         return sum(len(e.ids) for e in encode(texts, add_special_tokens=False))
 
     tokens, pending = 0, []
     with ThreadPoolExecutor(workers) as pool:
-        for texts, _ in corpus._batches(corpus.iter_documents(path, "text", corpus.BadRecords())):
+        for texts, _ in sources._batches(sources.iter_documents(path, "text", sources.BadRecords())):
             pending.append(pool.submit(tokenize, texts))
             while len(pending) > 2 * workers:
                 tokens += pending.pop(0).result()

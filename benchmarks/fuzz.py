@@ -21,8 +21,9 @@ from pathlib import Path
 import atheris
 import numpy as np
 
-from mia_fast import _native, freq
-from mia_fast.freq import FrequencyTable, FrequencyTableError
+from mia_fast import _native
+from mia_fast.frequency import table as freq
+from mia_fast.frequency.table import FrequencyTable, FrequencyTableError
 
 
 def seed_table() -> bytes:

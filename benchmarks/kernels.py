@@ -26,19 +26,19 @@ from typing import Callable
 if "--smoke" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS, SHARED_DATA, machine, pile_texts  # noqa: E402
-from mia_fast import Detector, LoadedModel  # noqa: E402
-from mia_fast.freq import count_token_ids  # noqa: E402
-from mia_fast.kernels import bottom_k_means, first_occurrence_capped_mean, fused_linear_token_stats, token_stats  # noqa: E402
-from mia_fast.methods import DEFAULT_KS  # noqa: E402
-from mia_fast.reductions import NUMPY  # noqa: E402
-from mia_fast.reference_loop import public_loop_scores  # noqa: E402
-from mia_fast.stats import TokenStats, token_stats_torch  # noqa: E402
+from common import RESULTS, SHARED_DATA, machine, pile_texts
+from mia_fast import Detector, LoadedModel, kernels
+from mia_fast.frequency.build import count_token_ids
+from mia_fast.kernels import token_stats
+from mia_fast.methods import DEFAULT_KS
+from mia_fast.ops.bottom_k import bottom_k_counts, bottom_k_means
+from mia_fast.ops.first_occurrence import capped_first_occurrence_mean
+from mia_fast.ops.token_stats import linear_token_stats, token_stats_torch
+from mia_fast.pipeline.stats import TokenStats
+from reference_loop import public_loop_scores
 
 SECTIONS = ("token_stats", "fused", "aggregation", "end_to_end")
 ONE_PASS_METHODS = ["loss", "zlib", "mink", "minkpp", "dcpdd"]
@@ -203,10 +203,10 @@ def fused_row(n: int, weight: torch.Tensor, chunk_mb: list[float], reps: int) ->
     }
     for mb in chunk_mb:
         chunk_rows = max(1, int(mb * 2**20) // (vocab * 2))
-        contenders[f"fused_chunk_{mb}MB"] = partial(fused_linear_token_stats, hidden, weight, targets, chunk_rows=chunk_rows)
+        contenders[f"fused_chunk_{mb}MB"] = partial(linear_token_stats, hidden, weight, targets, chunk_rows=chunk_rows, impl="triton")
     row = {"n": n, "hidden": hidden_size, "vocab": vocab}
     row["max_abs_diff_fused_vs_matmul_then_kernel"] = max_abs_errors(
-        fused_linear_token_stats(hidden, weight, targets), token_stats(hidden @ weight.T, targets)
+        contenders[f"fused_chunk_{chunk_mb[0]}MB"](), token_stats(hidden @ weight.T, targets)
     )
     row["contenders"] = {name: measure(fn, weight.device, reps) for name, fn in contenders.items()}
     report(f"fused N={n} H={hidden_size} V={vocab}", row["contenders"])
@@ -241,18 +241,22 @@ def bench_aggregation(config: dict, device: torch.device) -> dict:
     vocab = 128256
     stats = synthetic_stats(config["aggregation_tokens"], vocab)
     log_f = np.log(np.random.default_rng(1).dirichlet(np.ones(vocab)))
+    counts = bottom_k_counts(stats.lengths, DEFAULT_KS)
     on_device = {name: torch.from_numpy(np.ascontiguousarray(a)).to(device) for name, a in
-                 dict(logp=stats.logp, ids=stats.target_ids, offsets=stats.offsets, log_f=log_f).items()}
+                 dict(logp=stats.logp, ids=stats.target_ids, first=stats.first_occurrence, offsets=stats.offsets,
+                      counts=counts, log_f=log_f).items()}
     contenders = {
-        "bottom_k_10ks_numpy": lambda: NUMPY.bottom_k_means(stats.logp, stats.offsets, DEFAULT_KS),
-        "bottom_k_10ks_kernel": lambda: bottom_k_means(on_device["logp"], on_device["offsets"], DEFAULT_KS),
-        "dcpdd_numpy": lambda: NUMPY.capped_first_occurrence_mean(stats, log_f, 0.01),
-        "dcpdd_kernel": lambda: first_occurrence_capped_mean(on_device["ids"], on_device["logp"], on_device["offsets"], on_device["log_f"], 0.01),
+        "bottom_k_10ks_numpy": lambda: bottom_k_means(stats.logp, stats.offsets, DEFAULT_KS),
+        "bottom_k_10ks_kernel": lambda: kernels.bottom_k_means(on_device["logp"], on_device["offsets"], on_device["counts"]),
+        "dcpdd_numpy": lambda: capped_first_occurrence_mean(stats.target_ids, stats.logp, stats.first_occurrence, stats.offsets, log_f, 0.01),
+        "dcpdd_kernel": lambda: kernels.capped_first_occurrence_mean(
+            on_device["ids"], on_device["logp"], on_device["first"], on_device["offsets"], on_device["log_f"], 0.01
+        ),
     }
     result = {"tokens": int(stats.offsets[-1]), "texts": len(stats), "vocab": vocab}
     result["max_abs_diff_kernel_vs_numpy"] = {
         "bottom_k": float(np.abs(contenders["bottom_k_10ks_kernel"]().cpu().numpy() - contenders["bottom_k_10ks_numpy"]()).max()),
-        "dcpdd": float(np.abs(contenders["dcpdd_kernel"]()[1].cpu().numpy() - contenders["dcpdd_numpy"]()).max()),
+        "dcpdd": float(np.abs(contenders["dcpdd_kernel"]().cpu().numpy() - contenders["dcpdd_numpy"]()).max()),
     }
     result["contenders"] = {
         name: {"ms": median_ms(fn, torch.device("cpu") if "numpy" in name else device, config["reps"])}

@@ -9,16 +9,12 @@ The first 100 texts of pile_test/wikipedia_en cut to 100 words, built-in model, 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
+from common import RESULTS, machine, pile_texts
+from reference_loop import public_loop_scores
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import RESULTS, machine, pile_texts  # noqa: E402
-from mia_fast import Detector  # noqa: E402
-from mia_fast.reference_loop import public_loop_scores  # noqa: E402
+from mia_fast import Detector
 
 KS = [0.1, 0.2, 0.5, 1.0]
 

@@ -8,7 +8,7 @@ import pytest
 
 from mia_fast import metrics
 from mia_fast.methods import DEFAULT_KS, ScoringInputs, resolve_methods, score
-from mia_fast.stats import TokenStats
+from mia_fast.pipeline.stats import TokenStats
 
 N_TEXTS = 10_000
 VOCAB = 49_152

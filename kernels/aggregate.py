@@ -3,29 +3,22 @@
 Texts are stored flat with ``offsets`` [B + 1] (text r spans ``offsets[r]:offsets[r + 1]``), the
 TokenStats layout, so no padding is read or written.
 
-Bottom-k: for each text and each k the mean of its ``max(1, floor(k * n))`` lowest values. Instead of
-a sort, one program per text bisects, for every k at once, the 32-bit order key of the count-th
-smallest value (32 counting passes over the text), then sums the values strictly below it and adds
-the tied remainder. The count is exact whatever the ties; the sum accumulates in fp64.
+Bottom-k: for each text r and each column j the mean of its ``counts[r, j]`` lowest values. Instead
+of a sort, one program per text bisects, for every column at once, the 32-bit order key of the
+count-th smallest value (32 counting passes over the text), then sums the values strictly below it
+and adds the tied remainder. The count is exact whatever the ties; the sum accumulates in fp64.
 
-DC-PDD: the first occurrence of each id within its text comes from an atomic min of positions into
-a [texts, V] scratch table (one kernel), read back by a second kernel that gathers the
-log-frequencies, caps alpha = p * (-ln f) at ``cap`` and averages over first occurrences. The launch
-boundary between the two orders every write before any read.
+DC-PDD: one program per text averages, over the positions its first-occurrence mask marks,
+min(exp(logp) * -log_frequencies[id], cap). The mask is computed once, with the TokenStats.
 """
 
 from __future__ import annotations
-
-from typing import Sequence
 
 import torch
 import triton
 import triton.language as tl
 
 BLOCK_POSITIONS = 1024
-# Bytes of the [texts, V] first-position scratch table: texts are processed in groups under this.
-SCRATCH_BYTES = 64 << 20
-_NO_POSITION = torch.iinfo(torch.int32).max
 
 
 @triton.jit
@@ -89,67 +82,39 @@ def _bottom_k_means_kernel(
 
 
 @triton.jit
-def _first_position_kernel(
-    ids_ptr,
-    segments_ptr,
-    offsets_ptr,
-    first_position_ptr,
-    group_begin,
-    group_end,
-    first_text,
-    vocab_size,
-    BLOCK_L: tl.constexpr,
-):
-    flat = group_begin + tl.program_id(0).to(tl.int64) * BLOCK_L + tl.arange(0, BLOCK_L)
-    live = flat < group_end
-    ids = tl.load(ids_ptr + flat, mask=live, other=0)
-    text = tl.load(segments_ptr + flat, mask=live, other=first_text).to(tl.int64)
-    position = (flat - tl.load(offsets_ptr + text, mask=live, other=0)).to(tl.int32)
-    slot = (text - first_text) * vocab_size + ids
-    tl.atomic_min(first_position_ptr + slot, position, mask=live)
-
-
-@triton.jit
 def _capped_first_mean_kernel(
     ids_ptr,
     logp_ptr,
+    first_ptr,
     offsets_ptr,
-    first_position_ptr,
     log_frequencies_ptr,
-    first_mask_ptr,
     means_ptr,
-    first_text,
-    vocab_size,
     cap,
     BLOCK_L: tl.constexpr,
 ):
-    text = first_text + tl.program_id(0).to(tl.int64)
+    text = tl.program_id(0).to(tl.int64)
     begin = tl.load(offsets_ptr + text)
     length = tl.load(offsets_ptr + text + 1) - begin
-    table = first_position_ptr + (text - first_text) * vocab_size
     positions = tl.arange(0, BLOCK_L)
     total = tl.zeros((), tl.float64)
     firsts = tl.zeros((), tl.int64)
     for start in range(0, length, BLOCK_L):
         live = start + positions < length
-        ids = tl.load(ids_ptr + begin + start + positions, mask=live, other=0)
-        first = live & (tl.load(table + ids, mask=live, other=-1) == start + positions)
+        first = live & (tl.load(first_ptr + begin + start + positions, mask=live, other=0) != 0)
+        ids = tl.load(ids_ptr + begin + start + positions, mask=first, other=0)
         logp = tl.load(logp_ptr + begin + start + positions, mask=first, other=0.0)
         log_f = tl.load(log_frequencies_ptr + ids, mask=first, other=0.0).to(tl.float64)
         alpha = tl.minimum(tl.exp(logp).to(tl.float64) * -log_f, cap)
         total += tl.sum(tl.where(first, alpha, 0.0), axis=0)
         firsts += tl.sum(first.to(tl.int64), axis=0)
-        tl.store(first_mask_ptr + begin + start + positions, first.to(tl.int8), mask=live)
     mean = total / tl.maximum(firsts, 1).to(tl.float64)
     tl.store(means_ptr + text, tl.where(firsts > 0, mean, float("nan")))
 
 
-def bottom_k_counts(lengths: torch.Tensor, ks: Sequence[float]) -> torch.Tensor:
-    """max(1, floor(k * n)) per text and k, int64 [B, K]; floor(k * n) in float64 like ``int(n * k)``."""
-    if not ks or not all(0.0 < k <= 1.0 for k in ks):
-        raise ValueError(f"ks must be fractions in (0, 1], got {list(ks)}")
-    fractions = torch.tensor(list(ks), dtype=torch.float64, device=lengths.device)
-    return torch.floor(lengths.to(torch.float64)[:, None] * fractions[None, :]).to(torch.int64).clamp_(min=1)
+def bottom_k_blocks(n_ks: int) -> tuple[int, int]:
+    """(BLOCK_L, BLOCK_K) of the bottom-k kernel for ``n_ks`` columns: a [BLOCK_K, BLOCK_L] tile of 8192 at most."""
+    block_k = triton.next_power_of_2(n_ks)
+    return max(16, min(BLOCK_POSITIONS, 8192 // block_k)), block_k
 
 
 def _check_offsets(offsets: torch.Tensor, n_values: int) -> torch.Tensor:
@@ -161,63 +126,57 @@ def _check_offsets(offsets: torch.Tensor, n_values: int) -> torch.Tensor:
     return offsets
 
 
-def bottom_k_means(values: torch.Tensor, offsets: torch.Tensor, ks: Sequence[float]) -> torch.Tensor:
-    """Mean of each text's ``max(1, floor(k * n))`` lowest values for every k: fp64 [B, len(ks)].
+def bottom_k_means(values: torch.Tensor, offsets: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Mean of the ``counts[r, j]`` lowest values of each text r, for every column j: fp64 [B, K].
 
-    values [N] (fp32, or fp16/bf16, upcast), offsets [B + 1]; NaN for a text with no values.
+    values [N] (fp32, or fp16/bf16, upcast), offsets [B + 1], counts int [B, K] with each count in
+    [1, n_r] for a text of n_r > 0 values; NaN for a text with no values.
     """
     if values.dim() != 1:
         raise ValueError(f"values must be 1-D, got shape {tuple(values.shape)}")
     offsets = _check_offsets(offsets, values.numel())
-    counts = bottom_k_counts(offsets[1:] - offsets[:-1], ks).contiguous()
-    n_texts, n_ks = counts.shape
+    n_texts = offsets.numel() - 1
+    if counts.dim() != 2 or counts.shape[0] != n_texts or counts.shape[1] < 1:
+        raise ValueError(f"counts must be [texts, K] = [{n_texts}, K >= 1], got shape {tuple(counts.shape)}")
+    counts = counts.to(device=values.device, dtype=torch.int64).contiguous()
+    lengths = (offsets[1:] - offsets[:-1])[:, None]
+    if bool(((counts < 1) | ((counts > lengths) & (lengths > 0))).any()):
+        raise ValueError("every count must lie in [1, the text's number of values]")
+    n_ks = counts.shape[1]
     means = torch.empty((n_texts, n_ks), dtype=torch.float64, device=values.device)
     if n_texts:
-        block_k = triton.next_power_of_2(n_ks)
+        block_l, block_k = bottom_k_blocks(n_ks)
         _bottom_k_means_kernel[(n_texts,)](
-            values.to(torch.float32).contiguous(), offsets, counts, means, n_ks,
-            BLOCK_L=max(16, min(BLOCK_POSITIONS, 8192 // block_k)), BLOCK_K=block_k,
+            values.to(torch.float32).contiguous(), offsets, counts, means, n_ks, BLOCK_L=block_l, BLOCK_K=block_k,
         )
     return means
 
 
-def first_occurrence_capped_mean(
+def capped_first_occurrence_mean(
     target_ids: torch.Tensor,
     logp: torch.Tensor,
+    first_occurrence: torch.Tensor,
     offsets: torch.Tensor,
     log_frequencies: torch.Tensor,
     cap: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(first-occurrence mask [N] bool, DC-PDD score [B] fp64).
-
-    The score of a text is the mean, over the first occurrence of each distinct id in it, of
-    min(exp(logp) * -log_frequencies[id], cap); NaN for a text with no values.
-    """
-    if target_ids.shape != logp.shape or target_ids.dim() != 1:
-        raise ValueError(f"target_ids and logp must be 1-D of one length, got {tuple(target_ids.shape)} and {tuple(logp.shape)}")
+) -> torch.Tensor:
+    """DC-PDD score [B] fp64: per text, the mean over the positions marked in ``first_occurrence``
+    of min(exp(logp) * -log_frequencies[id], cap); NaN for a text with no marked position."""
+    if not (target_ids.dim() == 1 and target_ids.shape == logp.shape == first_occurrence.shape):
+        raise ValueError(
+            "target_ids, logp and first_occurrence must be 1-D of one length, got "
+            f"{tuple(target_ids.shape)}, {tuple(logp.shape)} and {tuple(first_occurrence.shape)}"
+        )
     offsets = _check_offsets(offsets, target_ids.numel())
     vocab_size = log_frequencies.numel()
     ids = target_ids.to(torch.int64).contiguous()
     if ids.numel() and bool(((ids < 0) | (ids >= vocab_size)).any()):
         raise ValueError(f"target ids must lie in [0, {vocab_size}), the length of log_frequencies")
-    device, n_texts = ids.device, offsets.numel() - 1
-    first_mask = torch.zeros(ids.numel(), dtype=torch.int8, device=device)
-    means = torch.empty(n_texts, dtype=torch.float64, device=device)
-    group = max(1, min(n_texts, SCRATCH_BYTES // (4 * vocab_size)))
-    first_position = torch.empty((group, vocab_size), dtype=torch.int32, device=device)
-    segments = torch.repeat_interleave(torch.arange(n_texts, dtype=torch.int32, device=device), offsets[1:] - offsets[:-1])
-    logp, log_frequencies = logp.to(torch.float32).contiguous(), log_frequencies.contiguous()
-    for first_text in range(0, n_texts, group):
-        last_text = min(first_text + group, n_texts)
-        group_begin, group_end = int(offsets[first_text]), int(offsets[last_text])
-        first_position.fill_(_NO_POSITION)
-        if group_end > group_begin:
-            _first_position_kernel[(triton.cdiv(group_end - group_begin, BLOCK_POSITIONS),)](
-                ids, segments, offsets, first_position, group_begin, group_end, first_text, vocab_size,
-                BLOCK_L=BLOCK_POSITIONS,
-            )
-        _capped_first_mean_kernel[(last_text - first_text,)](
-            ids, logp, offsets, first_position, log_frequencies, first_mask, means, first_text, vocab_size, float(cap),
-            BLOCK_L=BLOCK_POSITIONS,
+    n_texts = offsets.numel() - 1
+    means = torch.empty(n_texts, dtype=torch.float64, device=ids.device)
+    if n_texts:
+        _capped_first_mean_kernel[(n_texts,)](
+            ids, logp.to(torch.float32).contiguous(), first_occurrence.to(torch.int8).contiguous(), offsets,
+            log_frequencies.contiguous(), means, float(cap), BLOCK_L=BLOCK_POSITIONS,
         )
-    return first_mask.bool(), means
+    return means

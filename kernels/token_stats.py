@@ -1,4 +1,4 @@
-"""Per-row token statistics in one read of the logits, and from hidden states without full logits.
+"""Per-row token statistics in one read of the logits.
 
 For a row of logits z over the vocabulary and its target id x:
     logp = z_x - lse,   mu = sum_v p_v log p_v = E_p[z] - lse,   var = Var_p[log p] = Var_p[z].
@@ -19,8 +19,6 @@ import triton
 import triton.language as tl
 
 MAX_BLOCK_V = 4096
-# Bytes of logits one chunk of the fused head path materialises.
-DEFAULT_CHUNK_BYTES = 256 << 20
 
 
 @triton.jit
@@ -84,6 +82,12 @@ def _token_stats_kernel(
     tl.store(var_ptr + row, tl.where(valid, m2 / tl.maximum(weight, TINY), 0.0))
 
 
+def token_stats_launch(vocab_size: int) -> tuple[int, int]:
+    """(BLOCK_V, num_warps) of the token_stats kernel for a vocabulary."""
+    block = min(MAX_BLOCK_V, triton.next_power_of_2(vocab_size))
+    return block, 8 if block >= 2048 else 4
+
+
 def _check_targets(targets: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
     bad = ((targets < 0) | (targets >= vocab_size)) & (targets != ignore_index)
     if bool(bad.any()):
@@ -111,43 +115,8 @@ def token_stats(
     n = rows.shape[0]
     logp, mu, var = (torch.empty(n, dtype=torch.float32, device=logits.device) for _ in range(3))
     if n:
-        block = min(MAX_BLOCK_V, triton.next_power_of_2(vocab_size))
+        block, warps = token_stats_launch(vocab_size)
         _token_stats_kernel[(n,)](
-            rows, rows.stride(0), flat_targets, logp, mu, var, vocab_size, ignore_index,
-            BLOCK_V=block, num_warps=8 if block >= 2048 else 4,
+            rows, rows.stride(0), flat_targets, logp, mu, var, vocab_size, ignore_index, BLOCK_V=block, num_warps=warps,
         )
     return logp.view(leading), mu.view(leading), var.view(leading)
-
-
-def fused_linear_token_stats(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    ignore_index: int = -100,
-    chunk_rows: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logp, mu, var) of logits = hidden @ weight.T (+ bias) without materialising them all.
-
-    hidden [N, H], weight [V, H]. A chunk of rows at a time is projected into one reused buffer
-    (a cuBLAS matmul), then reduced by :func:`token_stats`; extra memory is O(chunk_rows x V).
-    """
-    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"hidden [N, H] and weight [V, H] expected, got {tuple(hidden.shape)} and {tuple(weight.shape)}")
-    n, vocab_size = hidden.shape[0], weight.shape[0]
-    if chunk_rows is None:
-        chunk_rows = max(1, DEFAULT_CHUNK_BYTES // (vocab_size * hidden.element_size()))
-    chunk_rows = min(chunk_rows, max(n, 1))
-    buffer = torch.empty((chunk_rows, vocab_size), dtype=hidden.dtype, device=hidden.device)
-    outputs = [torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3)]
-    weight_t = weight.t()
-    for start in range(0, n, chunk_rows):
-        stop = min(start + chunk_rows, n)
-        logits = buffer[: stop - start]
-        if bias is None:
-            torch.matmul(hidden[start:stop], weight_t, out=logits)
-        else:
-            torch.addmm(bias, hidden[start:stop], weight_t, out=logits)
-        for out, value in zip(outputs, token_stats(logits, targets[start:stop], ignore_index)):
-            out[start:stop] = value
-    return tuple(outputs)

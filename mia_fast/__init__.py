@@ -1,27 +1,51 @@
-"""mia-fast: fast, exact pretraining-data detection."""
+"""mia-fast: fast, exact pretraining-data detection.
 
-from mia_fast import metrics
-from mia_fast.api import DEFAULT_METHODS, Detector, Scores
+The names below are imported on first use, so ``import mia_fast`` loads no torch, transformers or
+triton until something needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from mia_fast.errors import MiaFastError
-from mia_fast.freq import FrequencyTable
-from mia_fast.methods import DEFAULT_KS, REGISTRY, ScoringInputs, resolve_methods
-from mia_fast.methods import score as score_stats
-from mia_fast.models import LoadedModel, load_model
-from mia_fast.stats import TokenStats
 
-__all__ = [
-    "DEFAULT_KS",
-    "DEFAULT_METHODS",
-    "REGISTRY",
-    "Detector",
-    "FrequencyTable",
-    "LoadedModel",
-    "MiaFastError",
-    "Scores",
-    "ScoringInputs",
-    "TokenStats",
-    "load_model",
-    "metrics",
-    "resolve_methods",
-    "score_stats",
-]
+# public name: (module, attribute in it; None for the module itself)
+_EXPORTS = {
+    "DEFAULT_KS": ("mia_fast.methods.registry", "DEFAULT_KS"),
+    "DEFAULT_METHODS": ("mia_fast.methods.registry", "DEFAULT_METHODS"),
+    "REGISTRY": ("mia_fast.methods", "REGISTRY"),
+    "Detector": ("mia_fast.api", "Detector"),
+    "Scores": ("mia_fast.api", "Scores"),
+    "score_file": ("mia_fast.api", "score_file"),
+    "MethodOptions": ("mia_fast.methods", "MethodOptions"),
+    "ScoringInputs": ("mia_fast.methods", "ScoringInputs"),
+    "resolve_methods": ("mia_fast.methods", "resolve_methods"),
+    "score_stats": ("mia_fast.methods", "score"),
+    "Pass": ("mia_fast.pipeline.passes", "Pass"),
+    "TokenStats": ("mia_fast.pipeline.stats", "TokenStats"),
+    "LoadedModel": ("mia_fast.pipeline.models", "LoadedModel"),
+    "load_model": ("mia_fast.pipeline.models", "load_model"),
+    "FrequencyTable": ("mia_fast.frequency.table", "FrequencyTable"),
+    "build_from_text": ("mia_fast.frequency.sources", "build_from_text"),
+    "build_from_tokens": ("mia_fast.frequency.sources", "build_from_tokens"),
+    "metrics": ("mia_fast.evaluation.metrics", None),
+}
+
+__all__ = ["MiaFastError", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mia_fast' has no attribute {name!r}")
+    module, attribute = _EXPORTS[name]
+    value = importlib.import_module(module)
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,24 +1,39 @@
-"""The Python API: ``Detector`` scores texts with every requested method from one forward pass."""
+"""The Python API: ``Detector`` scores texts with every requested method, running each pass the methods
+need once; ``score_file`` scores a dataset into a file block by block, resumably."""
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from mia_fast import methods as methods_module
-from mia_fast.engine import StatsEngine, TokenCallback
+from mia_fast.data.files import Dataset, ResultWriter
 from mia_fast.errors import MiaFastError
-from mia_fast.freq import FrequencyTable, model_log_frequencies
-from mia_fast.methods import DEFAULT_A, DEFAULT_KS, MethodRequest, ScoringInputs
-from mia_fast.models import LoadedModel, load_model
-from mia_fast.reductions import NUMPY, TritonReductions
-from mia_fast.stats import TokenStats
+from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
+from mia_fast.methods import registry
+from mia_fast.methods.registry import (
+    DEFAULT_A,
+    DEFAULT_KS,
+    DEFAULT_METHODS,
+    NEEDS_NONMEMBER_PREFIX,
+    NEEDS_TEXT,
+    MethodOptions,
+    MethodRequest,
+    ScoringInputs,
+)
+from mia_fast.pipeline.engine import StatsEngine, TokenCallback
+from mia_fast.pipeline.models import LoadedModel, load_model
+from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, HiddenStatesReadout, Pass
+from mia_fast.pipeline.stats import TokenStats
 
-DEFAULT_METHODS: tuple[str, ...] = ("loss", "zlib", "mink", "minkpp")
 UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
+DEFAULT_BLOCK_ROWS = 512
+# Rough characters per token, only to size the progress bar before a block is tokenized.
+_CHARS_PER_TOKEN = 4
 
 
 @dataclass
@@ -43,13 +58,16 @@ class Scores(Mapping[str, np.ndarray]):
         return len(self.columns)
 
 
-def check_resources(requests: Sequence[MethodRequest], has_reference: bool, has_frequencies: bool) -> None:
-    """Refuses methods whose extra inputs were not supplied, before any model is loaded."""
-    needs = methods_module.needs_of(requests)
-    if methods_module.NEEDS_REFERENCE in needs and not has_reference:
-        raise MiaFastError("method 'ref' needs a reference model (--ref-model)")
-    if methods_module.NEEDS_FREQUENCIES in needs and not has_frequencies:
-        raise MiaFastError("method 'dcpdd' needs a token frequency table (--freq-table; build one with 'mia-fast freq build')")
+def refuse_prefix_overlap(texts: Sequence[str], prefix_texts: Sequence[str]) -> None:
+    """A known non-member used as a prefix must not also be judged: it would bias its own score."""
+    prefix = {p.strip() for p in prefix_texts}
+    shared = [t for t in texts if t.strip() and t.strip() in prefix]
+    if shared:
+        example = shared[0] if len(shared[0]) <= 60 else shared[0][:57] + "..."
+        raise MiaFastError(
+            f"{len(shared)} scored text(s) are also prefix texts (e.g. {example!r}); "
+            "the prefix must be known non-members that are not themselves scored"
+        )
 
 
 class Detector:
@@ -60,7 +78,9 @@ class Detector:
     >>> scores["mink_0.2"]
 
     ``model`` and ``ref_model`` also take a :class:`LoadedModel` already in memory (e.g. one just
-    fine-tuned); ``device`` and ``dtype`` then apply only to models loaded here.
+    fine-tuned); ``device`` and ``dtype`` then apply only to models loaded here. ``backend`` picks
+    the Triton kernels or the reference for the token statistics and the per-text reductions alike.
+    ``prefix_nonmembers`` are known non-member texts, the prefix of ``recall``.
     """
 
     def __init__(
@@ -70,6 +90,7 @@ class Detector:
         gguf: str | os.PathLike | None = None,
         ref_model: str | LoadedModel | None = None,
         frequencies: str | os.PathLike | np.ndarray | FrequencyTable | None = None,
+        prefix_nonmembers: Sequence[str] | None = None,
         device: str | None = None,
         dtype: str | None = None,
         prepend_start: bool = True,
@@ -84,18 +105,22 @@ class Detector:
 
         self.target = StatsEngine(loaded(model, gguf=gguf), max_length=max_length, **engine_options)
         self.reference = StatsEngine(loaded(ref_model), **engine_options) if ref_model is not None else None
-        # The bottom-k and DC-PDD reductions follow the statistics onto the kernels.
-        self.reductions = TritonReductions(self.target.loaded.device) if self.target.backend == "triton" else NUMPY
+        self.engines = {TARGET: self.target, **({REFERENCE: self.reference} if self.reference else {})}
+        self.backend = self.target.backend
         loaded_target = self.target.loaded
         self.log_frequencies = (
             model_log_frequencies(frequencies, loaded_target.tokenizer, loaded_target.vocab_size)
             if frequencies is not None
             else None
         )
+        self.prefix_nonmembers = tuple(prefix_nonmembers or ())
 
     def token_stats(self, texts: Sequence[str]) -> TokenStats:
         """TokenStats of ``texts`` under the target model (save them to re-score without a forward pass)."""
         return self.target.compute(texts)
+
+    def options(self, a: float = DEFAULT_A) -> MethodOptions:
+        return MethodOptions(a=a, prefix_nonmembers=self.prefix_nonmembers)
 
     def score(
         self,
@@ -111,8 +136,8 @@ class Detector:
 
     def requests(self, methods: Sequence[str], k: Sequence[float] = DEFAULT_KS) -> list[MethodRequest]:
         """Resolves method names and checks that this detector can serve them."""
-        requests = methods_module.resolve_methods(methods, k)
-        check_resources(requests, has_reference=self.reference is not None, has_frequencies=self.log_frequencies is not None)
+        requests = registry.resolve_methods(methods, k)
+        registry.check_available(requests, self.options(), models=list(self.engines), has_frequencies=self.log_frequencies is not None)
         return requests
 
     def score_requests(
@@ -126,25 +151,192 @@ class Detector:
         texts = list(texts)
         if not all(isinstance(t, str) for t in texts):
             raise MiaFastError("every text must be a string")
-        needs = methods_module.needs_of(requests)
+        needs = registry.needs_of(requests)
+        if NEEDS_NONMEMBER_PREFIX in needs:
+            refuse_prefix_overlap(texts, self.prefix_nonmembers)
         # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash.
         cleaned = [t if t.strip() else "" for t in texts]
-        passes = {"stats": (self.target, cleaned)}
-        if methods_module.NEEDS_LOWERCASE in needs:
-            passes["lowercase_stats"] = (self.target, [t.lower() for t in cleaned])
-        if methods_module.NEEDS_REFERENCE in needs:
-            passes["reference_stats"] = (self.reference, cleaned)
-        computed = {name: engine.compute(batch, on_tokenized, on_progress) for name, (engine, batch) in passes.items()}
+        options = self.options(a)
+        results = self.run_passes(cleaned, registry.passes_of(requests, options), on_tokenized, on_progress)
+        plain = results.pop(PLAIN)
         inputs = ScoringInputs(
-            texts=cleaned if methods_module.NEEDS_TEXT in needs else None,
+            stats=plain,
+            passes=results,
+            texts=cleaned if NEEDS_TEXT in needs else None,
             log_frequencies=self.log_frequencies,
-            a=a,
-            reductions=self.reductions,
-            **computed,
+            options=options,
+            impl=self.backend,
+            device=self.target.loaded.device,
         )
-        columns = methods_module.score(inputs, requests)
-        n_tokens = computed["stats"].lengths
+        columns = registry.score(inputs, requests)
+        n_tokens = plain.lengths
         warnings = [UNSCORABLE_WARNING if n == 0 else None for n in n_tokens]
         for name in columns:
             columns[name][n_tokens == 0] = np.nan
         return Scores(columns=columns, n_tokens=n_tokens, warnings=warnings)
+
+    def run_passes(
+        self,
+        texts: Sequence[str],
+        passes: Sequence[Pass],
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+    ) -> dict[Pass, Any]:
+        """The result of every pass over ``texts``: TokenStats, or hidden states for a hidden-state readout.
+
+        Each distinct (model, prefix, transformed text, readout) runs once, and all of a model's work
+        for one readout is batched together under its token budget.
+        """
+        groups: dict[tuple[str, Any], dict[tuple[str, str], int]] = {}
+        positions: dict[Pass, list[int]] = {}
+        for p in passes:
+            if p.model not in self.engines:
+                raise MiaFastError(f"a pass needs the {p.model} model, which this detector does not hold")
+            units = groups.setdefault((p.model, p.readout), {})
+            positions[p] = [units.setdefault((p.prefix, p.transform(t)), len(units)) for t in texts]
+        computed = {}
+        for (model, readout), units in groups.items():
+            engine = self.engines[model]
+            prefixes, unit_texts = [u[0] for u in units], [u[1] for u in units]
+            if isinstance(readout, HiddenStatesReadout):
+                computed[model, readout] = engine.hidden_states(unit_texts, readout, prefixes)
+            else:
+                computed[model, readout] = engine.compute(unit_texts, on_tokenized, on_progress, prefixes)
+        results = {}
+        for p, indices in positions.items():
+            result = computed[p.model, p.readout]
+            results[p] = result.take(indices) if isinstance(result, TokenStats) else result[indices]
+        return results
+
+
+def output_columns(dataset: Dataset, requests: Sequence[MethodRequest], id_field: str, label_field: str) -> list[str]:
+    """The columns of a scores file: the input's id and label (where it has them), n_tokens, every score, warning."""
+    columns = []
+    if dataset.ids is not None:
+        columns.append(id_field)
+    if dataset.labels is not None:
+        columns.append(label_field)
+    columns.append("n_tokens")
+    columns.extend(c for r in requests for c in r.columns)
+    columns.append("warning")
+    return columns
+
+
+class _TokenProgress:
+    """A tqdm bar over tokens whose total starts as an estimate and is corrected as blocks are tokenized."""
+
+    def __init__(self, estimated_tokens: int, rows: int, disable: bool):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=estimated_tokens, unit="tok", unit_scale=True, dynamic_ncols=True, disable=disable, file=sys.stderr)
+        self.rows_total, self.rows_done = rows, 0
+        self.block_estimate = 0
+
+    def start_block(self, estimate: int) -> None:
+        self.block_estimate = estimate
+
+    def tokenized(self, tokens: int) -> None:
+        self.bar.total = max(self.bar.n, self.bar.total - self.block_estimate + tokens)
+        self.block_estimate = 0
+        self.bar.refresh()
+
+    def advance(self, tokens: int) -> None:
+        self.bar.update(tokens)
+
+    def rows(self, count: int) -> None:
+        self.rows_done += count
+        self.bar.set_postfix_str(f"{self.rows_done}/{self.rows_total} texts")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def score_file(
+    dataset: Dataset,
+    out: str | os.PathLike,
+    *,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    k: Sequence[float] = DEFAULT_KS,
+    a: float = DEFAULT_A,
+    detector: Detector | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    id_field: str = "id",
+    label_field: str = "label",
+    progress: bool = True,
+    data_name: str = "the input",
+    log: Callable[[str], None] = lambda message: None,
+    **detector_options: Any,
+) -> Path:
+    """Scores ``dataset`` into ``out`` (.jsonl, .csv or .parquet) block by block, one row per text in
+    input order, each block appended and fsync'ed. With ``resume`` a killed run continues after its
+    last complete row; an existing output is never replaced without ``overwrite``.
+
+    Everything that can be checked without a model is checked before one is loaded: the methods, the
+    models and inputs they need, the output, and whether a resumed output belongs to this input. The
+    detector is ``detector``, or one made from ``detector_options`` (see :class:`Detector`) only when
+    rows remain to be scored. ``log`` receives one-line notes (resuming, texts that could not be scored).
+    """
+    out = Path(out)
+    if block_rows < 1:
+        raise MiaFastError("--block-rows must be positive")
+    requests = registry.resolve_methods(methods, k)
+    prefix = detector.prefix_nonmembers if detector is not None else tuple(detector_options.get("prefix_nonmembers") or ())
+    if detector is not None:
+        models, has_frequencies = list(detector.engines), detector.log_frequencies is not None
+    else:
+        models = [REFERENCE] if detector_options.get("ref_model") is not None else []
+        has_frequencies = detector_options.get("frequencies") is not None
+    registry.check_available(requests, MethodOptions(a=a, prefix_nonmembers=prefix), models=models, has_frequencies=has_frequencies)
+    if NEEDS_NONMEMBER_PREFIX in registry.needs_of(requests):
+        refuse_prefix_overlap(dataset.texts, prefix)
+    writer = ResultWriter(out, output_columns(dataset, requests, id_field, label_field), resume=resume, overwrite=overwrite)
+    if writer.done_rows > len(dataset.texts):
+        raise MiaFastError(f"{out} holds {writer.done_rows} rows but {data_name} only {len(dataset.texts)}; not the same input")
+    if writer.done_rows and dataset.ids is not None:
+        written = [str(v) for v in writer.written_column(id_field)]
+        if written != [str(v) for v in dataset.ids[: writer.done_rows]]:
+            raise MiaFastError(f"{out} was written for other input rows (ids differ); not resuming")
+    if writer.done_rows == len(dataset.texts):
+        writer.close()
+        log(f"{out}: all {writer.done_rows} rows already scored")
+        return out
+    if writer.done_rows:
+        log(f"resuming {out} after {writer.done_rows} rows")
+
+    detector = detector or Detector(**detector_options)
+    requests = detector.requests(methods, k)
+    passes = len(registry.passes_of(requests, detector.options(a)))
+    remaining = range(writer.done_rows, len(dataset.texts))
+    estimate = lambda rows: passes * sum(len(dataset.texts[i]) for i in rows) // _CHARS_PER_TOKEN
+    bar = _TokenProgress(estimate(remaining), len(remaining), disable=not progress)
+    try:
+        for start in range(writer.done_rows, len(dataset.texts), block_rows):
+            block = range(start, min(start + block_rows, len(dataset.texts)))
+            bar.start_block(estimate(block))
+            scores = detector.score_requests([dataset.texts[i] for i in block], requests, a, bar.tokenized, bar.advance)
+            writer.write(_rows(dataset, block, scores, id_field, label_field))
+            bar.rows(len(block))
+    finally:
+        bar.close()
+    writer.close()
+    unscorable = sum(1 for w in writer.written_column("warning") if w not in (None, ""))
+    if unscorable:
+        log(f"warning: {unscorable} texts could not be scored; their scores are NaN, see the 'warning' column")
+    return out
+
+
+def _rows(dataset: Dataset, block: range, scores: Scores, id_field: str, label_field: str) -> list[dict]:
+    rows = []
+    for j, i in enumerate(block):
+        row: dict = {}
+        if dataset.ids is not None:
+            row[id_field] = dataset.ids[i]
+        if dataset.labels is not None:
+            row[label_field] = dataset.labels[i]
+        row["n_tokens"] = int(scores.n_tokens[j])
+        row.update({name: float(values[j]) for name, values in scores.items()})
+        row["warning"] = scores.warnings[j]
+        rows.append(row)
+    return rows

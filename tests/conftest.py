@@ -7,17 +7,32 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
 # Without a GPU, Triton kernels run in the interpreter; it must be chosen before triton is imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import json  # noqa: E402
-import random  # noqa: E402
-from pathlib import Path  # noqa: E402
+import importlib.util
+import json
+import random
+import sys
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark_module(name: str):
+    """A module of benchmarks/ loaded by file path: the repository root is never put on sys.path."""
+    key = f"_mia_fast_benchmarks_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 CORPUS = [
     "the quick brown fox jumps over the lazy dog",

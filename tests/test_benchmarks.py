@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import benchmark_module
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import SHARED_DATA  # noqa: E402
+SHARED_DATA = benchmark_module("common").SHARED_DATA
 
 
 @pytest.mark.slow

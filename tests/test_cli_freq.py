@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import CORPUS
 from test_cli import fail, read_jsonl, run_cli
-from mia_fast.freq import FrequencyTable
 from transformers import AutoTokenizer
+
+from mia_fast.frequency.table import FrequencyTable
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ import struct
 
 import numpy as np
 import pytest
-
 from conftest import CORPUS, train_tokenizer
-from mia_fast import corpus
-from mia_fast.corpus import build_from_text, build_from_tokens
+
 from mia_fast.errors import MiaFastError
-from mia_fast.freq import FrequencyTable, tokenizer_fingerprint
+from mia_fast.frequency import sources as corpus
+from mia_fast.frequency.sources import build_from_text, build_from_tokens
+from mia_fast.frequency.table import FrequencyTable, tokenizer_fingerprint
 
 ENGLISH_DOCS = [f"{CORPUS[i % 6]} ({i}) " + CORPUS[(i * 5) % 7] for i in range(60)] + ["", "x"]
 CHINESE_DOCS = [

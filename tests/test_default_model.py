@@ -1,19 +1,17 @@
 """Checks on the built-in SmolLM2-135M and real text from ../shared/data (skipped where either is missing)."""
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import benchmark_module
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from mia_fast import Detector, MethodOptions, ScoringInputs, resolve_methods, score_stats
+from mia_fast.frequency.build import count_token_ids
+from mia_fast.frequency.table import laplace_log_frequencies
 
-from benchmarks.common import SHARED_DATA, pile_texts  # noqa: E402
-from mia_fast import Detector, ScoringInputs, resolve_methods, score_stats  # noqa: E402
-from mia_fast.freq import count_token_ids, laplace_log_frequencies  # noqa: E402
-from mia_fast.reference_loop import public_loop_scores  # noqa: E402
+SHARED_DATA, pile_texts = benchmark_module("common").SHARED_DATA, benchmark_module("common").pile_texts
+public_loop_scores = benchmark_module("reference_loop").public_loop_scores
 
 pytestmark = [
     pytest.mark.default_model,
@@ -39,8 +37,13 @@ def test_parity_with_public_minkpp_loop(detector, wiki_texts):
 
     Every column agrees with the public loop to 1e-4 relative. Our statistics are closer to fp64
     than the public code's (its mu carries ~6e-5 of fp32 error), so on means of z near zero
-    (minkpp_1.0) the two differ by up to ~3e-5 absolute; there we also require ours to be at least
-    as close as the public loop to the same loop run on fp64 logits.
+    (minkpp_1.0) the two differ by up to ~3e-5 absolute; there we also require ours to be, on
+    average over the texts, at least as close as the public loop to the same loop run on fp64 logits.
+
+    Text by text that comparison is not stable across CPUs: our logits come from the base model and
+    the head applied to 2-D chunks, theirs from the full forward, and the two GEMMs round differently
+    (on an AVX-512 Xeon a few near-tied bottom-10% selections flip, up to 8e-6 the other way; on the
+    AVX2 EPYC none did). So text by text ours may be at most 2e-5 farther, well inside the atol.
     """
     loaded = detector.target.loaded
     ours = detector.score(wiki_texts, methods=["loss", "zlib", "mink", "minkpp"], k=KS)
@@ -50,7 +53,9 @@ def test_parity_with_public_minkpp_loop(detector, wiki_texts):
         got, public, exact = ours[column], np.asarray(theirs[column]), np.asarray(truth[column])
         if column.startswith("minkpp"):
             np.testing.assert_allclose(got, public, rtol=1e-4, atol=3e-5, err_msg=column)
-            assert (np.abs(got - exact) <= np.abs(public - exact) + 1e-6).all(), column
+            ours_error, public_error = np.abs(got - exact), np.abs(public - exact)
+            assert ours_error.mean() <= public_error.mean(), column
+            assert (ours_error <= public_error + 2e-5).all(), column
         else:
             np.testing.assert_allclose(got, public, rtol=1e-4, err_msg=column)
 
@@ -65,7 +70,7 @@ def test_dcpdd_matches_direct_numpy_on_real_text(detector):
     texts = pile_texts("pubmed_abstracts", n=20, max_words=150)
     stats = detector.token_stats(texts)
     log_f = laplace_log_frequencies(counts, loaded.vocab_size)
-    ours = score_stats(ScoringInputs(stats=stats, log_frequencies=log_f, a=0.01), resolve_methods(["dcpdd"]))["dcpdd"]
+    ours = score_stats(ScoringInputs(stats=stats, log_frequencies=log_f, options=MethodOptions(a=0.01)), resolve_methods(["dcpdd"]))["dcpdd"]
     np.testing.assert_allclose(detector.score(texts, methods=["dcpdd"], a=0.01)["dcpdd"], ours, rtol=1e-6)
 
     f = (counts.astype(np.float64) + 1) / (counts.sum() + loaded.vocab_size)
@@ -102,11 +107,11 @@ def test_dcpdd_from_a_built_table_equals_the_equivalent_counts_npy(detector, tmp
     import gzip
     import json
 
-    from mia_fast import FrequencyTable
+    from mia_fast import build_from_text
 
     tokenizer, vocab = detector.target.loaded.tokenizer, detector.target.loaded.vocab_size
     corpus_file = SHARED_DATA / "pile_test" / "pile_cc.jsonl.gz"
-    table = FrequencyTable.build([corpus_file], tokenizer, workers=2)
+    table = build_from_text([corpus_file], tokenizer, workers=2).table
     docs = [json.loads(line)["text"] for line in gzip.open(corpus_file, "rt")]
     counts = np.bincount(np.concatenate([tokenizer.encode(d, add_special_tokens=False) for d in docs]), minlength=vocab)
     np.testing.assert_array_equal(table.counts, counts)

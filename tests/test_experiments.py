@@ -6,12 +6,12 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import CORPUS
 from test_cli import fail, run_cli
+
 from mia_fast import load_model
 from mia_fast.errors import MiaFastError
-from mia_fast.experiments import FineTuning, TrainingDiverged, prepare_texts, run_experiment, split_members, stdlib_corpus
+from mia_fast.evaluation.experiments import FineTuning, TrainingDiverged, prepare_texts, run_experiment, split_members, stdlib_corpus
 
 
 def corpus_texts(n=40):
@@ -47,6 +47,18 @@ def test_fine_tuning_plants_members_that_the_methods_find(tiny_model_dir, tmp_pa
     for name in ("report.md", "report.html", "roc.png", "histograms.png", "training_loss.png", "scores.jsonl"):
         assert (tmp_path / "r" / name).is_file()
     assert "Fine-tuning loss on the members" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_recall_prefix_is_drawn_beside_the_experiment_and_never_scored(tiny_model_dir, tmp_path):
+    loaded = load_model(str(tiny_model_dir))
+    tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
+    experiment, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "recall"],
+                                         bootstrap=20, prefix_shots=2)
+    assert set(results) == {"loss", "recall"} and np.isfinite(results["recall"].auroc)
+    assert len(experiment.texts) == 16
+    drawn = prepare_texts(corpus_texts(), loaded.tokenizer, count=18, max_tokens=8, seed=0)
+    assert sorted(experiment.texts) == sorted(drawn[:16]) and not set(drawn[16:]) & set(experiment.texts)
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]["recall_prefix_shots"] == 2
 
 
 def test_a_corpus_too_small_to_split_is_refused(tiny_model_dir, tmp_path):

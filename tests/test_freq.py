@@ -7,10 +7,10 @@ import struct
 
 import numpy as np
 import pytest
-
 from conftest import CORPUS, train_tokenizer
+
 from mia_fast import Detector, load_model
-from mia_fast.freq import (
+from mia_fast.frequency.table import (
     MAGIC,
     FrequencyTable,
     FrequencyTableError,

@@ -7,9 +7,9 @@ where "eager" is the public code's recipe run in the input dtype.
 import numpy as np
 import pytest
 import torch
+from mia_fast.kernels import token_stats
 
-from mia_fast.kernels import fused_linear_token_stats, token_stats
-from mia_fast.stats import token_stats_torch
+from mia_fast.ops.token_stats import linear_token_stats, token_stats_torch
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -127,8 +127,11 @@ def test_fused_linear_equals_matmul_then_token_stats(dtype, with_bias):
     targets[5] = -100
     logits = torch.nn.functional.linear(hidden, weight, bias)
     expected = token_stats(logits.to(DEVICE), targets.to(DEVICE))
-    for chunk_rows in (1, 8, 37, None):
-        got = fused_linear_token_stats(hidden.to(DEVICE), weight.to(DEVICE), targets.to(DEVICE), None if bias is None else bias.to(DEVICE), chunk_rows=chunk_rows)
+    for chunk_rows, stats_rows in ((1, None), (8, None), (37, 5), (1000, None)):
+        got = linear_token_stats(
+            hidden.to(DEVICE), weight.to(DEVICE), targets.to(DEVICE), None if bias is None else bias.to(DEVICE),
+            chunk_rows=chunk_rows, stats_rows=stats_rows, impl="triton",
+        )
         # Chunks change the matmul's blocking, hence the last bits of the logits.
         for a, b in zip(got, expected):
             np.testing.assert_allclose(a.cpu(), b.cpu(), rtol=1e-5, atol=1e-5)
@@ -138,4 +141,4 @@ def test_fused_linear_equals_matmul_then_token_stats(dtype, with_bias):
 
 def test_fused_linear_refuses_mismatched_shapes():
     with pytest.raises(ValueError, match="hidden"):
-        fused_linear_token_stats(torch.randn(3, 8), torch.randn(10, 9), torch.tensor([1, 2, 3]))
+        linear_token_stats(torch.randn(3, 8), torch.randn(10, 9), torch.tensor([1, 2, 3]), chunk_rows=2, impl="triton")

@@ -1,5 +1,5 @@
-"""Aggregation kernels (bottom-k means, first occurrence and the DC-PDD capped mean) against the
-numpy reference (interpreter on CPU): counts exactly, values to 1e-6."""
+"""Aggregation kernels (bottom-k means and the DC-PDD capped mean) against the numpy reference of
+the ops layer (interpreter on CPU): counts exactly, values to 1e-6."""
 
 import numpy as np
 import pytest
@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mia_fast import kernels
-from mia_fast.kernels import bottom_k_means, first_occurrence_capped_mean
 from mia_fast.methods import DEFAULT_KS
-from mia_fast.reductions import NUMPY, bottom_k_counts
-from mia_fast.stats import TokenStats, first_occurrence_mask
+from mia_fast.ops.bottom_k import bottom_k_counts
+from mia_fast.ops.bottom_k import bottom_k_means as reference_bottom_k_means
+from mia_fast.ops.first_occurrence import capped_first_occurrence_mean, first_occurrence_mask
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Lengths around the kernels' block of 1024 positions, plus empty and single-token texts.
@@ -24,6 +24,12 @@ def offsets_of(lengths) -> np.ndarray:
 
 def on_device(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array).to(DEVICE)
+
+
+def bottom_k_means(values: torch.Tensor, offsets: torch.Tensor, ks) -> torch.Tensor:
+    """The kernel, given the counts max(1, floor(k n)) as the ops layer computes them."""
+    counts = bottom_k_counts(np.diff(offsets.cpu().numpy()), ks)
+    return kernels.bottom_k_means(values, offsets, torch.from_numpy(counts).to(values.device))
 
 
 def ragged_values(lengths, seed: int) -> np.ndarray:
@@ -39,13 +45,6 @@ def ragged_values(lengths, seed: int) -> np.ndarray:
     return values
 
 
-def test_counts_equal_the_reference_for_every_length_and_default_k():
-    lengths = np.arange(0, 3000)
-    np.testing.assert_array_equal(
-        kernels.bottom_k_counts(torch.from_numpy(lengths), DEFAULT_KS).numpy(), bottom_k_counts(lengths, DEFAULT_KS)
-    )
-
-
 def test_bottom_k_selects_exactly_the_reference_count():
     """Each text is a shuffled 0..n-1, so the mean of the c lowest is (c - 1) / 2: it reveals c."""
     rng = np.random.default_rng(0)
@@ -59,7 +58,7 @@ def test_bottom_k_means_match_reference_on_odd_lengths_and_ties():
     values, offsets = ragged_values(LENGTHS, seed=1), offsets_of(LENGTHS)
     ks = [0.05, 0.1, 0.2, 0.33, 0.5, 0.9, 1.0]
     got = bottom_k_means(on_device(values), on_device(offsets), ks).cpu().numpy()
-    expected = NUMPY.bottom_k_means(values, offsets, ks)
+    expected = reference_bottom_k_means(values, offsets, ks)
     assert got.dtype == np.float64 and got.shape == (len(LENGTHS), len(ks))
     np.testing.assert_array_equal(np.isnan(got), np.broadcast_to(np.array(LENGTHS)[:, None] == 0, got.shape))
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
@@ -70,7 +69,7 @@ def test_bottom_k_means_accept_half_precision_values(dtype):
     lengths = [5, 300, 17]
     values = on_device(ragged_values(lengths, seed=2)).clamp(min=-1e4).to(dtype)
     got = bottom_k_means(values, on_device(offsets_of(lengths)), [0.2, 1.0]).cpu().numpy()
-    expected = NUMPY.bottom_k_means(values.float().cpu().numpy(), offsets_of(lengths), [0.2, 1.0])
+    expected = reference_bottom_k_means(values.float().cpu().numpy(), offsets_of(lengths), [0.2, 1.0])
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -83,7 +82,7 @@ def test_bottom_k_means_property(texts, ks):
     values = np.array([v for t in texts for v in t], dtype=np.float32)
     offsets = offsets_of([len(t) for t in texts])
     got = bottom_k_means(on_device(values), on_device(offsets), ks).cpu().numpy()
-    np.testing.assert_allclose(got, NUMPY.bottom_k_means(values, offsets, ks), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, reference_bottom_k_means(values, offsets, ks), rtol=1e-6, atol=1e-6)
 
 
 def dcpdd_case(lengths, vocab: int, seed: int):
@@ -98,15 +97,9 @@ def dcpdd_case(lengths, vocab: int, seed: int):
 
 
 def assert_dcpdd_matches_reference(ids, logp, offsets, log_f, cap):
-    first, means = first_occurrence_capped_mean(on_device(ids), on_device(logp), on_device(offsets), on_device(log_f), cap)
-    np.testing.assert_array_equal(first.cpu().numpy(), first_occurrence_mask(ids, offsets))
-    stats = TokenStats.from_texts(
-        [
-            {"target_ids": ids[a:b], "logp": logp[a:b], "mu": logp[a:b], "var": logp[a:b]}
-            for a, b in zip(offsets[:-1], offsets[1:])
-        ]
-    )
-    expected = NUMPY.capped_first_occurrence_mean(stats, log_f, cap)
+    first = first_occurrence_mask(ids, offsets)
+    means = kernels.capped_first_occurrence_mean(on_device(ids), on_device(logp), on_device(first), on_device(offsets), on_device(log_f), cap)
+    expected = capped_first_occurrence_mean(ids, logp, first, offsets, log_f, cap)
     got = means.cpu().numpy()
     np.testing.assert_array_equal(np.isnan(got), np.diff(offsets) == 0)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-12)
@@ -121,12 +114,6 @@ def test_capped_first_occurrence_mean_large_vocabulary():
     assert_dcpdd_matches_reference(*dcpdd_case([0, 2000, 1, 4097], vocab=50257, seed=4), cap=0.01)
 
 
-def test_capped_first_occurrence_mean_across_scratch_groups(monkeypatch):
-    """Texts processed in several groups of the scratch table (here 3 texts per group)."""
-    monkeypatch.setattr(kernels.aggregate, "SCRATCH_BYTES", 3 * 4 * 1009)
-    assert_dcpdd_matches_reference(*dcpdd_case([4, 0, 9, 1500, 3, 3, 0, 0, 0, 12], vocab=1009, seed=5), cap=0.01)
-
-
 def test_bad_aggregation_inputs_are_refused():
     values, offsets = torch.zeros(5), torch.tensor([0, 2, 5])
     with pytest.raises(ValueError, match="rise from 0"):
@@ -134,10 +121,11 @@ def test_bad_aggregation_inputs_are_refused():
     with pytest.raises(ValueError, match="rise from 0"):
         bottom_k_means(values, torch.tensor([0, 3, 2, 5]), [0.5])
     with pytest.raises(ValueError, match=r"fractions in \(0, 1\]"):
-        bottom_k_means(values, offsets, [0.0])
+        reference_bottom_k_means(values.numpy(), offsets.numpy(), [0.0], impl="triton")
     with pytest.raises(ValueError, match="1-D"):
         bottom_k_means(values.view(5, 1), offsets, [0.5])
+    first = torch.ones(5, dtype=torch.bool)
     with pytest.raises(ValueError, match="length of log_frequencies"):
-        first_occurrence_capped_mean(torch.tensor([0, 1, 2, 3, 10]), values, offsets, torch.zeros(10), 0.01)
+        kernels.capped_first_occurrence_mean(torch.tensor([0, 1, 2, 3, 10]), values, first, offsets, torch.zeros(10), 0.01)
     with pytest.raises(ValueError, match="one length"):
-        first_occurrence_capped_mean(torch.tensor([0, 1]), values, offsets, torch.zeros(10), 0.01)
+        kernels.capped_first_occurrence_mean(torch.tensor([0, 1]), values, first, offsets, torch.zeros(10), 0.01)

@@ -8,10 +8,13 @@ from hypothesis import strategies as st
 
 from mia_fast import methods
 from mia_fast.errors import MiaFastError
-from mia_fast.freq import laplace_log_frequencies, load_counts
-from mia_fast.methods import ScoringInputs, resolve_methods
-from mia_fast.reductions import NUMPY, bottom_k_counts
-from mia_fast.stats import TokenStats, first_occurrence_mask
+from mia_fast.frequency.table import laplace_log_frequencies, load_counts
+from mia_fast.methods import MethodOptions, ScoringInputs, resolve_methods
+from mia_fast.methods.lowercase import LOWERCASE
+from mia_fast.methods.reference import REFERENCE_PASS
+from mia_fast.ops.bottom_k import bottom_k_counts, bottom_k_means
+from mia_fast.ops.first_occurrence import first_occurrence_mask
+from mia_fast.pipeline.stats import TokenStats
 
 
 def make_stats(*texts: list[tuple[int, float, float, float]]) -> TokenStats:
@@ -92,7 +95,7 @@ def test_bottom_k_counts_reproduce_python_int_of_float_product():
 def test_bottom_k_means_match_per_text_sort(texts, ks):
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])]).astype(np.int64)
     values = np.array([v for t in texts for v in t], dtype=np.float32)
-    got = NUMPY.bottom_k_means(values, offsets, ks)
+    got = bottom_k_means(values, offsets, ks)
     for i, text in enumerate(texts):
         for j, k in enumerate(ks):
             if not text:
@@ -113,7 +116,7 @@ def test_dcpdd_hand_checked_example():
     counts = np.array([0, 1, 2, 3, 4, 5, 3, 2], dtype=np.uint64)
     log_f = laplace_log_frequencies(counts, 8)
     np.testing.assert_allclose(np.exp(log_f), (counts + 1) / 28)
-    scores = run(["dcpdd"], log_frequencies=log_f, a=0.5)["dcpdd"]
+    scores = run(["dcpdd"], log_frequencies=log_f, options=MethodOptions(a=0.5))["dcpdd"]
     # text 0: first occurrences of ids 5, 6, 7 (second 5 skipped)
     alphas = [
         min(math.exp(-1.0) * -math.log(6 / 28), 0.5),
@@ -128,9 +131,9 @@ def test_dcpdd_hand_checked_example():
 
 def test_lowercase_and_ref_ratios():
     other = make_stats([(1, -2.0, 0, 1)], [(1, -8.0, 0, 1)], [])
-    lower = run(["lowercase"], lowercase_stats=other)["lowercase"]
+    lower = run(["lowercase"], passes={LOWERCASE: other})["lowercase"]
     assert lower[0] == pytest.approx(2.0 / 1.625)
-    ref = run(["ref"], reference_stats=other)["ref"]
+    ref = run(["ref"], passes={REFERENCE_PASS: other})["ref"]
     assert ref[1] == pytest.approx(8.0 - 4.0)
 
 

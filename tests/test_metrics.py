@@ -5,8 +5,8 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics import roc_curve as sk_roc_curve
 
-from mia_fast import metrics
 from mia_fast.errors import MiaFastError
+from mia_fast.evaluation import metrics
 
 
 def labels_and_scores(draw_scores):

@@ -3,7 +3,7 @@ import pytest
 
 from mia_fast import _native
 from mia_fast.errors import MiaFastError
-from mia_fast.freq import count_token_ids
+from mia_fast.frequency.build import count_token_ids
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.int32, np.int64])

@@ -1,14 +1,35 @@
-"""The wheel ships the native module and kernels/ as mia_fast.kernels; the installed package imports both."""
+"""The install exposes only mia_fast (with kernels/ as mia_fast.kernels and the native core); the
+package starts without its heavy dependencies and scores without the native core."""
 
 import importlib
+import json
+import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers", "triton", "matplotlib")
+# Makes an import of the named modules fail, as on a machine where they are not installed.
+BLOCK_IMPORTS = """
+import sys
+class Blocker:
+    def __init__(self, names): self.names = names
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.names or name in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Blocker(set(sys.argv[1].split(","))))
+"""
+
+
+def run_python(code: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """A fresh interpreter (no inherited TRITON_INTERPRET), from an unrelated directory by default."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd or Path("/"), env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_installed_package_has_native_core_and_kernels():
@@ -16,6 +37,70 @@ def test_installed_package_has_native_core_and_kernels():
     kernels = importlib.import_module("mia_fast.kernels")
     assert hasattr(native, "count_tokens")
     assert Path(kernels.__file__).name == "__init__.py"
+
+
+def test_only_mia_fast_is_importable_and_transformers_works_without_triton():
+    """The bug: an editable install put the repository root on sys.path, so transformers' probe for the
+    Hugging Face ``kernels`` package found this repository's kernels/ and failed on the missing triton."""
+    code = BLOCK_IMPORTS + """
+import importlib.util
+assert importlib.util.find_spec("kernels") is None, importlib.util.find_spec("kernels")
+assert importlib.util.find_spec("tests") is None and importlib.util.find_spec("benchmarks") is None
+from transformers import LlamaConfig
+LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+print("ok")
+"""
+    result = run_python(code, "triton")
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_start_imports_no_heavy_library():
+    code = """
+import sys
+import mia_fast
+from mia_fast.cli.main import main
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+print("heavy:" + ",".join(m for m in %r if m in sys.modules))
+""" % (HEAVY,)
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == "heavy:"
+
+
+def test_freq_commands_import_no_heavy_library(tmp_path):
+    ids = tmp_path / "ids.bin"
+    np.arange(1000, dtype=np.uint16).tofile(ids)
+    code = """
+import sys
+from mia_fast.cli.main import main
+assert main(sys.argv[1:]) == 0
+assert main(["freq", "info", sys.argv[-2]]) == 0
+print("heavy:" + ",".join(m for m in %r if m in sys.modules))
+""" % (HEAVY,)
+    out = tmp_path / "ids.freq"
+    result = run_python(code, "freq", "build-tokens", str(ids), "--dtype", "uint16", "--vocab-size", "1000", "--out", str(out), "--quiet")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == "heavy:"
+    assert out.stat().st_size > 8000
+
+
+def test_scoring_needs_no_native_core(tiny_model_dir, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["the quick brown fox", "all that glitters"]))
+    out = tmp_path / "s.jsonl"
+    code = BLOCK_IMPORTS + """
+from mia_fast.cli.main import main
+assert main(sys.argv[2:]) == 0
+assert "mia_fast._native" not in sys.modules
+"""
+    result = run_python(code, "mia_fast._native", "score", str(data), "--model", str(tiny_model_dir), "--out", str(out), "--quiet")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(out.read_text().splitlines()) == 2
+    counting = run_python(BLOCK_IMPORTS + "from mia_fast.frequency.build import count_token_ids\nimport numpy\ncount_token_ids(numpy.zeros(3, numpy.uint16), 5)", "mia_fast._native")
+    assert "needs mia-fast's compiled core" in counting.stderr
 
 
 @pytest.mark.slow
@@ -28,6 +113,6 @@ def test_wheel_layout(tmp_path):
     wheel = next(tmp_path.glob("mia_fast-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "mia_fast/kernels/__init__.py" in names
-    assert "mia_fast/cli.py" in names
+    assert "mia_fast/cli/main.py" in names and "mia_fast/pipeline/engine.py" in names
     assert any(n.startswith("mia_fast/_native") and n.endswith(".so") for n in names)
-    assert not any(n.startswith("kernels/") for n in names)
+    assert not any(n.startswith(("kernels/", "tests/", "benchmarks/")) for n in names)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mia_fast.errors import MiaFastError
-from mia_fast.thresholds import Threshold, calibrate, contamination_rates, flag
+from mia_fast.evaluation.thresholds import Threshold, calibrate, contamination_rates, flag
 
 LABELS = [1, 1, 1, 0, 0, 0]
 SCORES = [0.9, 0.8, 0.4, 0.5, 0.3, 0.1]

@@ -1,8 +1,19 @@
 """Reading and writing data: labelled text files, the field's benchmark suites, and score outputs."""
 
-from mia_fast.data.files import INPUT_SUFFIXES, OUTPUT_SUFFIXES, Dataset, ResultWriter, parse_label, read_dataset, read_rows
+from mia_fast.data.files import (
+    INPUT_SUFFIXES,
+    OUTPUT_SUFFIXES,
+    Dataset,
+    ResultWriter,
+    parse_label,
+    read_dataset,
+    read_rows,
+    read_scores,
+    read_texts,
+)
 from mia_fast.data.suites import SUITES, load_suite
 
 __all__ = [
-    "INPUT_SUFFIXES", "OUTPUT_SUFFIXES", "SUITES", "Dataset", "ResultWriter", "load_suite", "parse_label", "read_dataset", "read_rows",
+    "INPUT_SUFFIXES", "OUTPUT_SUFFIXES", "SUITES", "Dataset", "ResultWriter", "load_suite", "parse_label", "read_dataset",
+    "read_rows", "read_scores", "read_texts",
 ]

@@ -12,10 +12,14 @@ import io
 import json
 import math
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
+from mia_fast.data.readers import BadRecord, decode_json_record, iter_lines, iter_parquet
 from mia_fast.errors import MiaFastError
 
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".csv", ".parquet")
@@ -49,19 +53,17 @@ def read_rows(path: str | os.PathLike) -> list[tuple[int, dict]]:
     suffix = _suffix(path, INPUT_SUFFIXES, "input")
     if not path.is_file():
         raise MiaFastError(f"{path}: no such file")
-    opener = gzip.open if suffix.endswith(".gz") else open
     try:
         if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return list(enumerate(pq.read_table(path).to_pylist(), start=1))
+            return [(number, record) for number, record, _ in iter_parquet(path)]
+        if suffix.startswith(".jsonl"):
+            return _read_jsonl(path)
+        opener = gzip.open if suffix.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8", newline="") as f:
             if suffix == ".csv":
                 return list(enumerate(csv.DictReader(f), start=2))
-            if suffix.startswith(".jsonl"):
-                return _read_jsonl(path, f)
             return _read_json(path, f)
-    except (UnicodeDecodeError, OSError, EOFError) as exc:
+    except (UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
         raise MiaFastError(f"{path}: cannot read: {exc}") from None
     except Exception as exc:  # pyarrow and csv raise their own error types on corrupt files
         if isinstance(exc, MiaFastError):
@@ -69,18 +71,16 @@ def read_rows(path: str | os.PathLike) -> list[tuple[int, dict]]:
         raise MiaFastError(f"{path}: cannot read: {exc}") from None
 
 
-def _read_jsonl(path: Path, f: io.TextIOBase) -> list[tuple[int, dict]]:
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
     rows = []
-    for line_number, line in enumerate(f, start=1):
+    for line_number, line, _ in iter_lines(path):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MiaFastError(f"{path}:{line_number}: malformed JSON: {exc.msg}") from None
-        if not isinstance(record, dict):
-            raise MiaFastError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
-        rows.append((line_number, record))
+            rows.append((line_number, decode_json_record(line)))
+        except BadRecord as bad:
+            reason = f"malformed JSON: {bad.detail}" if bad.kind == "json" else str(bad)
+            raise MiaFastError(f"{path}:{line_number}: {reason}") from None
     return rows
 
 
@@ -127,6 +127,27 @@ def read_dataset(
     if group_field and groups is None:
         raise MiaFastError(f"{path}: no {group_field!r} field for --group-field")
     return Dataset(texts=texts, ids=ids, labels=labels, groups=None if groups is None else [str(g) for g in groups])
+
+
+def read_texts(path: str | os.PathLike, text_field: str = "text") -> list[str]:
+    """The texts of a file: a ``.txt`` holds one per line (blank lines skipped), any input format its text field."""
+    path = Path(path)
+    if path.name.lower().endswith(".txt"):
+        try:
+            texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MiaFastError(f"{path}: cannot read: {exc}") from None
+    else:
+        texts = [t for t in read_dataset(path, text_field, id_field=None, label_field=None).texts if t.strip()]
+    if not texts:
+        raise MiaFastError(f"{path}: holds no texts")
+    return texts
+
+
+def read_scores(path: str | os.PathLike, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """Score columns of a scores file as float64 arrays (NaN where a text could not be scored)."""
+    records = [record for _, record in read_rows(path)]
+    return {c: np.array([np.nan if r[c] in (None, "") else float(r[c]) for r in records]) for c in columns}
 
 
 def _column(rows: list[tuple[int, dict]], field: str | None) -> list[Any] | None:

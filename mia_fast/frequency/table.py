@@ -26,7 +26,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mia_fast import _native
 from mia_fast.errors import MiaFastError
 
 MAGIC = b"MIAFREQ\x00"
@@ -55,9 +54,9 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     Equal fingerprints mean the same ids for the same text pieces. Serialisation details that vary
     between ``tokenizers`` versions (merges as "a b" strings or as pairs) are normalised away.
     """
-    backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
-    if backend is not None and hasattr(backend, "to_str"):
-        spec = json.loads(backend.to_str())
+    rust = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
+    if rust is not None and hasattr(rust, "to_str"):
+        spec = json.loads(rust.to_str())
         model = spec.get("model", {})
         vocab = model.get("vocab", {})
         merges = [m.split(" ", 1) if isinstance(m, str) else list(m) for m in model.get("merges", [])]
@@ -71,18 +70,6 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
         canonical = {"vocab": sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])}
     text = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _count_tokens(ids: np.ndarray, vocab_size: int, threads: int = 0, **options: Any) -> np.ndarray:
-    try:
-        return _native.count_tokens(ids, int(vocab_size), int(threads), **options)
-    except (ValueError, TypeError) as exc:
-        raise MiaFastError(str(exc)) from None
-
-
-def count_token_ids(ids: np.ndarray, vocab_size: int, threads: int = 0) -> np.ndarray:
-    """Occurrence count of every id in a 1-D uint16/uint32/int32/int64 array (native, GIL released)."""
-    return _count_tokens(np.ascontiguousarray(ids), vocab_size, threads)
 
 
 @dataclass(frozen=True)
@@ -222,20 +209,6 @@ class FrequencyTable:
             tokenizer_fingerprint=first.tokenizer_fingerprint,
             sources=tuple(s for t in tables for s in t.sources),
         )
-
-    @classmethod
-    def build(cls, sources: Sequence[str | os.PathLike], tokenizer: Any, **options: Any) -> FrequencyTable:
-        """Counts text corpora tokenized by ``tokenizer``; see :func:`mia_fast.corpus.build_from_text`."""
-        from mia_fast.corpus import build_from_text
-
-        return build_from_text(sources, tokenizer, **options).table
-
-    @classmethod
-    def from_tokens(cls, files: Sequence[str | os.PathLike], **options: Any) -> FrequencyTable:
-        """Counts pre-tokenized files; see :func:`mia_fast.corpus.build_from_tokens`."""
-        from mia_fast.corpus import build_from_tokens
-
-        return build_from_tokens(files, **options)
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -9,6 +9,7 @@ validation FPR stays at or below a target.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -111,3 +112,31 @@ def contamination_rates(groups: Sequence[str], flags: np.ndarray, scored: np.nda
     for entry in rates.values():
         entry["rate"] = entry["flagged"] / entry["scored"] if entry["scored"] else float("nan")
     return sorted(rates.values(), key=lambda e: (-np.nan_to_num(e["rate"], nan=-1), e["group"]))
+
+
+def write_classification(
+    out: str | Path,
+    rates_path: str | Path,
+    threshold: Threshold,
+    threshold_source: str,
+    scores: np.ndarray,
+    ids: Sequence[Any] | None,
+    labels: Sequence[int] | None,
+    groups: Sequence[str] | None,
+) -> list[dict[str, Any]]:
+    """Flags every text with ``threshold``: one JSON line per text in ``out`` (id, group, score, member,
+    label), the per-group contamination rates in ``rates_path``. Returns the rates, highest first."""
+    flags = flag(scores, threshold)
+    scored = ~np.isnan(scores)
+    groups = list(groups) if groups is not None else ["all"] * len(scores)
+    with open(out, "w", encoding="utf-8") as f:
+        for i, score in enumerate(scores):
+            row = {"id": ids[i] if ids is not None else i, "group": groups[i],
+                   threshold.method: None if math.isnan(score) else float(score), "member": bool(flags[i]) if scored[i] else None}
+            if labels is not None:
+                row["label"] = labels[i]
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    rates = contamination_rates(groups, flags, scored)
+    payload = {"threshold": threshold_source, "method": threshold.method, "value": threshold.value, "groups": rates}
+    Path(rates_path).write_text(json.dumps(payload, indent=1) + "\n")
+    return rates

@@ -163,3 +163,20 @@ def evaluate(
             n_excluded=int((~finite).sum()),
         )
     return results
+
+
+def evaluate_by_group(
+    labels: Sequence,
+    columns: Mapping[str, np.ndarray],
+    groups: Sequence[str],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, dict[str, MethodMetrics]]:
+    """:func:`evaluate` within each group (e.g. a length bucket) that holds both classes, in order of first appearance."""
+    labels, groups = np.asarray(labels), np.asarray(groups)
+    results = {}
+    for group in dict.fromkeys(groups.tolist()):
+        inside = groups == group
+        if len(set(labels[inside].tolist())) == 2:
+            results[group] = evaluate(labels[inside], {c: v[inside] for c, v in columns.items()}, resamples=resamples, seed=seed)
+    return results

@@ -12,9 +12,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mia_fast import metrics
 from mia_fast.errors import MiaFastError
-from mia_fast.metrics import MethodMetrics
+from mia_fast.evaluation import metrics
+from mia_fast.evaluation.metrics import MethodMetrics
 
 BucketResults = Mapping[str, Mapping[str, MethodMetrics]]
 

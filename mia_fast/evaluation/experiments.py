@@ -25,11 +25,20 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from mia_fast.api import Detector
+from mia_fast.data.files import ResultWriter
 from mia_fast.errors import MiaFastError
-from mia_fast.models import LoadedModel
+from mia_fast.evaluation import metrics
+from mia_fast.evaluation.report import write_report
+from mia_fast.frequency.sources import BadRecords, expand_sources, iter_documents
+from mia_fast.methods import DEFAULT_KS
+from mia_fast.pipeline.models import LoadedModel
+from mia_fast.pipeline.tokenize import tokenize
 
 DEMO_METHODS = ("loss", "zlib", "mink", "minkpp", "lowercase", "ref")
 MIN_TEXTS = 8
+# Known non-members drawn beside the experiment's texts for ReCaLL's prefix (never trained on, never scored).
+PREFIX_SHOTS = 4
 STDLIB_MODULES = (
     "argparse", "array", "ast", "asyncio", "base64", "bisect", "calendar", "cmath", "codecs", "collections",
     "colorsys", "concurrent.futures", "configparser", "contextlib", "copy", "csv", "dataclasses", "datetime",
@@ -79,8 +88,6 @@ def stdlib_corpus(modules: Sequence[str] = STDLIB_MODULES) -> list[str]:
 
 def read_corpus(path: str | Path, text_field: str = "text") -> list[str]:
     """Texts of a corpus file (.txt a text per line, .jsonl[.gz], .json.gz, .parquet)."""
-    from mia_fast.corpus import BadRecords, expand_sources, iter_documents
-
     return [text for source in expand_sources([path]) for text, _ in iter_documents(source, text_field, BadRecords())]
 
 
@@ -118,8 +125,6 @@ def fine_tune(
 ) -> list[float]:
     """Fine-tunes ``loaded.model`` in place on ``texts`` (AdamW, causal LM loss, the start token
     prepended as when scoring); returns the loss of every step. Raises TrainingDiverged on a NaN loss."""
-    from mia_fast.engine import tokenize
-
     model, device = loaded.model, loaded.device
     sequences = [ids[: settings.max_tokens + 1] for ids in tokenize(loaded.tokenizer, list(texts), prepend_start=True)]
     pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
@@ -207,27 +212,29 @@ def run_experiment(
     bootstrap: int = 1000,
     on_tokenized: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    prefix_shots: int = PREFIX_SHOTS,
 ) -> tuple[Experiment, dict]:
     """Splits, fine-tunes ``loaded`` in place, scores, and writes the evaluation report into ``report_dir``.
 
     ``on_step`` sees each fine-tuning step and its loss; ``on_tokenized`` and ``on_progress`` the
-    scoring passes' tokens, as in :meth:`Detector.score`. Returns the experiment and the per-column metrics. On a diverging fine-tuning the report directory
-    still gets the training log and a report saying so, and TrainingDiverged is raised.
+    scoring passes' tokens, as in :meth:`Detector.score`. With ``recall`` among the methods,
+    ``prefix_shots`` more passages are drawn as its known non-member prefix: never trained on, never
+    scored. Returns the experiment and the per-column metrics. On a diverging fine-tuning the report
+    directory still gets the training log and a report saying so, and TrainingDiverged is raised.
     """
-    from mia_fast import metrics
-    from mia_fast.api import Detector
-    from mia_fast.methods import DEFAULT_KS
-    from mia_fast.report import write_report
-
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    prepared = prepare_texts(corpus, loaded.tokenizer, texts, tuning.max_tokens, tuning.seed)
+    shots = prefix_shots if "recall" in methods else 0
+    prepared = prepare_texts(corpus, loaded.tokenizer, texts + shots, tuning.max_tokens, tuning.seed)
+    prepared, prefix = prepared[:texts], prepared[texts:]
     members, nonmembers = split_members(prepared, tuning.seed)
     settings = {
         "model": loaded.name, "corpus": corpus_name, "texts": len(prepared), "members": len(members),
         "nonmembers": len(nonmembers), **asdict(tuning), "device": str(loaded.device), "python": platform.python_version(),
     }
+    if shots:
+        settings["recall_prefix_shots"] = shots
     experiment = Experiment(members, nonmembers, settings)
     reference = None
     if "ref" in methods:
@@ -243,7 +250,7 @@ def run_experiment(
     loss_figure = plot_losses(report_dir / "training_loss.png", experiment.losses, steps_per_epoch)
 
     scoring_started = time.perf_counter()
-    detector = Detector(loaded, ref_model=reference)
+    detector = Detector(loaded, ref_model=reference, prefix_nonmembers=prefix)
     scores = detector.score(experiment.texts, methods=list(methods), k=list(ks or DEFAULT_KS), on_tokenized=on_tokenized, on_progress=on_progress)
     experiment.seconds["score"] = time.perf_counter() - scoring_started
     columns = {name: values for name, values in scores.items()}
@@ -256,8 +263,6 @@ def run_experiment(
 
 
 def _write_scores(path: Path, experiment: Experiment, columns: dict[str, np.ndarray]) -> None:
-    from mia_fast.data import ResultWriter
-
     writer = ResultWriter(path, ["id", "label", "text", *columns], overwrite=True)
     writer.write([
         {"id": i, "label": int(label), "text": text, **{name: float(values[i]) for name, values in columns.items()}}

@@ -6,17 +6,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from mia_fast.cli_common import add_model_options, floats
+from mia_fast.cli.options import add_model_options, floats
 from mia_fast.errors import MiaFastError
-from mia_fast.experiments import DEMO_METHODS, FineTuning
+from mia_fast.evaluation.experiments import DEMO_METHODS, PREFIX_SHOTS, FineTuning
 
 
-def add_demo_command(commands: argparse._SubParsersAction) -> None:
-    demo = commands.add_parser(
-        "demo", help="plant known members into a model by fine-tuning, then evaluate every method on them",
-        description="Splits a corpus into members and non-members (seeded, i.i.d.), fine-tunes the model on the members, "
-                    "scores both halves with the fine-tuned model (the untouched model is the reference for 'ref') and "
-                    "writes the evaluation report. Default corpus: the Python standard library's docstrings.",
+def add_command(name: str, demo: argparse.ArgumentParser) -> None:
+    demo.description = (
+        "Splits a corpus into members and non-members (seeded, i.i.d.), fine-tunes the model on the members, "
+        "scores both halves with the fine-tuned model (the untouched model is the reference for 'ref') and "
+        "writes the evaluation report. Default corpus: the Python standard library's docstrings."
     )
     add_model_options(demo, reference=False)  # the reference is the untouched model itself
     demo.add_argument("--report", default="report", help="report directory (default: report)")
@@ -30,6 +29,7 @@ def add_demo_command(commands: argparse._SubParsersAction) -> None:
     demo.add_argument("--seed", type=int, default=FineTuning.seed)
     demo.add_argument("--methods", default=",".join(DEMO_METHODS))
     demo.add_argument("--k", type=floats, help="fractions for mink/minkpp (default 0.1,...,1.0)")
+    demo.add_argument("--prefix-shots", type=int, default=PREFIX_SHOTS, help=f"for recall: passages drawn as its known non-member prefix (default {PREFIX_SHOTS})")
     demo.add_argument("--bootstrap", type=int, default=1000)
     demo.add_argument("--overwrite", action="store_true", help="write into a report directory that is not empty")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -39,14 +39,14 @@ def add_demo_command(commands: argparse._SubParsersAction) -> None:
 def command_demo(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
-    from mia_fast.experiments import read_corpus, run_experiment, stdlib_corpus
-    from mia_fast.models import load_model
-    from mia_fast.report import format_table
+    from mia_fast.evaluation.experiments import read_corpus, run_experiment, stdlib_corpus
+    from mia_fast.evaluation.report import format_table
+    from mia_fast.pipeline.models import load_model
 
     report = Path(args.report)
     if report.is_dir() and any(report.iterdir()) and not args.overwrite:
         raise MiaFastError(f"{report} is not empty; pass --overwrite or choose another --report")
-    for name in ("texts", "epochs", "batch_size", "max_tokens"):
+    for name in ("texts", "epochs", "batch_size", "max_tokens", "prefix_shots"):
         if getattr(args, name) < 1:
             raise MiaFastError(f"--{name.replace('_', '-')} must be positive")
     if not args.lr > 0:
@@ -74,7 +74,7 @@ def command_demo(args: argparse.Namespace) -> None:
         experiment, results = run_experiment(
             loaded, corpus, report, tuning, texts=args.texts, methods=[m for m in args.methods.split(",") if m],
             ks=args.k, corpus_name=corpus_name, on_step=on_step, bootstrap=args.bootstrap,
-            on_tokenized=on_tokenized, on_progress=lambda tokens: bars[-1].update(tokens),
+            on_tokenized=on_tokenized, on_progress=lambda tokens: bars[-1].update(tokens), prefix_shots=args.prefix_shots,
         )
     finally:
         for bar in bars:

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mia_fast.corpus import TOKEN_DTYPES, build_from_text, build_from_tokens
 from mia_fast.errors import MiaFastError
-from mia_fast.freq import MODES, FrequencyTable, tokenizer_fingerprint
+from mia_fast.frequency.sources import TOKEN_DTYPES, build_from_text, build_from_tokens
+from mia_fast.frequency.table import MODES, FrequencyTable, tokenizer_fingerprint
 
 
-def add_freq_commands(commands: argparse._SubParsersAction) -> None:
-    freq = commands.add_parser("freq", help="token-frequency tables of a reference corpus (for dcpdd)")
+def add_command(name: str, freq: argparse.ArgumentParser) -> None:
     actions = freq.add_subparsers(dest="freq_command", required=True)
 
     def counting_options(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +74,7 @@ def _summary(table: FrequencyTable, path: Path) -> str:
 
 
 def command_build(args: argparse.Namespace) -> None:
-    from mia_fast.models import load_tokenizer
+    from mia_fast.pipeline.models import load_tokenizer
 
     out = Path(args.out)
     _check_output(out, args.overwrite)
@@ -105,7 +104,7 @@ def command_build_tokens(args: argparse.Namespace) -> None:
     _check_output(out, args.overwrite)
     fingerprint = None
     if args.tokenizer:
-        from mia_fast.models import load_tokenizer
+        from mia_fast.pipeline.models import load_tokenizer
 
         fingerprint = tokenizer_fingerprint(load_tokenizer(args.tokenizer))
     table = build_from_tokens(
@@ -125,7 +124,7 @@ def command_info(args: argparse.Namespace) -> None:
     print(f"{'ids seen':22} {int((table.counts > 0).sum())} of {table.vocab_size}")
     decode = None
     if args.tokenizer:
-        from mia_fast.models import load_tokenizer
+        from mia_fast.pipeline.models import load_tokenizer
 
         tokenizer = load_tokenizer(args.tokenizer)
         decode = tokenizer.convert_ids_to_tokens

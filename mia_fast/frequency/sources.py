@@ -1,4 +1,5 @@
-"""Reference corpora for frequency tables: reading text and token files, and counting them.
+"""Where frequency tables come from: corpus files (text and pre-tokenized), read and streamed through
+the counting core of :mod:`mia_fast.frequency.build` into a :class:`FrequencyTable`.
 
 Text corpora are tokenized with the model's HF fast tokenizer in batches on worker threads (the
 Rust tokenizer releases the GIL) and every batch is counted by the native core as soon as it is
@@ -16,8 +17,6 @@ header, and Megatron ``.bin``/``.idx`` pairs (documents from the index).
 from __future__ import annotations
 
 import glob
-import gzip
-import itertools
 import json
 import os
 import shutil
@@ -31,9 +30,20 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from mia_fast import _native
+from mia_fast.data.readers import BadRecord, decode_json_record, iter_lines, iter_parquet, parquet_columns
 from mia_fast.errors import MiaFastError
-from mia_fast.freq import MODES, FrequencyTable, FrequencyTableError, tokenizer_fingerprint, write_atomically
+from mia_fast.frequency.build import (
+    BatchCounter,
+    TokenIdOutOfRange,
+    check_counting_options,
+    count_documents,
+    counted_tokens,
+    counting_tokenizer,
+    parse_megatron_index,
+    separator_offsets,
+    tokenizer_vocab_size,
+)
+from mia_fast.frequency.table import FrequencyTable, FrequencyTableError, tokenizer_fingerprint, write_atomically
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".json.gz", ".parquet")
 TOKEN_DTYPES = {"uint16": np.uint16, "uint32": np.uint32, "int32": np.int32, "int64": np.int64}
@@ -100,12 +110,10 @@ def iter_documents(path: Path, text_field: str, bad: BadRecords) -> Iterator[tup
         if suffix == ".parquet":
             yield from _parquet_documents(path, text_field, bad)
             return
-        with open(path, "rb") as raw:
-            lines = gzip.GzipFile(fileobj=raw) if suffix.endswith(".gz") else raw
-            for line_number, line in enumerate(lines, start=1):
-                text = _line_text(line, suffix, text_field, f"{path}:{line_number}", bad)
-                if text is not None:
-                    yield text, raw.tell()
+        for line_number, line, position in iter_lines(path):
+            text = _line_text(line, suffix, text_field, f"{path}:{line_number}", bad)
+            if text is not None:
+                yield text, position
     except (OSError, EOFError, zlib.error) as exc:
         raise MiaFastError(f"{path}: cannot read: {exc}") from None
 
@@ -115,39 +123,35 @@ def _line_text(line: bytes, suffix: str, text_field: str, where: str, bad: BadRe
         return None
     try:
         if suffix == ".txt":
-            return line.decode("utf-8").rstrip("\r\n")
-        record = json.loads(line)
-    except UnicodeDecodeError as exc:
-        bad.record(where, f"not valid UTF-8 (byte {exc.start})")
+            try:
+                return line.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise BadRecord("utf8", f"not valid UTF-8 (byte {exc.start})", str(exc)) from None
+        record = decode_json_record(line)
+    except BadRecord as problem:
+        bad.record(where, str(problem))
         return None
-    except json.JSONDecodeError as exc:
-        bad.record(where, f"not valid JSON ({exc.msg})")
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
-        fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
-        bad.record(where, f"no string field {text_field!r} (found: {fields})")
+    if not isinstance(record.get(text_field), str):
+        bad.record(where, f"no string field {text_field!r} (found: {', '.join(record)})")
         return None
     return record[text_field]
 
 
 def _parquet_documents(path: Path, text_field: str, bad: BadRecords) -> Iterator[tuple[str, int]]:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
-        parquet = pq.ParquetFile(path)
+        columns = parquet_columns(path)
     except (pa.ArrowException, OSError) as exc:
         raise MiaFastError(f"{path}: cannot read: {exc}") from None
-    if text_field not in parquet.schema_arrow.names:
-        raise MiaFastError(f"{path}: no column {text_field!r} (columns: {', '.join(parquet.schema_arrow.names)})")
-    size, groups, row = path.stat().st_size, parquet.num_row_groups, 0
-    for group in range(groups):
-        for value in parquet.read_row_group(group, columns=[text_field]).column(0).to_pylist():
-            row += 1
-            if isinstance(value, str):
-                yield value, size * (group + 1) // groups
-            else:
-                bad.record(f"{path}: row {row}", f"{text_field!r} is {type(value).__name__}, not text")
+    if text_field not in columns:
+        raise MiaFastError(f"{path}: no column {text_field!r} (columns: {', '.join(columns)})")
+    for row, record, position in iter_parquet(path, [text_field]):
+        value = record[text_field]
+        if isinstance(value, str):
+            yield value, position
+        else:
+            bad.record(f"{path}: row {row}", f"{text_field!r} is {type(value).__name__}, not text")
 
 
 def _batches(documents: Iterable[tuple[str, int]]) -> Iterator[tuple[list[str], int]]:
@@ -164,69 +168,22 @@ def _batches(documents: Iterable[tuple[str, int]]) -> Iterator[tuple[list[str], 
         yield texts, position
 
 
-def fast_tokenizer(tokenizer: Any) -> Any:
-    """The Rust ``tokenizers.Tokenizer`` behind a transformers fast tokenizer (or the tokenizer itself)."""
-    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-    if not hasattr(backend, "encode_batch"):
-        raise MiaFastError("building a frequency table needs a fast (Rust) tokenizer; this one is a slow Python tokenizer")
-    return backend
-
-
-def tokenizer_vocab_size(tokenizer: Any) -> int:
-    return len(tokenizer) if hasattr(tokenizer, "backend_tokenizer") else fast_tokenizer(tokenizer).get_vocab_size(with_added_tokens=True)
-
-
-@dataclass(frozen=True)
-class _BatchCounter:
-    """Tokenizes one batch exactly as the model's tokenizer does (no special tokens) and counts it."""
-
-    backend: Any
-    vocab_size: int
-    mode: str
-    max_tokens_per_doc: int | None
-
-    def __call__(self, texts: list[str]) -> tuple[np.ndarray, int]:
-        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-        id_lists = [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
-        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
-        ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.uint32, count=int(lengths.sum()))
-        counts = count_documents(ids, np.concatenate([[0], np.cumsum(lengths)]), self.vocab_size, self.mode, self.max_tokens_per_doc, threads=1)
-        return counts, counted_tokens(lengths, self.max_tokens_per_doc)
-
-
-def counted_tokens(lengths: np.ndarray, max_tokens_per_doc: int | None) -> int:
-    return int(np.minimum(lengths, max_tokens_per_doc).sum() if max_tokens_per_doc else lengths.sum())
-
-
-def count_documents(
-    ids: np.ndarray, offsets: np.ndarray | None, vocab_size: int, mode: str, max_tokens_per_doc: int | None, threads: int = 0
-) -> np.ndarray:
-    """Native counts of ``ids``; ``offsets`` (documents) are passed on only where the mode needs them."""
-    needs_documents = mode == "document" or bool(max_tokens_per_doc)
-    return _native.count_tokens(
-        ids, int(vocab_size), int(threads), offsets=offsets if needs_documents else None,
-        mode=mode, max_tokens_per_doc=int(max_tokens_per_doc or 0),
-    )
-
-
-def _check_options(mode: str, max_tokens_per_doc: int | None) -> None:
-    if mode not in MODES:
-        raise MiaFastError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if max_tokens_per_doc is not None and max_tokens_per_doc < 1:
-        raise MiaFastError(f"max_tokens_per_doc must be positive, got {max_tokens_per_doc}")
-
-
 class _Progress:
-    """A tqdm bar over input bytes (so it shows MB/s) with tokens/s and documents beside it."""
+    """A tqdm bar over input bytes (so it shows MB/s) with tokens/s and documents beside it; nothing,
+    not even the tqdm import, when disabled."""
 
     def __init__(self, total_bytes: int, enabled: bool):
-        from tqdm.auto import tqdm
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, disable=not enabled, dynamic_ncols=True)
+            self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, dynamic_ncols=True)
         self.started = time.perf_counter()
         self.tokens = self.documents = 0
 
     def advance(self, nbytes: int, tokens: int = 0, documents: int = 0) -> None:
+        if self.bar is None:
+            return
         self.tokens += tokens
         self.documents += documents
         rate = self.tokens / max(time.perf_counter() - self.started, 1e-9)
@@ -234,7 +191,8 @@ class _Progress:
         self.bar.update(nbytes)
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 @dataclass
@@ -315,9 +273,8 @@ def build_from_text(
     ``vocab_size`` defaults to the tokenizer's; give the model's when its output head is larger.
     With ``checkpoint_dir`` every finished shard (input file) is kept there, and a rerun skips it.
     """
-    _check_options(mode, max_tokens_per_doc)
+    check_counting_options(mode, max_tokens_per_doc)
     files = expand_sources(sources)
-    backend = fast_tokenizer(tokenizer)
     own_vocab = tokenizer_vocab_size(tokenizer)
     vocab_size = vocab_size or own_vocab
     if vocab_size < own_vocab:
@@ -327,7 +284,7 @@ def build_from_text(
     settings = {"tokenizer_fingerprint": fingerprint, "vocab_size": vocab_size, "mode": mode,
                 "max_tokens_per_doc": max_tokens_per_doc, "text_field": text_field}
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
-    counter = _BatchCounter(backend, vocab_size, mode, max_tokens_per_doc)
+    counter = BatchCounter(counting_tokenizer(tokenizer), vocab_size, mode, max_tokens_per_doc)
     bad = BadRecords(skip=skip_bad_records)
     started = time.perf_counter()
     total_bytes = sum(p.stat().st_size for p in files)
@@ -357,7 +314,7 @@ def build_from_text(
 
 
 def _count_text_shard(
-    path: Path, text_field: str, bad: BadRecords, pool: ThreadPoolExecutor, counter: _BatchCounter,
+    path: Path, text_field: str, bad: BadRecords, pool: ThreadPoolExecutor, counter: BatchCounter,
     workers: int, fingerprint: str, bar: _Progress,
 ) -> FrequencyTable:
     counts = np.zeros(counter.vocab_size, dtype=np.uint64)
@@ -437,7 +394,7 @@ def open_token_file(source: str | os.PathLike, dtype: str | None) -> TokenFile:
 
 def _open_megatron(index_path: Path, bin_path: Path, dtype: str | None) -> TokenFile:
     try:
-        index = _native.parse_megatron_index(np.fromfile(index_path, dtype=np.uint8))
+        index = parse_megatron_index(np.fromfile(index_path, dtype=np.uint8))
     except ValueError as exc:
         raise MiaFastError(f"{index_path}: {exc}") from None
     if dtype is not None and dtype != index["dtype"]:
@@ -482,7 +439,7 @@ def build_from_tokens(
     Document mode and ``max_tokens_per_doc`` need documents: a Megatron index gives them, a raw
     stream needs ``doc_separator`` (the id that ends every document, e.g. GPT-2's <|endoftext|>).
     """
-    _check_options(mode, max_tokens_per_doc)
+    check_counting_options(mode, max_tokens_per_doc)
     if dtype is not None and dtype not in TOKEN_DTYPES:
         raise MiaFastError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {dtype!r}")
     sources = [open_token_file(f, dtype) for f in files]
@@ -496,7 +453,7 @@ def build_from_tokens(
         for source in sources:
             offsets = source.offsets
             if offsets is None and doc_separator is not None:
-                offsets = _native.separator_offsets(source.ids, doc_separator)
+                offsets = separator_offsets(source.ids, doc_separator)
             if needs_documents and offsets is None:
                 raise MiaFastError(f"{source.name}: {mode} mode and max_tokens_per_doc need documents; give --doc-separator for a raw token stream")
             documents = None if documents is None or offsets is None else documents + len(offsets) - 1
@@ -504,8 +461,8 @@ def build_from_tokens(
                 ids = np.ascontiguousarray(source.ids[start:end])
                 try:
                     counts += count_documents(ids, part, vocab_size, mode, max_tokens_per_doc, threads)
-                except _native.IdOutOfRange as exc:
-                    raise MiaFastError(f"{source.name}: token id {exc.id} at position {start + exc.position} is outside the vocabulary [0, {vocab_size})") from None
+                except TokenIdOutOfRange as exc:
+                    raise MiaFastError(f"{source.name}: token id {exc.token_id} at position {start + exc.position} is outside the vocabulary [0, {vocab_size})") from None
                 chunk_tokens = counted_tokens(np.diff(part), max_tokens_per_doc) if part is not None else end - start
                 tokens += chunk_tokens
                 bar.advance((end - start) * source.ids.itemsize, chunk_tokens, 0 if part is None else len(part) - 1)

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from mia_fast.errors import MiaFastError
+from mia_fast.ops.first_occurrence import first_occurrence_mask
+from mia_fast.ops.segments import segment_ids
 
 _FORMAT_VERSION = 1
 _FIELDS = ("target_ids", "logp", "mu", "var")
-# z - max below this is clamped: its weight is 0 anyway, and the square in var must stay finite in fp32.
-_LOGP_FLOOR = -1e18
 
 
 @dataclass(frozen=True)
@@ -49,12 +48,21 @@ class TokenStats:
     @property
     def segment_ids(self) -> np.ndarray:
         """Index of the text each flat position belongs to."""
-        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
+        return segment_ids(self.offsets)
 
     def text(self, i: int) -> dict[str, np.ndarray]:
         """The arrays of text ``i``."""
         lo, hi = self.offsets[i], self.offsets[i + 1]
         return {name: getattr(self, name)[lo:hi] for name in (*_FIELDS, "first_occurrence")}
+
+    def take(self, indices: Sequence[int]) -> TokenStats:
+        """The stats of texts ``indices``, in that order (a text may appear more than once)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        lengths = self.lengths[indices]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        starts = self.offsets[:-1][indices]
+        positions = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        return TokenStats(offsets=offsets, **{name: getattr(self, name)[positions] for name in (*_FIELDS, "first_occurrence")})
 
     @classmethod
     def from_texts(cls, per_text: Sequence[dict[str, np.ndarray]]) -> TokenStats:
@@ -97,35 +105,3 @@ class TokenStats:
                 first_occurrence=data["first_occurrence"],
                 **{name: data[name] for name in _FIELDS},
             )
-
-
-def first_occurrence_mask(target_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """True where a position holds the first occurrence of its id within its text."""
-    mask = np.zeros(len(target_ids), dtype=bool)
-    if len(target_ids) == 0:
-        return mask
-    segments = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
-    key = segments * (int(target_ids.max()) + 1) + target_ids
-    _, first = np.unique(key, return_index=True)
-    mask[first] = True
-    return mask
-
-
-def token_stats_torch(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Exact per-row (logp, mu, var) in fp32 from logits [N, V] and targets [N].
-
-    Centred on the row max m, with weights w = e^(z - m) and W = sum w:
-    logp = (z_x - m) - log W, mu = E_w[z - m] - log W, var = E_w[(z - m - E_w[z - m])^2].
-    Nothing of the size of z itself is ever subtracted, and var is a centred two-pass sum, so this
-    stays as close to fp64 as the Triton kernel (the textbook log_softmax route loses ~1e-5 in mu).
-    """
-    logits = logits.float()
-    shifted = (logits - logits.amax(-1, keepdim=True)).clamp_(min=_LOGP_FLOOR)
-    target_shifted = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    weights = shifted.exp()
-    total = weights.sum(-1)
-    centred_mean = torch.linalg.vecdot(weights, shifted) / total
-    deviation = shifted.sub_(centred_mean.unsqueeze(-1))
-    var = torch.linalg.vecdot(weights.mul_(deviation), deviation) / total
-    log_total = total.log()
-    return target_shifted - log_total, centred_mean - log_total, var

@@ -4,18 +4,15 @@ applied to new texts, with per-document contamination rates (the share of a book
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 from pathlib import Path
 
-from mia_fast.cli_common import add_input_options, add_model_options, add_scoring_options, input_name, load_input, model_name, read_scores, run_scoring
+from mia_fast.cli.options import add_input_options, add_model_options, add_scoring_options, input_name, load_input, model_name, score_into
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import resolve_methods
-from mia_fast.thresholds import RULES, Threshold, calibrate, contamination_rates, flag, require_both_classes
+from mia_fast.evaluation.thresholds import RULES
 
 # Settings that change what a score means: a threshold only transfers when they are equal.
-_SCORE_SETTINGS = ("model", "prepend_start", "max_words", "a", "freq_table", "ref_model")
+_SCORE_SETTINGS = ("model", "prepend_start", "max_words", "a", "freq_table", "ref_model", "prefix_nonmembers")
 
 
 def _score_settings(args: argparse.Namespace) -> dict:
@@ -25,33 +22,30 @@ def _score_settings(args: argparse.Namespace) -> dict:
 
 
 def _single_column(method: str) -> str:
-    requests = resolve_methods([method], [])
-    columns = [c for r in requests for c in r.columns]
+    from mia_fast.methods import resolve_methods
+
+    columns = [c for r in resolve_methods([method], []) for c in r.columns]
     if len(columns) != 1:
         raise MiaFastError(f"--method takes one score column, e.g. mink_0.2 or loss; {method!r} is not one")
     return columns[0]
 
 
-def add_audit_commands(commands: argparse._SubParsersAction) -> None:
-    calibrate_parser = commands.add_parser("calibrate", help="pick a decision threshold for one method on a labelled validation set")
-    add_input_options(calibrate_parser)
-    add_model_options(calibrate_parser)
-    add_scoring_options(calibrate_parser, methods=False)
-    calibrate_parser.add_argument("--method", required=True, help="one score column, e.g. minkpp_0.2, mink_0.2, loss")
-    calibrate_parser.add_argument("--rule", choices=RULES, default="accuracy", help="best validation accuracy, or the highest TPR at --target-fpr")
-    calibrate_parser.add_argument("--target-fpr", type=float, default=0.05, help="for --rule fpr (default 0.05)")
-    calibrate_parser.add_argument("--out", required=True, help="the threshold file (JSON); the validation scores go beside it")
-    calibrate_parser.set_defaults(handler=command_calibrate)
-
-    classify = commands.add_parser("classify", help="flag texts with a calibrated threshold; contamination rate per document")
-    add_input_options(classify)
-    add_model_options(classify)
-    add_scoring_options(classify, methods=False)
-    classify.add_argument("--threshold", required=True, help="a file written by 'mia-fast calibrate'")
-    classify.add_argument("--method", help="check that the threshold is for this method")
-    classify.add_argument("--out", required=True, help="one row per text with its score and flag (.jsonl); the rates go beside it")
-    classify.add_argument("--top", type=int, default=20, help="documents shown in the printed table")
-    classify.set_defaults(handler=command_classify)
+def add_command(name: str, parser: argparse.ArgumentParser) -> None:
+    add_input_options(parser)
+    add_model_options(parser)
+    add_scoring_options(parser, methods=False)
+    if name == "calibrate":
+        parser.add_argument("--method", required=True, help="one score column, e.g. minkpp_0.2, mink_0.2, loss")
+        parser.add_argument("--rule", choices=RULES, default="accuracy", help="best validation accuracy, or the highest TPR at --target-fpr")
+        parser.add_argument("--target-fpr", type=float, default=0.05, help="for --rule fpr (default 0.05)")
+        parser.add_argument("--out", required=True, help="the threshold file (JSON); the validation scores go beside it")
+        parser.set_defaults(handler=command_calibrate)
+        return
+    parser.add_argument("--threshold", required=True, help="a file written by 'mia-fast calibrate'")
+    parser.add_argument("--method", help="check that the threshold is for this method")
+    parser.add_argument("--out", required=True, help="one row per text with its score and flag (.jsonl); the rates go beside it")
+    parser.add_argument("--top", type=int, default=20, help="documents shown in the printed table")
+    parser.set_defaults(handler=command_classify)
 
 
 def _scores_path(out: Path) -> Path:
@@ -59,6 +53,9 @@ def _scores_path(out: Path) -> Path:
 
 
 def command_calibrate(args: argparse.Namespace) -> None:
+    from mia_fast.data import read_scores
+    from mia_fast.evaluation.thresholds import calibrate, require_both_classes
+
     column = _single_column(args.method)
     out = Path(args.out)
     if out.exists() and not args.overwrite:
@@ -67,7 +64,7 @@ def command_calibrate(args: argparse.Namespace) -> None:
     require_both_classes(dataset.labels)  # before any scoring
     args.methods, args.k = column, []
     scores_path = _scores_path(out)
-    run_scoring(args, dataset, scores_path)
+    score_into(args, dataset, scores_path)
     scores = read_scores(scores_path, [column])[column]
     settings = _score_settings(args) | {"data": input_name(args)}
     threshold = calibrate(dataset.labels, scores, column, args.rule, args.target_fpr if args.rule == "fpr" else None, settings)
@@ -79,6 +76,9 @@ def command_calibrate(args: argparse.Namespace) -> None:
 
 
 def command_classify(args: argparse.Namespace) -> None:
+    from mia_fast.data import read_scores
+    from mia_fast.evaluation.thresholds import Threshold, write_classification
+
     threshold = Threshold.load(args.threshold)
     if args.method and _single_column(args.method) != threshold.method:
         raise MiaFastError(f"{args.threshold} is a threshold for {threshold.method}, not {args.method}; calibrate one for {args.method}")
@@ -94,25 +94,14 @@ def command_classify(args: argparse.Namespace) -> None:
     dataset = load_input(args)
     args.methods, args.k = threshold.method, []
     scores_path = _scores_path(out)
-    run_scoring(args, dataset, scores_path)
+    score_into(args, dataset, scores_path)
     scores = read_scores(scores_path, [threshold.method])[threshold.method]
-    flags = flag(scores, threshold)
-    scored = ~(scores != scores)  # not NaN
-    groups = dataset.groups or ["all"] * len(scores)
-    with open(out, "w", encoding="utf-8") as f:
-        for i, score in enumerate(scores):
-            row = {"id": dataset.ids[i] if dataset.ids is not None else i, "group": groups[i],
-                   threshold.method: None if math.isnan(score) else float(score), "member": bool(flags[i]) if scored[i] else None}
-            if dataset.labels is not None:
-                row["label"] = dataset.labels[i]
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    rates = contamination_rates(groups, flags, scored)
-    rates_path.write_text(json.dumps({"threshold": str(args.threshold), "method": threshold.method, "value": threshold.value, "groups": rates}, indent=1) + "\n")
+    rates = write_classification(out, rates_path, threshold, str(args.threshold), scores, dataset.ids, dataset.labels, dataset.groups)
     print(f"{'document':<40} {'snippets':>8} {'flagged':>8} {'rate':>7}")
     for entry in rates[: args.top]:
         print(f"{entry['group'][:40]:<40} {entry['snippets']:>8} {entry['flagged']:>8} {entry['rate']:>7.1%}")
     if len(rates) > args.top:
         print(f"... {len(rates) - args.top} more in {rates_path}")
-    total_flagged, total_scored = int(flags[scored].sum()), int(scored.sum())
-    print(f"{total_flagged} of {total_scored} scored texts flagged ({total_flagged / max(total_scored, 1):.1%}) with {threshold.method} >= {threshold.value:.6g}")
+    flagged, scored = sum(e["flagged"] for e in rates), sum(e["scored"] for e in rates)
+    print(f"{flagged} of {scored} scored texts flagged ({flagged / max(scored, 1):.1%}) with {threshold.method} >= {threshold.value:.6g}")
     print(f"wrote {out} and {rates_path}", file=sys.stderr)

@@ -1,0 +1,5 @@
+import sys
+
+from mia_fast.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,86 @@
+"""``mia-fast``: ``score``, ``eval``, ``calibrate``, ``classify``, ``demo`` and ``freq``.
+
+Only the chosen command's module is imported, and each imports the heavy libraries (torch,
+transformers, matplotlib) only when it runs, so ``mia-fast --help`` and ``mia-fast freq ...`` start
+at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from typing import Iterable, Sequence
+
+from mia_fast.errors import MiaFastError
+
+# command: (help, module that adds its options and handler)
+COMMANDS = {
+    "score": ("score texts with every requested method", "mia_fast.cli.score"),
+    "eval": ("score labelled texts and report AUROC / TPR@FPR per method", "mia_fast.cli.score"),
+    "calibrate": ("pick a decision threshold for one method on a labelled validation set", "mia_fast.cli.audit"),
+    "classify": ("flag texts with a calibrated threshold; contamination rate per document", "mia_fast.cli.audit"),
+    "demo": ("plant known members into a model by fine-tuning, then evaluate every method on them", "mia_fast.cli.demo"),
+    "freq": ("token-frequency tables of a reference corpus (for dcpdd)", "mia_fast.cli.freq"),
+}
+
+
+class _VersionAction(argparse.Action):
+    """--version, reading the installed package's metadata only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from importlib.metadata import version
+
+        print(f"mia-fast {version('mia-fast')}")
+        parser.exit()
+
+
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with the options of ``commands`` (all of them by default)."""
+    wanted = set(COMMANDS if commands is None else commands)
+    parser = argparse.ArgumentParser(prog="mia-fast", description="Fast pretraining-data detection.")
+    parser.add_argument("--version", action=_VersionAction)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, module) in COMMANDS.items():
+        command = subparsers.add_parser(name, help=help_text)
+        if name in wanted:
+            importlib.import_module(module).add_command(name, command)
+    return parser
+
+
+def _quiet_transformers() -> None:
+    """transformers' progress bars and warnings would drown the command's own output."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser([chosen] if chosen in COMMANDS else []).parse_args(argv)
+    started = time.perf_counter()
+    try:
+        _quiet_transformers()
+        args.handler(args)
+    except MiaFastError as exc:
+        print(f"mia-fast: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mia-fast: interrupted; finished work is kept (scores: continue with --resume)", file=sys.stderr)
+        return 130
+    print(f"done in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

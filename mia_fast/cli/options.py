@@ -1,0 +1,129 @@
+"""The options the scoring commands share, and turning them into library calls."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from mia_fast.data import SUITES
+from mia_fast.errors import MiaFastError
+from mia_fast.methods.registry import DEFAULT_A, DEFAULT_KS, DEFAULT_METHODS
+
+DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
+
+
+def floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def add_input_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("data", nargs="?", help="texts: .jsonl[.gz], .json[.gz], .csv or .parquet; with --suite, that benchmark's local files")
+    suites = parser.add_argument_group("benchmarks")
+    suites.add_argument("--suite", choices=list(SUITES), help="a benchmark of the field, from the Hugging Face hub, or from DATA in its layout")
+    suites.add_argument("--split", help="the suite's split (e.g. WikiMIA_length64, ngram_13_0.8)")
+    suites.add_argument("--config", help="the suite's config (MIMIR domain, ArxivMIA cs or math)")
+    suites.add_argument("--max-words", type=int, help="cut every text to its first N words (jieba words for Chinese), as WikiMIA does")
+    fields = parser.add_argument_group("input fields")
+    fields.add_argument("--text-field", default="text")
+    fields.add_argument("--id-field", default="id", help="copied to the output when present")
+    fields.add_argument("--label-field", default="label", help="labels (1/0, true/false, member/nonmember), copied to the output")
+    fields.add_argument("--group-field", help="document of each text (e.g. the book of a snippet), for per-document rates")
+
+
+def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -> None:
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", help="hub name or local directory (default: built-in SmolLM2-135M)")
+    model.add_argument("--gguf", help="a GGUF model file instead of --model")
+    if reference:
+        model.add_argument("--ref-model", help="reference model for the 'ref' method (its own tokenizer)")
+    model.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    model.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
+
+
+def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -> None:
+    scoring = parser.add_argument_group("scoring")
+    if methods:
+        scoring.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref,recall (or mink_0.2 ...)")
+        scoring.add_argument("--k", type=floats, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)")
+    scoring.add_argument("--a", type=float, default=DEFAULT_A, help="DC-PDD cap (default 0.01)")
+    scoring.add_argument("--freq-table", "--freq-counts", dest="freq_table", help="for dcpdd: a frequency table of a reference corpus ('mia-fast freq build'), or per-id counts (.npy)")
+    scoring.add_argument("--prefix-nonmembers", metavar="FILE", help="for recall: known non-member texts for the prefix (.txt a text per line, or any DATA format with --text-field)")
+    scoring.add_argument("--prepend-start", action=argparse.BooleanOptionalAction, default=True, help="prepend the BOS/EOS start token so the first token is scored")
+    scoring.add_argument("--batch-tokens", type=int, help="token budget per forward batch (default: 1024 on CPU, 16384 on GPU)")
+    scoring.add_argument("--backend", choices=["auto", "torch", "triton"], default="auto", help="token statistics and reductions: Triton kernels (auto on CUDA) or the reference")
+    scoring.add_argument("--max-length", type=int, help="window length for long texts (default: the model context)")
+    output = parser.add_argument_group("output")
+    output.add_argument("--resume", action="store_true", help="continue an interrupted output")
+    output.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    output.add_argument("--block-rows", type=int, default=512, help="rows scored and written per block")
+    output.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def input_name(args: argparse.Namespace) -> str:
+    if args.suite:
+        return f"{args.suite}:{args.split or SUITES[args.suite].default_split}" + (f":{args.config}" if args.config else "") + (f" ({args.data})" if args.data else "")
+    return str(args.data)
+
+
+def model_name(args: argparse.Namespace) -> str:
+    return args.gguf or args.model or DEFAULT_MODEL_NAME
+
+
+def load_input(args: argparse.Namespace, require_labels: bool = False):
+    """DATA, or a benchmark suite (from the hub, or from DATA in its layout), cut to --max-words."""
+    from mia_fast.data import load_suite, read_dataset
+    from mia_fast.data.text import truncate_words
+
+    if args.suite:
+        dataset = load_suite(args.suite, args.split, args.config, files=args.data)
+        if args.group_field:
+            raise MiaFastError("--group-field is for DATA files; a suite brings its own groups (e.g. BookMIA's books)")
+    elif args.data is None:
+        raise MiaFastError("give DATA (a file of texts) or --suite NAME")
+    elif args.split or args.config:
+        raise MiaFastError("--split and --config select within a --suite")
+    else:
+        dataset = read_dataset(args.data, args.text_field, args.id_field, args.label_field, require_labels=require_labels, group_field=args.group_field)
+    if args.max_words is not None:
+        if args.max_words < 1:
+            raise MiaFastError(f"--max-words must be positive, got {args.max_words}")
+        dataset.texts = [truncate_words(t, args.max_words) for t in dataset.texts]
+    return dataset
+
+
+def detector_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The Detector's keyword arguments from the model and scoring options."""
+    from mia_fast.data import read_texts
+
+    return dict(
+        model=args.model, gguf=args.gguf, ref_model=getattr(args, "ref_model", None), frequencies=args.freq_table,
+        prefix_nonmembers=read_texts(args.prefix_nonmembers, args.text_field) if args.prefix_nonmembers else None,
+        device=args.device, dtype=args.dtype, prepend_start=args.prepend_start, batch_tokens=args.batch_tokens,
+        max_length=args.max_length, backend=args.backend,
+    )
+
+
+def score_into(args: argparse.Namespace, dataset, out) -> None:
+    """Scores ``dataset`` into ``out`` with the command's options (resumable, block by block)."""
+    from mia_fast.api import score_file
+
+    score_file(
+        dataset, out, methods=args.methods.split(","), k=args.k, a=args.a, resume=args.resume, overwrite=args.overwrite,
+        block_rows=args.block_rows, id_field=args.id_field, label_field=args.label_field, progress=not args.quiet,
+        data_name=input_name(args), log=stderr, **detector_options(args),
+    )

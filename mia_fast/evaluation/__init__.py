@@ -1,0 +1,2 @@
+"""What the scores are worth: metrics, decision thresholds, reports, and the controlled-contamination
+experiment."""

@@ -1,0 +1,116 @@
+"""Counting token ids into frequency counts: the Python face of the native core (``mia_fast._native``,
+C++ over buffers, the GIL released), and the batch counter that tokenizes text exactly as the model
+does and counts it. The only module that touches the native extension; it knows no files."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mia_fast.errors import MiaFastError
+from mia_fast.frequency.table import MODES
+
+
+def _native():
+    """The compiled core, imported on first use: scoring never needs it."""
+    try:
+        from mia_fast import _native as core
+    except ImportError as exc:
+        raise MiaFastError(
+            f"frequency counting needs mia-fast's compiled core, which is not built here ({exc}); "
+            "reinstall with a C++ compiler: pip install -e ."
+        ) from None
+    return core
+
+
+class TokenIdOutOfRange(MiaFastError):
+    """An id outside the vocabulary, at ``position`` of the buffer that was counted."""
+
+    def __init__(self, token_id: int, position: int, vocab_size: int):
+        super().__init__(f"token id {token_id} at position {position} is outside the vocabulary [0, {vocab_size})")
+        self.token_id = token_id
+        self.position = position
+
+
+def check_counting_options(mode: str, max_tokens_per_doc: int | None) -> None:
+    if mode not in MODES:
+        raise MiaFastError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if max_tokens_per_doc is not None and max_tokens_per_doc < 1:
+        raise MiaFastError(f"max_tokens_per_doc must be positive, got {max_tokens_per_doc}")
+
+
+def count_documents(
+    ids: np.ndarray,
+    offsets: np.ndarray | None,
+    vocab_size: int,
+    mode: str = "occurrence",
+    max_tokens_per_doc: int | None = None,
+    threads: int = 0,
+) -> np.ndarray:
+    """Counts of every id in a 1-D uint16/uint32/int32/int64 array, uint64 [vocab_size]; ``offsets``
+    (documents) are passed on only where the mode needs them."""
+    core = _native()
+    needs_documents = mode == "document" or bool(max_tokens_per_doc)
+    try:
+        return core.count_tokens(
+            np.ascontiguousarray(ids), int(vocab_size), int(threads), offsets=offsets if needs_documents else None,
+            mode=mode, max_tokens_per_doc=int(max_tokens_per_doc or 0),
+        )
+    except core.IdOutOfRange as exc:
+        raise TokenIdOutOfRange(int(exc.id), int(exc.position), int(vocab_size)) from None
+    except (ValueError, TypeError) as exc:
+        raise MiaFastError(str(exc)) from None
+
+
+def count_token_ids(ids: np.ndarray, vocab_size: int, threads: int = 0) -> np.ndarray:
+    """Occurrence count of every id in a 1-D uint16/uint32/int32/int64 array (native, GIL released)."""
+    return count_documents(ids, None, vocab_size, threads=threads)
+
+
+def counted_tokens(lengths: np.ndarray, max_tokens_per_doc: int | None) -> int:
+    return int(np.minimum(lengths, max_tokens_per_doc).sum() if max_tokens_per_doc else lengths.sum())
+
+
+def separator_offsets(ids: np.ndarray, separator: int) -> np.ndarray:
+    """Document offsets of a stream whose documents each end with the id ``separator``."""
+    return _native().separator_offsets(ids, separator)
+
+
+def parse_megatron_index(image: np.ndarray) -> dict[str, Any]:
+    """A Megatron .idx image parsed and checked field by field; ValueError says what is wrong."""
+    return _native().parse_megatron_index(image)
+
+
+def counting_tokenizer(tokenizer: Any) -> Any:
+    """The Rust ``tokenizers.Tokenizer`` behind a transformers fast tokenizer (or the tokenizer itself),
+    which counting batches go through; a slow Python tokenizer is refused."""
+    rust = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not hasattr(rust, "encode_batch"):
+        raise MiaFastError("building a frequency table needs a fast (Rust) tokenizer; this one is a slow Python tokenizer")
+    return rust
+
+
+def tokenizer_vocab_size(tokenizer: Any) -> int:
+    return len(tokenizer) if hasattr(tokenizer, "backend_tokenizer") else counting_tokenizer(tokenizer).get_vocab_size(with_added_tokens=True)
+
+
+@dataclass(frozen=True)
+class BatchCounter:
+    """Tokenizes one batch of texts exactly as the model's tokenizer does (no special tokens) and counts it."""
+
+    tokenizer: Any  # a tokenizers.Tokenizer
+    vocab_size: int
+    mode: str
+    max_tokens_per_doc: int | None
+
+    def __call__(self, texts: list[str]) -> tuple[np.ndarray, int]:
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        id_lists = [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.uint32, count=int(lengths.sum()))
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        counts = count_documents(ids, offsets, self.vocab_size, self.mode, self.max_tokens_per_doc, threads=1)
+        return counts, counted_tokens(lengths, self.max_tokens_per_doc)

@@ -1,0 +1,19 @@
+"""Detection methods, one module per family; importing this package registers them all."""
+
+from mia_fast.methods import dcpdd, likelihood, lowercase, mink, recall, reference  # noqa: F401  (registration)
+from mia_fast.methods.registry import (
+    DEFAULT_A,
+    DEFAULT_KS,
+    DEFAULT_METHODS,
+    REGISTRY,
+    MethodOptions,
+    MethodRequest,
+    ScoringInputs,
+    resolve_methods,
+    score,
+)
+
+__all__ = [
+    "DEFAULT_A", "DEFAULT_KS", "DEFAULT_METHODS", "REGISTRY", "MethodOptions", "MethodRequest", "ScoringInputs",
+    "resolve_methods", "score",
+]

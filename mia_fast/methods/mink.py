@@ -1,0 +1,28 @@
+"""Min-K% Prob (Shi et al. 2024) and Min-K%++ (Zhang et al. 2025): bottom-k means of per-token scores."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.ops.bottom_k import bottom_k_means
+
+# Floor on var in Min-K%++ so that z is finite on fully peaked rows.
+VAR_FLOOR = 1e-12
+
+
+@register("mink", takes_k=True)
+def mink_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
+    """Min-K% Prob: mean of the k-fraction lowest token log-probabilities."""
+    stats = inputs.stats
+    return bottom_k_means(stats.logp, stats.offsets, ks, inputs.impl, inputs.device)
+
+
+@register("minkpp", takes_k=True)
+def minkpp_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
+    """Min-K%++: the same bottom-k mean over z = (logp - mu) / sqrt(var)."""
+    stats = inputs.stats
+    z = (stats.logp.astype(np.float64) - stats.mu) / np.sqrt(np.maximum(stats.var.astype(np.float64), VAR_FLOOR))
+    return bottom_k_means(z, stats.offsets, ks, inputs.impl, inputs.device)

@@ -1,0 +1,48 @@
+"""DC-PDD's reduction: which positions hold the first occurrence of their id within their text, and
+the capped mean of p(x_t) * -ln f(x_t) over those positions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mia_fast.ops.impl import check_impl, kernel_device
+from mia_fast.ops.segments import segment_ids, segment_mean, to_device
+
+
+def first_occurrence_mask(target_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """True where a position holds the first occurrence of its id within its text."""
+    mask = np.zeros(len(target_ids), dtype=bool)
+    if len(target_ids) == 0:
+        return mask
+    key = segment_ids(offsets) * (int(target_ids.max()) + 1) + target_ids
+    _, first = np.unique(key, return_index=True)
+    mask[first] = True
+    return mask
+
+
+def capped_first_occurrence_mean(
+    target_ids: np.ndarray,
+    logp: np.ndarray,
+    first_occurrence: np.ndarray,
+    offsets: np.ndarray,
+    log_frequencies: np.ndarray,
+    cap: float,
+    impl: str = "torch",
+    device=None,
+) -> np.ndarray:
+    """Per text, the mean over its first occurrences of min(exp(logp) * -log_frequencies[id], cap)
+    (float64); NaN for a text with no positions."""
+    check_impl(impl)
+    if impl == "triton":
+        from mia_fast.kernels import capped_first_occurrence_mean as kernel
+        device = kernel_device(device)
+        means = kernel(
+            to_device(target_ids, np.int64, device), to_device(logp, np.float32, device),
+            to_device(first_occurrence, np.bool_, device), to_device(offsets, np.int64, device),
+            to_device(log_frequencies, np.float64, device), cap,
+        )
+        return means.cpu().numpy()
+    first = first_occurrence
+    alpha = np.exp(logp[first].astype(np.float64)) * -log_frequencies[target_ids[first]]
+    first_offsets = np.concatenate([[0], np.cumsum(first)])[offsets]
+    return segment_mean(np.minimum(alpha, cap), first_offsets)

@@ -1,0 +1,222 @@
+"""The forward engine of one model: texts -> token ids -> batched forward -> TokenStats (or hidden states).
+
+Texts are tokenized with the start-token rule of DESIGN §2, placed after their context (a pass's
+prefix, tokenized on its own and never scored), split into sliding windows when longer than the
+model context, sorted by length and packed into batches under a token budget (right padding with an
+attention mask). Logits are never held in fp32 for a whole batch: when the model's head is a plain
+linear layer they are computed from hidden states a chunk of positions at a time, otherwise the
+model's own logits are reduced a chunk at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from mia_fast.errors import MiaFastError
+from mia_fast.ops.impl import resolve_backend
+from mia_fast.ops.token_stats import linear_token_stats, token_stats
+from mia_fast.pipeline.batching import plan_batches
+from mia_fast.pipeline.models import LoadedModel
+from mia_fast.pipeline.passes import HiddenStatesReadout
+from mia_fast.pipeline.stats import TokenStats
+from mia_fast.pipeline.tokenize import split_windows, tokenize
+
+# Token budget per forward batch. On CPU the forward is compute-bound and large padded batches
+# fall out of cache (measured slower); a GPU wants large batches to fill its cores.
+DEFAULT_BATCH_TOKENS = {"cpu": 1024, "cuda": 16384}
+# Bytes of fp32 logits reduced at once: cache-sized on CPU, where the reference's temporaries must
+# stay in cache (measured 2.5x faster than 16 MB at V = 151936), large on GPU.
+DEFAULT_CHUNK_BYTES = {"cpu": 4 << 20, "cuda": 512 << 20}
+# Rows the output head projects at once, at the least: its weight (545 MB for a 151936 x 896 head in
+# fp32) is read once per projection, so a few dozen rows at a time would make the head memory-bound.
+# The projection buffer is then at most MIN_HEAD_ROWS x V floats.
+MIN_HEAD_ROWS = 512
+
+TokenCallback = Callable[[int], None]
+
+
+def default_for(table: dict[str, int], device: torch.device) -> int:
+    return table.get(device.type, table["cuda"])
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One forward row: ``ids`` (context + a window of the text), scoring the targets ids[first_scored:]."""
+
+    text_index: int
+    ids: list[int]
+    first_scored: int
+
+
+class StatsEngine:
+    """Runs one model over texts; ``backend`` picks the Triton kernels or the torch reference."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        prepend_start: bool = True,
+        batch_tokens: int | None = None,
+        max_length: int | None = None,
+        chunk_bytes: int | None = None,
+        use_hidden_states: bool = True,
+        backend: str = "auto",
+    ) -> None:
+        batch_tokens = batch_tokens or default_for(DEFAULT_BATCH_TOKENS, loaded.device)
+        chunk_bytes = chunk_bytes or default_for(DEFAULT_CHUNK_BYTES, loaded.device)
+        if batch_tokens < 1:
+            raise MiaFastError(f"batch_tokens must be positive, got {batch_tokens}")
+        context = loaded.context_length
+        if max_length is None:
+            max_length = context or 2048
+        elif context is not None and max_length > context:
+            raise MiaFastError(f"max_length {max_length} exceeds the model context {context}")
+        self.loaded = loaded
+        self.prepend_start = prepend_start
+        self.batch_tokens = batch_tokens
+        self.max_length = max_length
+        self.stats_rows = max(1, chunk_bytes // (4 * loaded.vocab_size))
+        self.chunk_rows = max(self.stats_rows, MIN_HEAD_ROWS)
+        self.head = loaded.plain_linear_head() if use_hidden_states else None
+        self.backend = resolve_backend(backend, loaded.device)
+        tokenizer = loaded.tokenizer
+        self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+        self._context_ids: dict[str, list[int]] = {"": []}
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        return tokenize(self.loaded.tokenizer, texts, self.prepend_start)
+
+    def context_ids(self, prefix: str) -> list[int]:
+        """The ids of a prefix, tokenized like a text; it may fill at most half the window."""
+        if prefix not in self._context_ids:
+            ids = self.tokenize([prefix])[0]
+            if len(ids) > self.max_length // 2:
+                raise MiaFastError(
+                    f"the prefix is {len(ids)} tokens, more than half of the {self.max_length}-token window; "
+                    "use fewer or shorter prefix texts"
+                )
+            self._context_ids[prefix] = ids
+        return self._context_ids[prefix]
+
+    def _rows(self, texts: Sequence[str], prefixes: Sequence[str] | None) -> list[_Row]:
+        prefixes = prefixes if prefixes is not None else [""] * len(texts)
+        rows = []
+        for i, (ids, prefix) in enumerate(zip(self.tokenize(texts), prefixes)):
+            context = self.context_ids(prefix)
+            for w in split_windows(i, len(ids), self.max_length - len(context)):
+                rows.append(_Row(i, context + ids[w.begin : w.end], len(context) + w.first_target - w.begin))
+        return rows
+
+    def compute(
+        self,
+        texts: Sequence[str],
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+        prefixes: Sequence[str] | None = None,
+    ) -> TokenStats:
+        """TokenStats of ``texts`` (each after its prefix in ``prefixes``, unscored), in input order.
+        ``on_tokenized`` receives the number of ids to run, ``on_progress`` the ids finished after each batch."""
+        rows = self._rows(texts, prefixes)
+        if on_tokenized is not None:
+            on_tokenized(sum(len(r.ids) for r in rows))
+        results: list[dict[str, np.ndarray] | None] = [None] * len(rows)
+        for batch in plan_batches([len(r.ids) for r in rows], self.batch_tokens):
+            batch_rows = [rows[i] for i in batch]
+            for i, stats in zip(batch, self._run_batch(batch_rows)):
+                results[i] = stats
+            if on_progress is not None:
+                on_progress(sum(len(r.ids) for r in batch_rows))
+        per_text: list[list[dict[str, np.ndarray]]] = [[] for _ in texts]
+        for row, stats in zip(rows, results):
+            per_text[row.text_index].append(stats)
+        return TokenStats.from_texts([_concat(parts) for parts in per_text])
+
+    def _padded(self, rows: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(map(len, rows))
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, ids in enumerate(rows):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+        return input_ids.to(self.loaded.device), attention_mask.to(self.loaded.device)
+
+    @torch.inference_mode()
+    def _run_batch(self, rows: list[_Row]) -> list[dict[str, np.ndarray]]:
+        input_ids, attention_mask = self._padded([r.ids for r in rows])
+        width = input_ids.shape[1]
+        # Position p predicts the id at p + 1: score targets ids[first_scored:] of each row.
+        flat_index = np.concatenate([row * width + np.arange(r.first_scored - 1, len(r.ids) - 1) for row, r in enumerate(rows)])
+        targets = [r.ids[r.first_scored :] for r in rows]
+        device = self.loaded.device
+        flat_targets = torch.tensor([t for row in targets for t in row], dtype=torch.long, device=device)
+        index = torch.from_numpy(flat_index).to(device)
+
+        if self.head is not None:
+            hidden = self.loaded.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
+            outputs = linear_token_stats(
+                selected, self.head.weight, flat_targets, self.head.bias, chunk_rows=self.chunk_rows,
+                stats_rows=self.stats_rows, impl=self.backend,
+            )
+        else:
+            logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            outputs = self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, flat_targets)
+        logp, mu, var = (part.cpu().numpy() for part in outputs)
+        flat_targets_np = flat_targets.cpu().numpy()
+        split_at = np.cumsum([len(t) for t in targets])[:-1]
+        return [
+            {"target_ids": t, "logp": lp, "mu": m, "var": v}
+            for t, lp, m, v in zip(*(np.split(a, split_at) for a in (flat_targets_np, logp, mu, var)))
+        ]
+
+    def _reduce_logits(self, rows: torch.Tensor, index: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(logp, mu, var) of the selected rows of the model's own logits, a chunk at a time."""
+        parts = []
+        for start in range(0, len(index), self.stats_rows):
+            chunk = rows.index_select(0, index[start : start + self.stats_rows])
+            parts.append(token_stats(chunk, targets[start : start + self.stats_rows], self.backend))
+        return tuple(torch.cat(values) for values in zip(*parts))
+
+    @torch.inference_mode()
+    def hidden_states(
+        self, texts: Sequence[str], readout: HiddenStatesReadout, prefixes: Sequence[str] | None = None
+    ) -> np.ndarray:
+        """The hidden state of the last token of each (prefix + text) at ``readout.layers``: float32
+        [texts, layers, hidden]; NaN for a text with no token. A sequence longer than the window keeps
+        its last ``max_length`` ids, so the last token sees as much context as fits."""
+        prefixes = prefixes if prefixes is not None else [""] * len(texts)
+        sequences = [(self.context_ids(p) + ids)[-self.max_length :] for ids, p in zip(self.tokenize(texts), prefixes)]
+        model = self.loaded.model
+        base = model.base_model if model.base_model is not model else model
+        layers = readout.layers
+        if layers is None:
+            layers = tuple(range(model.config.num_hidden_layers + 1))
+        result = np.full((len(texts), len(layers), model.config.hidden_size), np.nan, dtype=np.float32)
+        present = [i for i, ids in enumerate(sequences) if ids]
+        for batch in plan_batches([len(sequences[i]) for i in present], self.batch_tokens):
+            indices = [present[j] for j in batch]
+            input_ids, attention_mask = self._padded([sequences[i] for i in indices])
+            states = base(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
+            last = torch.tensor([len(sequences[i]) - 1 for i in indices], device=input_ids.device)
+            rows = torch.arange(len(indices), device=input_ids.device)
+            try:
+                picked = torch.stack([states[layer][rows, last] for layer in layers], dim=1)
+            except IndexError:
+                raise MiaFastError(f"layers {list(layers)} out of range: the model has {len(states)} hidden states") from None
+            result[indices] = picked.float().cpu().numpy()
+        return result
+
+
+def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if not parts:
+        return {
+            "target_ids": np.zeros(0, np.int64),
+            "logp": np.zeros(0, np.float32),
+            "mu": np.zeros(0, np.float32),
+            "var": np.zeros(0, np.float32),
+        }
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}

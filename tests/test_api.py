@@ -1,0 +1,43 @@
+"""score_file, the resumable block-by-block scoring behind ``mia-fast score``, used as a library."""
+
+import numpy as np
+import pytest
+
+from mia_fast import Detector, score_file
+from mia_fast.data import Dataset, read_scores
+from mia_fast.errors import MiaFastError
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    texts = ["the quick brown fox", "all that glitters is not gold", "", "to be or not to be"] * 3
+    return Dataset(texts=texts, ids=[f"t{i}" for i in range(len(texts))], labels=[i % 2 for i in range(len(texts))])
+
+
+def test_score_file_equals_detector_scores(tiny_model_dir, dataset, tmp_path):
+    detector = Detector(str(tiny_model_dir))
+    notes = []
+    out = score_file(dataset, tmp_path / "s.jsonl", methods=["loss", "mink"], k=[0.5], detector=detector, block_rows=5,
+                     progress=False, log=notes.append)
+    written = read_scores(out, ["loss", "mink_0.5"])
+    expected = detector.score(dataset.texts, methods=["loss", "mink"], k=[0.5])
+    for column in written:
+        np.testing.assert_allclose(written[column], expected[column], rtol=1e-6)
+    assert notes == ["warning: 3 texts could not be scored; their scores are NaN, see the 'warning' column"]
+
+
+def test_a_finished_output_loads_no_model(tiny_model_dir, dataset, tmp_path):
+    out = tmp_path / "s.csv"
+    score_file(dataset, out, methods=["loss"], model=str(tiny_model_dir), progress=False)
+    notes = []
+    score_file(dataset, out, methods=["loss"], model=str(tmp_path / "no-such-model"), resume=True, progress=False, log=notes.append)
+    assert notes == [f"{out}: all {len(dataset.texts)} rows already scored"]
+
+
+def test_needs_are_checked_before_a_model_is_loaded(dataset, tmp_path):
+    nowhere = str(tmp_path / "no-such-model")
+    with pytest.raises(MiaFastError, match="needs a reference model"):
+        score_file(dataset, tmp_path / "a.jsonl", methods=["ref"], model=nowhere)
+    with pytest.raises(MiaFastError, match="also prefix texts"):
+        score_file(dataset, tmp_path / "b.jsonl", methods=["recall"], model=nowhere, prefix_nonmembers=[dataset.texts[0]])
+    assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()

@@ -1,0 +1,172 @@
+"""The package's shape, checked on its source: imports point one way along the data flow, nothing
+imports the CLI, only the frequency builder touches the native core, the kernels import only torch
+and triton, and no two modules import each other (directly or round a longer loop)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The stages of mia_fast in data-flow order (DESIGN §1). A module may import from its own stage or
+# from an earlier one, never from a later one. Stages on one line are independent of each other.
+STAGE_ORDER = [
+    ("errors", "kernels"),
+    ("data", "ops"),
+    ("frequency",),
+    ("pipeline",),
+    ("methods",),
+    ("api",),
+    ("evaluation",),
+    ("cli",),
+]
+RANK = {stage: rank for rank, stages in enumerate(STAGE_ORDER) for stage in stages}
+NATIVE_USERS = {"mia_fast.frequency.build"}
+KERNEL_IMPORTS = {"torch", "triton", "__future__", "typing"}
+
+
+def module_name(path: Path) -> str:
+    if path.is_relative_to(ROOT / "kernels"):
+        parts = ("mia_fast", "kernels", *path.relative_to(ROOT / "kernels").with_suffix("").parts)
+    else:
+        parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def source_files() -> dict[str, Path]:
+    files = [*sorted((ROOT / "mia_fast").rglob("*.py")), *sorted((ROOT / "kernels").rglob("*.py"))]
+    return {module_name(path): path for path in files}
+
+
+def imports_of(name: str, source: str, is_package: bool) -> set[str]:
+    """Every module a source imports, at module level or inside a function, relative ones resolved."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                base = ".".join(anchor[: len(anchor) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module
+            found.add(base)
+            # `from package import module` imports the module too.
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def stage_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "mia_fast" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def violations(name: str, imported: set[str], known: set[str]) -> list[str]:
+    """What is wrong with module ``name`` importing ``imported`` (modules of mia_fast only count when they exist)."""
+    stage = stage_of(name)
+    problems = []
+    for target in sorted(imported):
+        if target.split(".")[0] != "mia_fast":
+            if stage == "kernels" and target.split(".")[0] not in KERNEL_IMPORTS:
+                problems.append(f"{name} imports {target}: kernels import only torch and triton")
+            continue
+        if target == "mia_fast._native":
+            if name not in NATIVE_USERS:
+                problems.append(f"{name} imports the native core; only {', '.join(sorted(NATIVE_USERS))} may")
+            continue
+        if target not in known or stage_of(target) is None:
+            continue
+        target_stage = stage_of(target)
+        if target_stage == "cli" and stage != "cli":
+            problems.append(f"{name} imports {target}: nothing imports the CLI")
+        elif stage is None:  # mia_fast/__init__.py, the front door, may re-export any stage
+            continue
+        elif target_stage != stage and RANK[target_stage] > RANK[stage]:
+            problems.append(f"{name} ({stage}) imports {target} ({target_stage}), a later stage of the data flow")
+    return problems
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = source_files()
+    known = set(files)
+    graph = {}
+    for name, path in files.items():
+        imported = imports_of(name, path.read_text(), path.name == "__init__.py")
+        graph[name] = {m for m in imported if m in known and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_module_belongs_to_a_known_stage():
+    stages = {stage_of(name) for name in source_files()} - {None}
+    assert stages <= set(RANK), f"stages missing from STAGE_ORDER: {stages - set(RANK)}"
+
+
+def test_imports_point_one_way_along_the_data_flow():
+    files = source_files()
+    problems = [
+        problem
+        for name, path in files.items()
+        for problem in violations(name, imports_of(name, path.read_text(), path.name == "__init__.py"), set(files))
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+@pytest.mark.parametrize(
+    "name, source, expected",
+    [
+        ("mia_fast.pipeline.engine", "from mia_fast.methods.registry import score", "a later stage"),
+        ("mia_fast.ops.bottom_k", "import mia_fast.pipeline.stats", "a later stage"),
+        ("mia_fast.evaluation.report", "from mia_fast.cli import main", "nothing imports the CLI"),
+        ("mia_fast.api", "from mia_fast import _native", "only mia_fast.frequency.build may"),
+        ("mia_fast.kernels.aggregate", "import numpy", "kernels import only torch and triton"),
+        ("mia_fast.methods.mink", "def f():\n    from ..evaluation import metrics", "a later stage"),
+    ],
+)
+def test_the_checks_catch_each_kind_of_violation(name, source, expected):
+    known = set(source_files())
+    problems = violations(name, imports_of(name, source, is_package=False), known)
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_cycle_check_finds_a_loop():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

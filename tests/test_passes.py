@@ -1,0 +1,204 @@
+"""Passes as values: deduplicated forwards, a prefix that is never scored, hidden-state readouts, and
+ReCaLL, the first method built on them."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import CORPUS
+from test_cli import fail, read_jsonl, run_cli, write_jsonl
+
+from mia_fast import Detector, load_model
+from mia_fast.errors import MiaFastError
+from mia_fast.methods import MethodOptions, ScoringInputs, resolve_methods, score
+from mia_fast.methods.lowercase import LOWERCASE
+from mia_fast.methods.recall import recall_pass
+from mia_fast.pipeline.engine import StatsEngine
+from mia_fast.pipeline.passes import PLAIN, HiddenStatesReadout, Pass
+from mia_fast.pipeline.stats import TokenStats
+
+PREFIX = ["the rain in spain ", "all that glitters"]
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(str(tiny_model_dir))
+
+
+def count_forwards(model) -> list[int]:
+    calls = [0]
+    model.base_model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def stats_of(*texts: list[float]) -> TokenStats:
+    return TokenStats.from_texts(
+        [{"target_ids": np.arange(len(t)), "logp": np.array(t, np.float32), "mu": np.zeros(len(t), np.float32),
+          "var": np.ones(len(t), np.float32)} for t in texts]
+    )
+
+
+# ---- dedupe ----
+
+
+def test_lowercase_pass_of_lowercase_texts_costs_no_forward(tiny_model_dir):
+    detector = Detector(str(tiny_model_dir), batch_tokens=64)
+    calls = count_forwards(detector.target.loaded.model)
+    lower = [t.lower() for t in CORPUS]
+    detector.score(lower, methods=["loss"])
+    loss_alone = calls[0]
+    calls[0] = 0
+    scores = detector.score(lower, methods=["loss", "lowercase"])
+    assert calls[0] == loss_alone > 0
+    np.testing.assert_allclose(scores["lowercase"], 1.0)
+    calls[0] = 0
+    detector.score(["The Quick Brown Fox", "ALL THAT GLITTERS"] * 20, methods=["loss", "lowercase"])
+    with_case = calls[0]
+    calls[0] = 0
+    detector.score(["The Quick Brown Fox", "ALL THAT GLITTERS"] * 20, methods=["loss"])
+    assert with_case > calls[0]  # mixed case: the lowercase pass does run
+
+
+def test_identical_units_run_once_across_passes_and_texts(tiny_model_dir):
+    detector = Detector(str(tiny_model_dir))
+    seen = []
+    detector.run_passes(["a fox", "a fox", "A Fox"], [PLAIN, LOWERCASE], on_tokenized=seen.append)
+    one = []
+    detector.run_passes(["a fox", "A Fox"], [PLAIN], on_tokenized=one.append)
+    assert seen == one  # 3 texts x 2 passes: the two distinct texts, once each
+
+
+def test_pass_results_are_in_text_order(tiny_model_dir):
+    detector = Detector(str(tiny_model_dir))
+    texts = ["The Fox", "the dog jumps over", "THE FOX"]
+    results = detector.run_passes(texts, [PLAIN, LOWERCASE])
+    direct = detector.token_stats([t.lower() for t in texts])
+    np.testing.assert_array_equal(results[LOWERCASE].offsets, direct.offsets)
+    np.testing.assert_allclose(results[LOWERCASE].logp, direct.logp, rtol=1e-6)
+    np.testing.assert_array_equal(results[LOWERCASE].first_occurrence, direct.first_occurrence)
+
+
+# ---- prefixes and hidden states ----
+
+
+def test_prefix_is_unscored_and_the_text_keeps_its_targets(loaded):
+    engine = StatsEngine(loaded)
+    texts = ["the quick brown fox", "a"]
+    plain = engine.compute(texts)
+    prefixed = engine.compute(texts, prefixes=["to be or not to be"] * 2)
+    np.testing.assert_array_equal(prefixed.offsets, plain.offsets)
+    np.testing.assert_array_equal(prefixed.target_ids, plain.target_ids)
+    assert not np.allclose(prefixed.logp, plain.logp)
+
+
+def test_prefixed_long_text_is_windowed_after_the_prefix(loaded):
+    engine = StatsEngine(loaded, max_length=32, batch_tokens=64)
+    prefix = "to be or not to be"
+    text = " ".join(CORPUS[:4])
+    prefix_ids, ids = engine.context_ids(prefix), engine.tokenize([text])[0]
+    assert len(ids) > 32 - len(prefix_ids)
+    stats = engine.compute([text], prefixes=[prefix])
+    assert stats.lengths[0] == len(ids) - 1
+    # The first window, computed by hand: the prefix, then the text's first ids, in one forward.
+    width = 32 - len(prefix_ids)
+    window = torch.tensor([prefix_ids + ids[:width]])
+    with torch.inference_mode():
+        logp = torch.log_softmax(loaded.model(window).logits[0].double(), -1)
+    expected = [logp[len(prefix_ids) + t - 1, ids[t]].item() for t in range(1, width)]
+    np.testing.assert_allclose(stats.logp[: width - 1], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_prefix_longer_than_half_the_window_is_refused(loaded):
+    engine = StatsEngine(loaded, max_length=16)
+    with pytest.raises(MiaFastError, match="more than half of the 16-token window"):
+        engine.compute(["a fox"], prefixes=[" ".join(CORPUS)])
+
+
+def test_hidden_state_readout_is_the_last_token_at_each_layer(loaded):
+    engine = StatsEngine(loaded, batch_tokens=40)
+    texts = ["the quick brown fox jumps", "a", "", "all that glitters is not gold"]
+    got = engine.hidden_states(texts, HiddenStatesReadout((0, 1, 2)), prefixes=["", "", "", "to be"])
+    assert got.shape == (4, 3, loaded.model.config.hidden_size)
+    for i, (text, prefix) in enumerate(zip(texts, ["", "", "", "to be"])):
+        ids = engine.context_ids(prefix) + engine.tokenize([text])[0]
+        with torch.inference_mode():
+            states = loaded.model(torch.tensor([ids]), output_hidden_states=True).hidden_states
+        for j, layer in enumerate((0, 1, 2)):
+            np.testing.assert_allclose(got[i, j], states[layer][0, -1].numpy(), rtol=1e-4, atol=1e-5)
+    every = engine.hidden_states(texts[:1], HiddenStatesReadout())
+    assert every.shape[1] == loaded.model.config.num_hidden_layers + 1
+
+
+def test_hidden_state_pass_through_the_detector(tiny_model_dir):
+    detector = Detector(str(tiny_model_dir))
+    wrapped = Pass(transform=lambda t: f"statement: {t}", readout=HiddenStatesReadout((2,)))
+    result = detector.run_passes(["a fox", "the dog"], [wrapped])[wrapped]
+    direct = detector.target.hidden_states(["statement: a fox", "statement: the dog"], HiddenStatesReadout((2,)))
+    np.testing.assert_array_equal(result, direct)
+
+
+# ---- ReCaLL ----
+
+
+def test_recall_formula_on_hand_built_stats():
+    options = MethodOptions(prefix_nonmembers=("shot one. ", "shot two."))
+    assert recall_pass(options) == Pass(prefix="shot one. shot two.")
+    plain = stats_of([-1.0, -3.0], [-0.5], [])
+    prefixed = stats_of([-2.0, -4.0], [-2.0], [])
+    inputs = ScoringInputs(stats=plain, passes={recall_pass(options): prefixed}, options=options)
+    scores = score(inputs, resolve_methods(["recall"]))["recall"]
+    assert scores[0] == pytest.approx(3.0 / 2.0)  # loss(x | P) / loss(x)
+    assert scores[1] == pytest.approx(2.0 / 0.5)
+    assert np.isnan(scores[2])
+
+
+def test_recall_equals_a_hand_computed_conditional_likelihood(tiny_model_dir):
+    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX)
+    texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be"]
+    got = detector.score(texts, methods=["loss", "recall"])
+    model, engine = detector.target.loaded.model, detector.target
+    prefix_ids = engine.tokenize(["".join(PREFIX)])[0]
+    for i, text in enumerate(texts):
+        ids = engine.tokenize([text])[0]
+
+        def mean_nll(context: list[int]) -> float:
+            sequence = torch.tensor([context + ids])
+            with torch.inference_mode():
+                logp = torch.log_softmax(model(sequence).logits[0].double(), -1)
+            return -np.mean([logp[len(context) + t - 1, ids[t]].item() for t in range(1, len(ids))])
+
+        assert got["recall"][i] == pytest.approx(mean_nll(prefix_ids) / mean_nll([]), rel=1e-5)
+        assert got["loss"][i] == pytest.approx(-mean_nll([]), rel=1e-5)
+
+
+def test_recall_needs_prefix_texts_that_are_not_scored(tiny_model_dir):
+    with pytest.raises(MiaFastError, match="needs known non-member texts for its prefix"):
+        Detector(str(tiny_model_dir)).score(["a fox"], methods=["recall"])
+    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX)
+    with pytest.raises(MiaFastError, match="1 scored text.* also prefix texts"):
+        detector.score(["a fox", PREFIX[1]], methods=["loss", "recall"])
+    detector.score(["a fox", PREFIX[1]], methods=["loss"])  # without recall the prefix plays no part
+
+
+def test_recall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
+    prefix_file = tmp_path / "prefix.txt"
+    prefix_file.write_text("\n".join(PREFIX) + "\n\n")
+    out = tmp_path / "s.jsonl"
+    assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "loss,recall", "--prefix-nonmembers", prefix_file,
+                   "--out", out, "--quiet", "--max-length", "64") == 0
+    rows = read_jsonl(out)
+    texts = [json.loads(line)["text"] for line in labelled_jsonl.read_text().splitlines()]
+    expected = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(texts, methods=["recall"])["recall"]
+    np.testing.assert_allclose([r["recall"] for r in rows], expected, rtol=1e-5)
+
+    prefix_jsonl = write_jsonl(tmp_path / "prefix.jsonl", [{"body": t} for t in PREFIX])
+    out2 = tmp_path / "s2.jsonl"
+    assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "recall", "--prefix-nonmembers", prefix_jsonl,
+                   "--text-field", "text", "--out", out2, "--quiet") == 2
+    assert "no 'text' field" in capsys.readouterr().err
+    assert "needs known non-member texts" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "recall", "--out", tmp_path / "s3.jsonl")
+    leaky = write_jsonl(tmp_path / "leaky.jsonl", [{"text": PREFIX[0]}, {"text": "a fox"}])
+    message = fail(capsys, "score", leaky, "--model", tiny_model_dir, "--methods", "recall", "--prefix-nonmembers", prefix_file, "--out", tmp_path / "s4.jsonl")
+    assert "also prefix texts" in message
+    assert not (tmp_path / "s4.jsonl").exists()
