@@ -1,13 +1,15 @@
 """Does detection rise with the strength of contamination? The controlled experiment on real text.
 
     python benchmarks/contamination.py [--texts 128] [--lrs 1e-5,1e-4,3e-4] [--epochs 1,3] [--max-tokens 128]
+                                       [--methods loss,zlib,mink,minkpp,lowercase,ref] [--tag NAME]
 
 The shared pile_test documents (their four subsets interleaved) are split i.i.d. into members and
 non-members; the built-in SmolLM2-135M is fine-tuned on the members at every learning rate and
 epoch count, each run from the untouched model, and both halves are scored (the untouched model is
 the reference of ``ref``). Min-K% Prob's paper (Table 4) found detection rising sharply with the
-learning rate. Writes ``results/contamination-<cores>core.json``, a plot, and one report per run
-under ``--reports``.
+learning rate. Writes ``results/contamination-<cores>core[-<tag>].json``, a plot, and one report per
+run under ``--reports``. With ``recall`` or ``conrecall``, the experiment draws their prefixes beside
+its texts (never scored), as ``mia-fast demo`` does.
 """
 
 from __future__ import annotations
@@ -27,8 +29,13 @@ from mia_fast.evaluation.experiments import FineTuning, run_experiment
 from mia_fast.pipeline.models import LoadedModel, load_model
 
 SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
-METHODS = ["loss", "zlib", "mink", "minkpp", "lowercase", "ref"]
-SHOWN = ["loss", "zlib", "mink_0.2", "minkpp_0.2", "lowercase", "ref"]
+METHODS = "loss,zlib,mink,minkpp,lowercase,ref"
+K_SHOWN = 0.2
+
+
+def shown_columns(methods: list[str]) -> list[str]:
+    """One column per method: k-methods at k = 0.2."""
+    return [f"{m}_{K_SHOWN}" if m in ("mink", "minkpp") else m for m in methods]
 
 
 def interleaved_corpus(per_subset: int) -> list[str]:
@@ -36,7 +43,7 @@ def interleaved_corpus(per_subset: int) -> list[str]:
     return [text for group in zip(*subsets) for text in group]
 
 
-def plot(path: Path, runs: list[dict]) -> None:
+def plot(path: Path, runs: list[dict], shown: list[str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -46,7 +53,7 @@ def plot(path: Path, runs: list[dict]) -> None:
     fig, axes = plt.subplots(1, len(epochs), figsize=(6 * len(epochs), 4.2), squeeze=False, sharey=True)
     for ax, epoch in zip(axes[0], epochs):
         chosen = sorted((r for r in runs if r["epochs"] == epoch), key=lambda r: r["learning_rate"])
-        for column in SHOWN:
+        for column in shown:
             ax.plot([r["learning_rate"] for r in chosen], [r["auroc"][column] for r in chosen], marker="o", label=column)
         ax.set_xscale("log")
         ax.set_xlabel("learning rate")
@@ -67,8 +74,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=ints, default=[1, 3])
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--methods", default=METHODS, help=f"comma-separated (default {METHODS})")
+    parser.add_argument("--tag", help="suffix of the result files, so a run with other methods keeps the default's")
     parser.add_argument("--reports", type=Path, default=Path(tempfile.gettempdir()) / "mia-fast-contamination")
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    shown = shown_columns(methods)
 
     corpus = interleaved_corpus(per_subset=max(64, args.texts))
     base = load_model(device="cpu", dtype="fp32")
@@ -81,7 +92,7 @@ def main() -> None:
             started = time.perf_counter()
             experiment, results = run_experiment(
                 loaded, corpus, args.reports / f"lr{lr:g}-ep{epochs}", FineTuning(epochs, lr, 8, args.max_tokens, args.seed),
-                texts=args.texts, methods=METHODS, corpus_name="pile_test (4 subsets)", bootstrap=1000,
+                texts=args.texts, methods=methods, corpus_name="pile_test (4 subsets)", bootstrap=1000,
             )
             run = {
                 "learning_rate": lr, "epochs": epochs, "members": len(experiment.members), "nonmembers": len(experiment.nonmembers),
@@ -92,12 +103,12 @@ def main() -> None:
             }
             runs.append(run)
             print(f"lr {lr:g}, {epochs} epoch(s): loss {run['first_loss']:.3f} -> {run['last_loss']:.3f}; "
-                  + ", ".join(f"{c} {run['auroc'][c]:.3f}" for c in SHOWN), flush=True)
+                  + ", ".join(f"{c} {run['auroc'][c]:.3f}" for c in shown), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"contamination-{os.cpu_count()}core"
-    settings = {"texts": args.texts, "max_tokens": args.max_tokens, "seed": args.seed, "batch_size": 8, "corpus": "pile_test (4 subsets)", "model": base.name}
+    stem = RESULTS / (f"contamination-{os.cpu_count()}core" + (f"-{args.tag}" if args.tag else ""))
+    settings = {"methods": methods, "texts": args.texts, "max_tokens": args.max_tokens, "seed": args.seed, "batch_size": 8, "corpus": "pile_test (4 subsets)", "model": base.name}
     stem.with_suffix(".json").write_text(json.dumps({"benchmark": "contamination", "machine": machine(), "settings": settings, "runs": runs}, indent=2) + "\n")
-    plot(stem.with_suffix(".png"), runs)
+    plot(stem.with_suffix(".png"), runs, shown)
     print(f"wrote {stem}.json and {stem}.png")
 
 

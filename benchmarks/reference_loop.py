@@ -1,8 +1,11 @@
-"""A replica of the public Min-K%++ ``run.py`` scoring loop, kept as the parity and speed baseline.
+"""Replicas of public scoring loops, kept as parity and speed baselines. Not used by the engine.
 
-One text at a time, ``model(ids, labels=ids)``, softmax and log_softmax over ``logits[0, :-1]``,
-``int(len * ratio)`` tokens per k, numpy sort and mean: exactly as the public code does it
-(including its NaN for texts too short for a k). Not used by the engine.
+``public_loop_scores``, the Min-K%++ ``run.py``: one text at a time, ``model(ids, labels=ids)``,
+softmax and log_softmax over ``logits[0, :-1]``, ``int(len * ratio)`` tokens per k, numpy sort and
+mean: exactly as the public code does it (including its NaN for texts too short for a k).
+
+``public_conrecall_scores``, Con-ReCall's ``run.py`` (github.com/WangCheng0116/CON-RECALL):
+``get_ll`` and ``get_conditional_ll``, one text at a time, and its ReCaLL and Con-ReCall formulas.
 """
 
 from __future__ import annotations
@@ -55,4 +58,35 @@ def public_loop_scores(
             k_length = int(len(mink_plus) * ratio)
             topk = np.sort(mink_plus.cpu())[:k_length]
             scores[f"minkpp_{float(ratio)!r}"].append(np.mean(topk).item())
+    return scores
+
+
+@torch.inference_mode()
+def public_conrecall_scores(
+    model, tokenizer, texts: Sequence[str], nonmember_prefix: str, member_prefix: str, gamma: float,
+    score_first_token: bool = True,
+) -> dict[str, list[float]]:
+    """Columns recall and conrecall as the public code computes them: ``ll_nonmember / ll`` and
+    ``(ll_nonmember - gamma * ll_member) / ll``, each ll minus the mean loss of ``model(..., labels)``.
+
+    The conditional passes there also score the text's first token (predicted from the prefix),
+    which the unconditional pass cannot; ``score_first_token=False`` leaves it out, so all three
+    average over the same tokens (the engine's choice).
+    """
+    device = next(model.parameters()).device
+
+    def conditional_ll(prefix: str, ids: torch.Tensor) -> float:
+        prefix_ids = tokenizer(prefix, return_tensors="pt").input_ids.to(device)
+        concat_ids = torch.cat((prefix_ids, ids), dim=1)
+        labels = concat_ids.clone()
+        labels[:, : prefix_ids.size(1) + (0 if score_first_token else 1)] = -100
+        return -model(concat_ids, labels=labels).loss.item()
+
+    scores: dict[str, list[float]] = {"recall": [], "conrecall": []}
+    for text in texts:
+        ids = tokenizer(text, return_tensors="pt").input_ids.to(device)
+        ll = -model(ids, labels=ids).loss.item()
+        ll_nonmember, ll_member = conditional_ll(nonmember_prefix, ids), conditional_ll(member_prefix, ids)
+        scores["recall"].append(ll_nonmember / ll)
+        scores["conrecall"].append((ll_nonmember - gamma * ll_member) / ll)
     return scores

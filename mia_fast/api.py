@@ -15,10 +15,13 @@ from mia_fast.data.files import Dataset, ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
 from mia_fast.methods import registry
+from mia_fast.methods.probe import Probe
 from mia_fast.methods.registry import (
     DEFAULT_A,
+    DEFAULT_GAMMA,
     DEFAULT_KS,
     DEFAULT_METHODS,
+    NEEDS_MEMBER_PREFIX,
     NEEDS_NONMEMBER_PREFIX,
     NEEDS_TEXT,
     MethodOptions,
@@ -58,15 +61,25 @@ class Scores(Mapping[str, np.ndarray]):
         return len(self.columns)
 
 
-def refuse_prefix_overlap(texts: Sequence[str], prefix_texts: Sequence[str]) -> None:
-    """A known non-member used as a prefix must not also be judged: it would bias its own score."""
-    prefix = {p.strip() for p in prefix_texts}
+def load_probe(probe: str | os.PathLike | Probe | None, normalization: str | None = None) -> Probe | None:
+    """A probe (or its directory), with its normalisation replaced by ``normalization`` if given."""
+    if probe is None:
+        return None
+    probe = probe if isinstance(probe, Probe) else Probe.load(probe)
+    return probe.with_normalization(normalization) if normalization else probe
+
+
+def refuse_prefix_overlap(texts: Sequence[str], options: MethodOptions, needs: frozenset[str]) -> None:
+    """A text used in a prefix (known member or non-member) must not also be judged: it would bias its own score."""
+    prefix = {p.strip() for p in options.prefix_nonmembers} if NEEDS_NONMEMBER_PREFIX in needs else set()
+    if NEEDS_MEMBER_PREFIX in needs:
+        prefix |= {p.strip() for p in options.prefix_members}
     shared = [t for t in texts if t.strip() and t.strip() in prefix]
     if shared:
         example = shared[0] if len(shared[0]) <= 60 else shared[0][:57] + "..."
         raise MiaFastError(
             f"{len(shared)} scored text(s) are also prefix texts (e.g. {example!r}); "
-            "the prefix must be known non-members that are not themselves scored"
+            "a prefix must be made of known texts that are not themselves scored"
         )
 
 
@@ -80,7 +93,10 @@ class Detector:
     ``model`` and ``ref_model`` also take a :class:`LoadedModel` already in memory (e.g. one just
     fine-tuned); ``device`` and ``dtype`` then apply only to models loaded here. ``backend`` picks
     the Triton kernels or the reference for the token statistics and the per-text reductions alike.
-    ``prefix_nonmembers`` are known non-member texts, the prefix of ``recall``.
+    ``prefix_nonmembers`` and ``prefix_members`` are known non-member and member texts, the prefixes of
+    ``recall`` and ``conrecall`` (with ``conrecall_gamma``, its γ); ``probe`` is a trained
+    probe or its directory (``mia-fast probe train``), for ``probe``, scored with its own normalisation
+    or ``probe_normalization``.
     """
 
     def __init__(
@@ -91,6 +107,10 @@ class Detector:
         ref_model: str | LoadedModel | None = None,
         frequencies: str | os.PathLike | np.ndarray | FrequencyTable | None = None,
         prefix_nonmembers: Sequence[str] | None = None,
+        prefix_members: Sequence[str] | None = None,
+        conrecall_gamma: float = DEFAULT_GAMMA,
+        probe: str | os.PathLike | Probe | None = None,
+        probe_normalization: str | None = None,
         device: str | None = None,
         dtype: str | None = None,
         prepend_start: bool = True,
@@ -114,13 +134,24 @@ class Detector:
             else None
         )
         self.prefix_nonmembers = tuple(prefix_nonmembers or ())
+        self.prefix_members = tuple(prefix_members or ())
+        self.conrecall_gamma = conrecall_gamma
+        self.probe = load_probe(probe, probe_normalization)
+        if self.probe is not None:
+            model = loaded_target.model
+            self.probe.check_model(
+                loaded_target.name, model.config.hidden_size, model.config.num_hidden_layers, loaded_target.weights_fingerprint()
+            )
+        self.options()  # settings are checked here, not at the first text scored
 
     def token_stats(self, texts: Sequence[str]) -> TokenStats:
         """TokenStats of ``texts`` under the target model (save them to re-score without a forward pass)."""
         return self.target.compute(texts)
 
     def options(self, a: float = DEFAULT_A) -> MethodOptions:
-        return MethodOptions(a=a, prefix_nonmembers=self.prefix_nonmembers)
+        return MethodOptions(
+            a=a, prefix_nonmembers=self.prefix_nonmembers, prefix_members=self.prefix_members, gamma=self.conrecall_gamma, probe=self.probe
+        )
 
     def score(
         self,
@@ -152,13 +183,12 @@ class Detector:
         if not all(isinstance(t, str) for t in texts):
             raise MiaFastError("every text must be a string")
         needs = registry.needs_of(requests)
-        if NEEDS_NONMEMBER_PREFIX in needs:
-            refuse_prefix_overlap(texts, self.prefix_nonmembers)
+        options = self.options(a)
+        refuse_prefix_overlap(texts, options, needs)
         # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash.
         cleaned = [t if t.strip() else "" for t in texts]
-        options = self.options(a)
         results = self.run_passes(cleaned, registry.passes_of(requests, options), on_tokenized, on_progress)
-        plain = results.pop(PLAIN)
+        plain = results.pop(PLAIN, None)
         inputs = ScoringInputs(
             stats=plain,
             passes=results,
@@ -169,11 +199,15 @@ class Detector:
             device=self.target.loaded.device,
         )
         columns = registry.score(inputs, requests)
-        n_tokens = plain.lengths
+        n_tokens = plain.lengths if plain is not None else self.scored_positions(cleaned)
         warnings = [UNSCORABLE_WARNING if n == 0 else None for n in n_tokens]
         for name in columns:
             columns[name][n_tokens == 0] = np.nan
         return Scores(columns=columns, n_tokens=n_tokens, warnings=warnings)
+
+    def scored_positions(self, texts: Sequence[str]) -> np.ndarray:
+        """Positions the plain pass would score in each text (every id after the first), without a forward."""
+        return np.array([max(len(ids) - 1, 0) for ids in self.target.tokenize(texts)], dtype=np.int64)
 
     def run_passes(
         self,
@@ -199,7 +233,7 @@ class Detector:
             engine = self.engines[model]
             prefixes, unit_texts = [u[0] for u in units], [u[1] for u in units]
             if isinstance(readout, HiddenStatesReadout):
-                computed[model, readout] = engine.hidden_states(unit_texts, readout, prefixes)
+                computed[model, readout] = engine.hidden_states(unit_texts, readout, prefixes, on_tokenized, on_progress)
             else:
                 computed[model, readout] = engine.compute(unit_texts, on_tokenized, on_progress, prefixes)
         results = {}
@@ -282,15 +316,24 @@ def score_file(
     if block_rows < 1:
         raise MiaFastError("--block-rows must be positive")
     requests = registry.resolve_methods(methods, k)
-    prefix = detector.prefix_nonmembers if detector is not None else tuple(detector_options.get("prefix_nonmembers") or ())
     if detector is not None:
-        models, has_frequencies = list(detector.engines), detector.log_frequencies is not None
+        options, models, has_frequencies = detector.options(a), list(detector.engines), detector.log_frequencies is not None
     else:
+        probe = load_probe(detector_options.get("probe"), detector_options.get("probe_normalization"))
+        options = MethodOptions(
+            a=a, prefix_nonmembers=tuple(detector_options.get("prefix_nonmembers") or ()),
+            prefix_members=tuple(detector_options.get("prefix_members") or ()),
+            gamma=detector_options.get("conrecall_gamma", DEFAULT_GAMMA), probe=probe,
+        )
+        detector_options = {**detector_options, "probe": probe, "probe_normalization": None}
         models = [REFERENCE] if detector_options.get("ref_model") is not None else []
         has_frequencies = detector_options.get("frequencies") is not None
-    registry.check_available(requests, MethodOptions(a=a, prefix_nonmembers=prefix), models=models, has_frequencies=has_frequencies)
-    if NEEDS_NONMEMBER_PREFIX in registry.needs_of(requests):
-        refuse_prefix_overlap(dataset.texts, prefix)
+    registry.check_available(requests, options, models=models, has_frequencies=has_frequencies)
+    refuse_prefix_overlap(dataset.texts, options, registry.needs_of(requests))
+    pooled = [r.method.name for r in requests if r.method.pooled(options)]
+    if pooled and block_rows < len(dataset.texts):
+        block_rows = len(dataset.texts)
+        log(f"{', '.join(pooled)} standardises over all the texts scored together: scoring {len(dataset.texts)} rows in one block")
     writer = ResultWriter(out, output_columns(dataset, requests, id_field, label_field), resume=resume, overwrite=overwrite)
     if writer.done_rows > len(dataset.texts):
         raise MiaFastError(f"{out} holds {writer.done_rows} rows but {data_name} only {len(dataset.texts)}; not the same input")
@@ -298,6 +341,9 @@ def score_file(
         written = [str(v) for v in writer.written_column(id_field)]
         if written != [str(v) for v in dataset.ids[: writer.done_rows]]:
             raise MiaFastError(f"{out} was written for other input rows (ids differ); not resuming")
+    if pooled and 0 < writer.done_rows < len(dataset.texts):
+        raise MiaFastError(f"{out} holds {writer.done_rows} of {len(dataset.texts)} rows, but {', '.join(pooled)} must score all rows "
+                           "together; pass --overwrite to start again")
     if writer.done_rows == len(dataset.texts):
         writer.close()
         log(f"{out}: all {writer.done_rows} rows already scored")

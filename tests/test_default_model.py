@@ -11,7 +11,8 @@ from mia_fast.frequency.build import count_token_ids
 from mia_fast.frequency.table import laplace_log_frequencies
 
 SHARED_DATA, pile_texts = benchmark_module("common").SHARED_DATA, benchmark_module("common").pile_texts
-public_loop_scores = benchmark_module("reference_loop").public_loop_scores
+reference_loop = benchmark_module("reference_loop")
+public_loop_scores = reference_loop.public_loop_scores
 
 pytestmark = [
     pytest.mark.default_model,
@@ -58,6 +59,21 @@ def test_parity_with_public_minkpp_loop(detector, wiki_texts):
             assert (ours_error <= public_error + 2e-5).all(), column
         else:
             np.testing.assert_allclose(got, public, rtol=1e-4, err_msg=column)
+
+
+def test_recall_and_conrecall_match_the_public_formulas_on_real_text(detector, wiki_texts):
+    """Issue 11, must-show 1: Con-ReCall's public get_ll / get_conditional_ll re-typed, one text at a
+    time, with the first text token left out of its conditional passes (our one deviation there)."""
+    nonmember_prefix, member_prefix = wiki_texts[-6:-3], wiki_texts[-3:]
+    texts = wiki_texts[:12]
+    prefixed = Detector(detector.target.loaded, prepend_start=False, prefix_nonmembers=nonmember_prefix, prefix_members=member_prefix,
+                        conrecall_gamma=0.3)
+    ours = prefixed.score(texts, methods=["recall", "conrecall"])
+    loaded = detector.target.loaded
+    theirs = reference_loop.public_conrecall_scores(loaded.model, loaded.tokenizer, texts, "".join(nonmember_prefix), "".join(member_prefix),
+                                                    gamma=0.3, score_first_token=False)
+    for column in ("recall", "conrecall"):
+        np.testing.assert_allclose(ours[column], theirs[column], rtol=1e-4, err_msg=column)
 
 
 def test_dcpdd_matches_direct_numpy_on_real_text(detector):

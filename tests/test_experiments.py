@@ -49,16 +49,35 @@ def test_fine_tuning_plants_members_that_the_methods_find(tiny_model_dir, tmp_pa
     assert "Fine-tuning loss on the members" in (tmp_path / "r" / "report.md").read_text()
 
 
-def test_recall_prefix_is_drawn_beside_the_experiment_and_never_scored(tiny_model_dir, tmp_path):
+def test_prefixes_are_drawn_beside_the_experiment_never_scored_and_only_the_member_prefix_trained_on(tiny_model_dir, tmp_path):
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
-    experiment, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "recall"],
+    experiment, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "recall", "conrecall"],
                                          bootstrap=20, prefix_shots=2)
-    assert set(results) == {"loss", "recall"} and np.isfinite(results["recall"].auroc)
+    assert set(results) == {"loss", "recall", "conrecall"} and np.isfinite(results["conrecall"].auroc)
     assert len(experiment.texts) == 16
-    drawn = prepare_texts(corpus_texts(), loaded.tokenizer, count=18, max_tokens=8, seed=0)
+    drawn = prepare_texts(corpus_texts(), loaded.tokenizer, count=20, max_tokens=8, seed=0)
     assert sorted(experiment.texts) == sorted(drawn[:16]) and not set(drawn[16:]) & set(experiment.texts)
-    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]["recall_prefix_shots"] == 2
+    assert experiment.prefix_members == drawn[18:] and set(drawn[18:]) <= set(experiment.trained)
+    assert not set(drawn[16:18]) & set(experiment.trained)
+    meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
+    assert meta["prefix_nonmember_shots"] == 2 and meta["prefix_member_shots"] == 2
+
+
+def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_method_is_evaluated_on(tiny_model_dir, tmp_path):
+    from mia_fast.evaluation.probe import ProbeTraining
+
+    loaded = load_model(str(tiny_model_dir))
+    tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
+    experiment, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "probe"], bootstrap=20,
+                                         probe_texts=12, probe_training=ProbeTraining(probe_epochs=50))
+    assert set(results) == {"loss", "probe"} and results["probe"].n_members == results["probe"].n_nonmembers == 6
+    assert len(experiment.dev_members) == len(experiment.dev_nonmembers) == 2 and len(experiment.trained) == 8
+    assert not set(experiment.dev_members + experiment.dev_nonmembers) & set(experiment.texts)
+    meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
+    assert meta["probe_texts"] == 12 and 0 <= meta["probe_layer"] < 2
+    assert (tmp_path / "r" / "probe_dev_auroc.png").stat().st_size > 5000
+    assert "Probe: dev AUROC by layer" in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_a_corpus_too_small_to_split_is_refused(tiny_model_dir, tmp_path):

@@ -12,6 +12,7 @@ from test_cli import fail, read_jsonl, run_cli, write_jsonl
 from mia_fast import Detector, load_model
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import MethodOptions, ScoringInputs, resolve_methods, score
+from mia_fast.methods.conrecall import member_prefix_pass
 from mia_fast.methods.lowercase import LOWERCASE
 from mia_fast.methods.recall import recall_pass
 from mia_fast.pipeline.engine import StatsEngine
@@ -19,6 +20,7 @@ from mia_fast.pipeline.passes import PLAIN, HiddenStatesReadout, Pass
 from mia_fast.pipeline.stats import TokenStats
 
 PREFIX = ["the rain in spain ", "all that glitters"]
+MEMBER_PREFIX = ["once upon ", "a time"]
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +32,13 @@ def count_forwards(model) -> list[int]:
     calls = [0]
     model.base_model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     return calls
+
+
+def count_sequences(model) -> list[int]:
+    """Sequences (batch rows) the model's body has run on."""
+    rows = [0]
+    model.base_model.register_forward_hook(lambda _module, _args, output: rows.__setitem__(0, rows[0] + output[0].shape[0]))
+    return rows
 
 
 def stats_of(*texts: list[float]) -> TokenStats:
@@ -115,26 +124,28 @@ def test_prefix_longer_than_half_the_window_is_refused(loaded):
         engine.compute(["a fox"], prefixes=[" ".join(CORPUS)])
 
 
-def test_hidden_state_readout_is_the_last_token_at_each_layer(loaded):
+def test_hidden_state_readout_is_the_last_token_after_the_prefix(loaded):
+    """Decoder layer 0's output at the last token of (prefix + text), whatever the batching
+    (every layer and architecture: test_probe.py)."""
     engine = StatsEngine(loaded, batch_tokens=40)
     texts = ["the quick brown fox jumps", "a", "", "all that glitters is not gold"]
-    got = engine.hidden_states(texts, HiddenStatesReadout((0, 1, 2)), prefixes=["", "", "", "to be"])
-    assert got.shape == (4, 3, loaded.model.config.hidden_size)
-    for i, (text, prefix) in enumerate(zip(texts, ["", "", "", "to be"])):
+    prefixes = ["", "", "", "to be"]
+    got = engine.hidden_states(texts, HiddenStatesReadout((0,)), prefixes=prefixes)
+    assert got.shape == (4, 1, loaded.model.config.hidden_size)
+    for i, (text, prefix) in enumerate(zip(texts, prefixes)):
         ids = engine.context_ids(prefix) + engine.tokenize([text])[0]
         with torch.inference_mode():
             states = loaded.model(torch.tensor([ids]), output_hidden_states=True).hidden_states
-        for j, layer in enumerate((0, 1, 2)):
-            np.testing.assert_allclose(got[i, j], states[layer][0, -1].numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got[i, 0], states[1][0, -1].numpy(), rtol=1e-4, atol=1e-5)
     every = engine.hidden_states(texts[:1], HiddenStatesReadout())
-    assert every.shape[1] == loaded.model.config.num_hidden_layers + 1
+    assert every.shape[1] == loaded.model.config.num_hidden_layers
 
 
 def test_hidden_state_pass_through_the_detector(tiny_model_dir):
     detector = Detector(str(tiny_model_dir))
-    wrapped = Pass(transform=lambda t: f"statement: {t}", readout=HiddenStatesReadout((2,)))
+    wrapped = Pass(transform=lambda t: f"statement: {t}", readout=HiddenStatesReadout((1,)))
     result = detector.run_passes(["a fox", "the dog"], [wrapped])[wrapped]
-    direct = detector.target.hidden_states(["statement: a fox", "statement: the dog"], HiddenStatesReadout((2,)))
+    direct = detector.target.hidden_states(["statement: a fox", "statement: the dog"], HiddenStatesReadout((1,)))
     np.testing.assert_array_equal(result, direct)
 
 
@@ -202,3 +213,76 @@ def test_recall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_path, 
     message = fail(capsys, "score", leaky, "--model", tiny_model_dir, "--methods", "recall", "--prefix-nonmembers", prefix_file, "--out", tmp_path / "s4.jsonl")
     assert "also prefix texts" in message
     assert not (tmp_path / "s4.jsonl").exists()
+
+
+# ---- Con-ReCall ----
+
+
+def test_conrecall_formula_on_hand_built_stats():
+    options = MethodOptions(prefix_nonmembers=("shot one. ",), prefix_members=("member one. ", "member two."), gamma=0.25)
+    assert member_prefix_pass(options) == Pass(prefix="member one. member two.")
+    plain = stats_of([-1.0, -3.0], [-0.5], [])
+    nonmember = stats_of([-2.0, -4.0], [-2.0], [])
+    member = stats_of([-1.0, -1.0], [-0.25], [])
+    inputs = ScoringInputs(stats=plain, passes={recall_pass(options): nonmember, member_prefix_pass(options): member}, options=options)
+    scores = score(inputs, resolve_methods(["conrecall"]))["conrecall"]
+    assert scores[0] == pytest.approx((3.0 - 0.25 * 1.0) / 2.0)  # (loss(x | P_non) - γ loss(x | P_mem)) / loss(x)
+    assert scores[1] == pytest.approx((2.0 - 0.25 * 0.25) / 0.5)
+    assert np.isnan(scores[2])
+    with pytest.raises(MiaFastError, match="gamma must be a finite number"):
+        MethodOptions(gamma=float("nan"))
+
+
+def test_conrecall_equals_hand_computed_conditional_likelihoods_and_shares_recalls_pass(tiny_model_dir):
+    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX)
+    sequences = count_sequences(detector.target.loaded.model)
+    texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be"]
+    got = detector.score(texts, methods=["loss", "recall", "conrecall"])
+    assert sequences[0] == 3 * len(texts)  # plain, non-member prefix, member prefix; recall's prefix pass serves conrecall too
+    model, engine = detector.target.loaded.model, detector.target
+    for i, text in enumerate(texts):
+        ids = engine.tokenize([text])[0]
+
+        def mean_nll(prefix: str) -> float:
+            context = engine.tokenize([prefix])[0] if prefix else []
+            with torch.inference_mode():
+                logp = torch.log_softmax(model(torch.tensor([context + ids])).logits[0].double(), -1)
+            return -np.mean([logp[len(context) + t - 1, ids[t]].item() for t in range(1, len(ids))])
+
+        plain, nonmember, member = mean_nll(""), mean_nll("".join(PREFIX)), mean_nll("".join(MEMBER_PREFIX))
+        assert got["conrecall"][i] == pytest.approx((nonmember - 0.5 * member) / plain, rel=1e-5)
+        assert got["recall"][i] == pytest.approx(nonmember / plain, rel=1e-5)
+
+
+def test_conrecall_needs_both_prefixes_and_refuses_scoring_a_prefix_text(tiny_model_dir):
+    with pytest.raises(MiaFastError, match="needs known member texts for its prefix"):
+        Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(["a fox"], methods=["conrecall"])
+    with pytest.raises(MiaFastError, match="needs known non-member texts for its prefix"):
+        Detector(str(tiny_model_dir), prefix_members=MEMBER_PREFIX).score(["a fox"], methods=["conrecall"])
+    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX)
+    with pytest.raises(MiaFastError, match="1 scored text.* also prefix texts"):
+        detector.score(["a fox", MEMBER_PREFIX[0]], methods=["conrecall"])
+    detector.score(["a fox", MEMBER_PREFIX[0]], methods=["recall"])  # the member prefix is not recall's
+
+
+def test_conrecall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
+    nonmembers, members = tmp_path / "nonmembers.txt", tmp_path / "members.txt"
+    nonmembers.write_text("\n".join(PREFIX) + "\n")
+    members.write_text("\n".join(MEMBER_PREFIX) + "\n")
+    out = tmp_path / "s.jsonl"
+    assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "conrecall", "--prefix-nonmembers", nonmembers,
+                   "--prefix-members", members, "--conrecall-gamma", "0.8", "--out", out, "--quiet") == 0
+    texts = [json.loads(line)["text"] for line in labelled_jsonl.read_text().splitlines()]
+    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX, conrecall_gamma=0.8)
+    np.testing.assert_allclose([r["conrecall"] for r in read_jsonl(out)], detector.score(texts, methods=["conrecall"])["conrecall"], rtol=1e-5)
+    assert "needs known member texts" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "conrecall",
+                                              "--prefix-nonmembers", nonmembers, "--out", tmp_path / "s2.jsonl")
+    assert "No such file" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "conrecall", "--prefix-nonmembers",
+                                  nonmembers, "--prefix-members", tmp_path / "missing.txt", "--out", tmp_path / "s3.jsonl")
+    leaky = write_jsonl(tmp_path / "leaky.jsonl", [{"text": MEMBER_PREFIX[1]}, {"text": "a fox"}])
+    assert "also prefix texts" in fail(capsys, "score", leaky, "--model", tiny_model_dir, "--methods", "conrecall", "--prefix-nonmembers",
+                                       nonmembers, "--prefix-members", members, "--out", tmp_path / "s4.jsonl")
+    assert "gamma must be a finite number" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "conrecall",
+                                                   "--prefix-nonmembers", nonmembers, "--prefix-members", members, "--conrecall-gamma", "nan",
+                                                   "--out", tmp_path / "s5.jsonl")
+    assert not any((tmp_path / f"s{i}.jsonl").exists() for i in (2, 3, 4, 5))

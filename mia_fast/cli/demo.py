@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from mia_fast.cli.options import add_model_options, floats
-from mia_fast.errors import MiaFastError
-from mia_fast.evaluation.experiments import DEMO_METHODS, PREFIX_SHOTS, FineTuning
+from mia_fast.cli.options import add_model_options, floats, refuse_nonempty, require_positive
+from mia_fast.evaluation.experiments import DEMO_METHODS, PREFIX_SHOTS, PROBE_TEXTS, FineTuning
+from mia_fast.evaluation.probe import ProbeTraining
 
 
 def add_command(name: str, demo: argparse.ArgumentParser) -> None:
@@ -29,7 +29,9 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--seed", type=int, default=FineTuning.seed)
     demo.add_argument("--methods", default=",".join(DEMO_METHODS))
     demo.add_argument("--k", type=floats, help="fractions for mink/minkpp (default 0.1,...,1.0)")
-    demo.add_argument("--prefix-shots", type=int, default=PREFIX_SHOTS, help=f"for recall: passages drawn as its known non-member prefix (default {PREFIX_SHOTS})")
+    demo.add_argument("--prefix-shots", type=int, default=PREFIX_SHOTS, help=f"for recall and conrecall: passages drawn for each prefix, known non-members and (conrecall) known members (default {PREFIX_SHOTS})")
+    demo.add_argument("--probe-texts", type=int, default=PROBE_TEXTS, help=f"for probe: passages drawn as its training set, half of them its proxy's members (default {PROBE_TEXTS})")
+    demo.add_argument("--probe-lr", type=float, default=ProbeTraining.learning_rate, help="for probe: its proxy's fine-tuning learning rate (default 1e-3)")
     demo.add_argument("--bootstrap", type=int, default=1000)
     demo.add_argument("--overwrite", action="store_true", help="write into a report directory that is not empty")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -44,13 +46,8 @@ def command_demo(args: argparse.Namespace) -> None:
     from mia_fast.pipeline.models import load_model
 
     report = Path(args.report)
-    if report.is_dir() and any(report.iterdir()) and not args.overwrite:
-        raise MiaFastError(f"{report} is not empty; pass --overwrite or choose another --report")
-    for name in ("texts", "epochs", "batch_size", "max_tokens", "prefix_shots"):
-        if getattr(args, name) < 1:
-            raise MiaFastError(f"--{name.replace('_', '-')} must be positive")
-    if not args.lr > 0:
-        raise MiaFastError(f"--lr must be positive, got {args.lr}")
+    refuse_nonempty(report, args.overwrite, "--report")
+    require_positive(args, "texts", "epochs", "batch_size", "max_tokens", "prefix_shots", "probe_texts", "lr", "probe_lr")
     corpus = read_corpus(args.corpus, args.text_field) if args.corpus else stdlib_corpus()
     corpus_name = args.corpus or "Python standard library docstrings"
     # Fine-tuning wants fp32 weights; the dtype option still wins if given.
@@ -75,11 +72,16 @@ def command_demo(args: argparse.Namespace) -> None:
             loaded, corpus, report, tuning, texts=args.texts, methods=[m for m in args.methods.split(",") if m],
             ks=args.k, corpus_name=corpus_name, on_step=on_step, bootstrap=args.bootstrap,
             on_tokenized=on_tokenized, on_progress=lambda tokens: bars[-1].update(tokens), prefix_shots=args.prefix_shots,
+            probe_texts=args.probe_texts, probe_training=ProbeTraining(learning_rate=args.probe_lr, seed=args.seed),
         )
     finally:
         for bar in bars:
             bar.close()
-    print(f"{len(experiment.members)} members fine-tuned for {args.epochs} epoch(s) at lr {args.lr:g}: "
-          f"loss {experiment.losses[0]:.3f} -> {experiment.losses[-1]:.3f}; {len(experiment.nonmembers)} non-members held out")
+    print(f"{len(experiment.trained)} members fine-tuned for {args.epochs} epoch(s) at lr {args.lr:g}: "
+          f"loss {experiment.losses[0]:.3f} -> {experiment.losses[-1]:.3f}; "
+          f"{len(experiment.nonmembers) + len(experiment.dev_nonmembers)} non-members held out")
+    if experiment.dev_members:
+        print(f"probe: layer {experiment.settings['probe_layer']} picked on a dev set of {len(experiment.dev_members)} members and "
+              f"{len(experiment.dev_nonmembers)} non-members, which no method is evaluated on")
     print(format_table(results))
     print(f"report: {report / 'report.html'} (also report.md, roc.png, histograms.png, metrics.json, scores.jsonl)", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""``mia-fast``: ``score``, ``eval``, ``calibrate``, ``classify``, ``demo`` and ``freq``.
+"""``mia-fast``: ``score``, ``eval``, ``calibrate``, ``classify``, ``demo``, ``freq`` and ``probe``.
 
 Only the chosen command's module is imported, and each imports the heavy libraries (torch,
 transformers, matplotlib) only when it runs, so ``mia-fast --help`` and ``mia-fast freq ...`` start
@@ -24,6 +24,7 @@ COMMANDS = {
     "classify": ("flag texts with a calibrated threshold; contamination rate per document", "mia_fast.cli.audit"),
     "demo": ("plant known members into a model by fine-tuning, then evaluate every method on them", "mia_fast.cli.demo"),
     "freq": ("token-frequency tables of a reference corpus (for dcpdd)", "mia_fast.cli.freq"),
+    "probe": ("train the white-box probe on a model's hidden states (for the probe method)", "mia_fast.cli.probe"),
 }
 
 

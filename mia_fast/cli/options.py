@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from mia_fast.data import SUITES
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import DEFAULT_A, DEFAULT_KS, DEFAULT_METHODS
+from mia_fast.methods.registry import DEFAULT_A, DEFAULT_GAMMA, DEFAULT_KS, DEFAULT_METHODS
 
 DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
 
@@ -29,6 +30,20 @@ def ints(text: str) -> list[int]:
 
 def stderr(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+def require_positive(args: argparse.Namespace, *names: str) -> None:
+    """Refuses a zero or negative value of any of these options (None: not given, left to its default)."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise MiaFastError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def refuse_nonempty(directory: Path, overwrite: bool, option: str) -> None:
+    """An output directory that already holds files is only written into with --overwrite."""
+    if directory.is_dir() and any(directory.iterdir()) and not overwrite:
+        raise MiaFastError(f"{directory} is not empty; pass --overwrite or choose another {option}")
 
 
 def add_input_options(parser: argparse.ArgumentParser) -> None:
@@ -58,11 +73,15 @@ def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -
 def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -> None:
     scoring = parser.add_argument_group("scoring")
     if methods:
-        scoring.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref,recall (or mink_0.2 ...)")
+        scoring.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref,recall,conrecall,probe (or mink_0.2 ...)")
         scoring.add_argument("--k", type=floats, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)")
     scoring.add_argument("--a", type=float, default=DEFAULT_A, help="DC-PDD cap (default 0.01)")
     scoring.add_argument("--freq-table", "--freq-counts", dest="freq_table", help="for dcpdd: a frequency table of a reference corpus ('mia-fast freq build'), or per-id counts (.npy)")
-    scoring.add_argument("--prefix-nonmembers", metavar="FILE", help="for recall: known non-member texts for the prefix (.txt a text per line, or any DATA format with --text-field)")
+    scoring.add_argument("--prefix-nonmembers", metavar="FILE", help="for recall and conrecall: known non-member texts for the prefix (.txt a text per line, or any DATA format with --text-field)")
+    scoring.add_argument("--prefix-members", metavar="FILE", help="for conrecall: known member texts for its member prefix (same formats)")
+    scoring.add_argument("--conrecall-gamma", type=float, default=DEFAULT_GAMMA, help="conrecall's weight of the member prefix (default 0.5)")
+    scoring.add_argument("--probe", metavar="PROBE_DIR", help="for probe: a probe trained for this model ('mia-fast probe train')")
+    scoring.add_argument("--probe-normalization", choices=["split", "train"], help="standardise the probe's activations by the scored texts' own statistics (split, the paper) or the training split's (default: as trained)")
     scoring.add_argument("--prepend-start", action=argparse.BooleanOptionalAction, default=True, help="prepend the BOS/EOS start token so the first token is scored")
     scoring.add_argument("--batch-tokens", type=int, help="token budget per forward batch (default: 1024 on CPU, 16384 on GPU)")
     scoring.add_argument("--backend", choices=["auto", "torch", "triton"], default="auto", help="token statistics and reductions: Triton kernels (auto on CUDA) or the reference")
@@ -113,6 +132,9 @@ def detector_options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         model=args.model, gguf=args.gguf, ref_model=getattr(args, "ref_model", None), frequencies=args.freq_table,
         prefix_nonmembers=read_texts(args.prefix_nonmembers, args.text_field) if args.prefix_nonmembers else None,
+        prefix_members=read_texts(args.prefix_members, args.text_field) if args.prefix_members else None,
+        conrecall_gamma=args.conrecall_gamma,
+        probe=args.probe, probe_normalization=args.probe_normalization,
         device=args.device, dtype=args.dtype, prepend_start=args.prepend_start, batch_tokens=args.batch_tokens,
         max_length=args.max_length, backend=args.backend,
     )

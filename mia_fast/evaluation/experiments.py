@@ -23,22 +23,27 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import torch
 
 from mia_fast.api import Detector
-from mia_fast.data.files import ResultWriter
+from mia_fast.data.files import Dataset, ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
+from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
 from mia_fast.evaluation.report import write_report
 from mia_fast.frequency.sources import BadRecords, expand_sources, iter_documents
 from mia_fast.methods import DEFAULT_KS
+from mia_fast.pipeline.finetune import TrainingDiverged, fine_tune
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.tokenize import tokenize
 
 DEMO_METHODS = ("loss", "zlib", "mink", "minkpp", "lowercase", "ref")
 MIN_TEXTS = 8
-# Known non-members drawn beside the experiment's texts for ReCaLL's prefix (never trained on, never scored).
+# Texts drawn beside the experiment's for each prefix of ReCaLL and Con-ReCall, never scored: known
+# non-members (never trained on) and, for Con-ReCall, known members (trained on).
 PREFIX_SHOTS = 4
+# Texts drawn beside the experiment's for the probe's training set (half of them the proxy's members).
+PROBE_TEXTS = 32
+# With the probe, this share of the members and of the non-members is its dev set, not evaluated.
+PROBE_DEV_SHARE = 0.25
 STDLIB_MODULES = (
     "argparse", "array", "ast", "asyncio", "base64", "bisect", "calendar", "cmath", "codecs", "collections",
     "colorsys", "concurrent.futures", "configparser", "contextlib", "copy", "csv", "dataclasses", "datetime",
@@ -52,15 +57,6 @@ STDLIB_MODULES = (
     "zipfile", "zlib",
 )
 _MIN_DOC_WORDS = 40
-
-
-class TrainingDiverged(MiaFastError):
-    """The fine-tuning loss became NaN or infinite."""
-
-    def __init__(self, step: int, losses: list[float]):
-        super().__init__(f"fine-tuning diverged: the loss is {losses[-1]} at step {step}; lower the learning rate")
-        self.step = step
-        self.losses = losses
 
 
 def stdlib_corpus(modules: Sequence[str] = STDLIB_MODULES) -> list[str]:
@@ -120,55 +116,23 @@ class FineTuning:
     seed: int = 0
 
 
-def fine_tune(
-    loaded: LoadedModel, texts: Sequence[str], settings: FineTuning, on_step: Callable[[int, float], None] | None = None
-) -> list[float]:
-    """Fine-tunes ``loaded.model`` in place on ``texts`` (AdamW, causal LM loss, the start token
-    prepended as when scoring); returns the loss of every step. Raises TrainingDiverged on a NaN loss."""
-    model, device = loaded.model, loaded.device
-    sequences = [ids[: settings.max_tokens + 1] for ids in tokenize(loaded.tokenizer, list(texts), prepend_start=True)]
-    pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
-    generator = np.random.default_rng(settings.seed + 2)
-    losses: list[float] = []
-    model.train()
-    try:
-        for _ in range(settings.epochs):
-            order = generator.permutation(len(sequences))
-            for start in range(0, len(order), settings.batch_size):
-                batch = [sequences[i] for i in order[start : start + settings.batch_size]]
-                width = max(map(len, batch))
-                input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-                labels = torch.full((len(batch), width), -100, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, ids in enumerate(batch):
-                    input_ids[row, : len(ids)] = labels[row, : len(ids)] = torch.tensor(ids)
-                    mask[row, : len(ids)] = 1
-                loss = model(input_ids=input_ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
-                losses.append(float(loss.detach()))
-                if not math.isfinite(losses[-1]):
-                    raise TrainingDiverged(len(losses), losses)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                if on_step is not None:
-                    on_step(len(losses), losses[-1])
-    finally:
-        model.eval()
-        optimizer.zero_grad(set_to_none=True)
-    return losses
-
-
 @dataclass
 class Experiment:
     """Everything the contamination report is made of."""
 
-    members: list[str]
-    nonmembers: list[str]
+    members: list[str]  # evaluated members
+    nonmembers: list[str]  # evaluated non-members
     settings: dict[str, Any]
     losses: list[float] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    dev_members: list[str] = field(default_factory=list)  # trained on, but only the probe's dev set
+    dev_nonmembers: list[str] = field(default_factory=list)
+    prefix_members: list[str] = field(default_factory=list)  # trained on, but only Con-ReCall's member prefix
+
+    @property
+    def trained(self) -> list[str]:
+        """Every text the model is fine-tuned on."""
+        return self.prefix_members + self.dev_members + self.members
 
     @property
     def texts(self) -> list[str]:
@@ -213,51 +177,82 @@ def run_experiment(
     on_tokenized: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
     prefix_shots: int = PREFIX_SHOTS,
+    probe_texts: int = PROBE_TEXTS,
+    probe_training: ProbeTraining = ProbeTraining(),
 ) -> tuple[Experiment, dict]:
     """Splits, fine-tunes ``loaded`` in place, scores, and writes the evaluation report into ``report_dir``.
 
     ``on_step`` sees each fine-tuning step and its loss; ``on_tokenized`` and ``on_progress`` the
-    scoring passes' tokens, as in :meth:`Detector.score`. With ``recall`` among the methods,
-    ``prefix_shots`` more passages are drawn as its known non-member prefix: never trained on, never
-    scored. Returns the experiment and the per-column metrics. On a diverging fine-tuning the report
-    directory still gets the training log and a report saying so, and TrainingDiverged is raised.
+    scoring passes' tokens, as in :meth:`Detector.score`. With ``recall`` or ``conrecall`` among the
+    methods, ``prefix_shots`` more passages are drawn as the known non-member prefix: never trained on,
+    never scored; with ``conrecall``, ``prefix_shots`` more as the known member prefix: trained on,
+    never scored. With ``probe``, ``probe_texts`` more passages are its training set (half of them members
+    of its proxy), and a ``PROBE_DEV_SHARE`` of the members and non-members is its dev set: fine-tuned
+    on like every member, but not evaluated, for any method. Returns the experiment and the per-column
+    metrics. On a diverging fine-tuning the report directory still gets the training log and a report
+    saying so, and TrainingDiverged is raised.
     """
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    shots = prefix_shots if "recall" in methods else 0
-    prepared = prepare_texts(corpus, loaded.tokenizer, texts + shots, tuning.max_tokens, tuning.seed)
-    prepared, prefix = prepared[:texts], prepared[texts:]
+    shots = prefix_shots if {"recall", "conrecall"} & set(methods) else 0
+    member_shots = prefix_shots if "conrecall" in methods else 0
+    with_probe = "probe" in methods
+    extra = shots + member_shots + (probe_texts if with_probe else 0)
+    drawn = prepare_texts(corpus, loaded.tokenizer, texts + extra, tuning.max_tokens, tuning.seed)
+    prepared, prefix, rest = drawn[:texts], drawn[texts : texts + shots], drawn[texts + shots :]
+    member_prefix, probe_pool = rest[:member_shots], rest[member_shots:]
     members, nonmembers = split_members(prepared, tuning.seed)
+    held = max(2, int(len(members) * PROBE_DEV_SHARE)) if with_probe else 0
     settings = {
-        "model": loaded.name, "corpus": corpus_name, "texts": len(prepared), "members": len(members),
-        "nonmembers": len(nonmembers), **asdict(tuning), "device": str(loaded.device), "python": platform.python_version(),
+        "model": loaded.name, "corpus": corpus_name, "texts": len(prepared), "members": len(members) - held,
+        "nonmembers": len(nonmembers) - held, **asdict(tuning), "device": str(loaded.device), "python": platform.python_version(),
     }
     if shots:
-        settings["recall_prefix_shots"] = shots
-    experiment = Experiment(members, nonmembers, settings)
+        settings["prefix_nonmember_shots"] = shots
+    if member_shots:
+        settings["prefix_member_shots"] = member_shots
+    if with_probe:
+        settings.update(probe_texts=len(probe_pool), probe_dev_members=held, probe_dev_nonmembers=held, probe_lr=probe_training.learning_rate)
+    experiment = Experiment(members[held:], nonmembers[held:], settings, dev_members=members[:held], dev_nonmembers=nonmembers[:held],
+                            prefix_members=member_prefix)
     reference = None
     if "ref" in methods:
         reference = LoadedModel(copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (untouched)", loaded.device, loaded.dtype)
-    steps_per_epoch = math.ceil(len(members) / tuning.batch_size)
+    steps_per_epoch = math.ceil(len(experiment.trained) / tuning.batch_size)
     try:
-        experiment.losses = fine_tune(loaded, members, tuning, on_step)
+        experiment.losses = fine_tune(
+            loaded, experiment.trained, epochs=tuning.epochs, learning_rate=tuning.learning_rate, batch_size=tuning.batch_size,
+            max_tokens=tuning.max_tokens, seed=tuning.seed, on_step=on_step,
+        )
     except TrainingDiverged as diverged:
         experiment.losses = diverged.losses
         _write_diverged_report(report_dir, experiment, diverged, steps_per_epoch)
         raise
     experiment.seconds["fine_tune"] = time.perf_counter() - started
-    loss_figure = plot_losses(report_dir / "training_loss.png", experiment.losses, steps_per_epoch)
+    figures = [("Fine-tuning loss on the members", plot_losses(report_dir / "training_loss.png", experiment.losses, steps_per_epoch))]
+
+    probe = None
+    if with_probe:
+        probe_started = time.perf_counter()
+        proxy_members, proxy_nonmembers = split_members(probe_pool, tuning.seed + 7)
+        probe_train = Dataset(proxy_members + proxy_nonmembers, None, [1] * len(proxy_members) + [0] * len(proxy_nonmembers))
+        dev = Dataset(experiment.dev_members + experiment.dev_nonmembers, None, [1] * held + [0] * held)
+        trained_probe = train_probe(loaded, probe_train, dev, probe_training)
+        probe = trained_probe.probe
+        settings.update(probe_layer=probe.layer, probe_normalization=probe.normalization)
+        figures.append(("Probe: dev AUROC by layer", plot_dev_auroc(report_dir / "probe_dev_auroc.png", trained_probe)))
+        experiment.seconds["probe_train"] = time.perf_counter() - probe_started
 
     scoring_started = time.perf_counter()
-    detector = Detector(loaded, ref_model=reference, prefix_nonmembers=prefix)
+    detector = Detector(loaded, ref_model=reference, prefix_nonmembers=prefix, prefix_members=member_prefix, probe=probe)
     scores = detector.score(experiment.texts, methods=list(methods), k=list(ks or DEFAULT_KS), on_tokenized=on_tokenized, on_progress=on_progress)
     experiment.seconds["score"] = time.perf_counter() - scoring_started
     columns = {name: values for name, values in scores.items()}
     results = metrics.evaluate(experiment.labels, columns, resamples=bootstrap, seed=tuning.seed)
     meta = {**settings, "first_loss": experiment.losses[0], "last_loss": experiment.losses[-1], "steps": len(experiment.losses),
             **{f"seconds_{k}": round(v, 1) for k, v in experiment.seconds.items()}}
-    write_report(report_dir, experiment.labels, columns, results, meta, figures=[("Fine-tuning loss on the members", loss_figure)])
+    write_report(report_dir, experiment.labels, columns, results, meta, figures=figures)
     _write_scores(report_dir / "scores.jsonl", experiment, columns)
     return experiment, results
 

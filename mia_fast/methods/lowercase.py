@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.pipeline.passes import Pass
+from mia_fast.pipeline.passes import PLAIN, Pass
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class Lowercase:
 LOWERCASE = Pass(transform=Lowercase())
 
 
-@register("lowercase", passes=lambda options: (LOWERCASE,))
+@register("lowercase", passes=lambda options: (PLAIN, LOWERCASE))
 def lowercase_score(inputs: ScoringInputs) -> np.ndarray:
     """loss(lowercased text) / loss(text)."""
     with np.errstate(invalid="ignore", divide="ignore"):

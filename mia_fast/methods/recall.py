@@ -20,14 +20,14 @@ from __future__ import annotations
 import numpy as np
 
 from mia_fast.methods.registry import NEEDS_NONMEMBER_PREFIX, MethodOptions, ScoringInputs, mean_loss, register
-from mia_fast.pipeline.passes import Pass
+from mia_fast.pipeline.passes import PLAIN, Pass
 
 
 def recall_pass(options: MethodOptions) -> Pass:
     return Pass(prefix="".join(options.prefix_nonmembers))
 
 
-@register("recall", needs=[NEEDS_NONMEMBER_PREFIX], passes=lambda options: (recall_pass(options),))
+@register("recall", needs=[NEEDS_NONMEMBER_PREFIX], passes=lambda options: (PLAIN, recall_pass(options)))
 def recall_score(inputs: ScoringInputs) -> np.ndarray:
     """loss(text | non-member prefix) / loss(text)."""
     with np.errstate(invalid="ignore", divide="ignore"):

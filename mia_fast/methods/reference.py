@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.pipeline.passes import REFERENCE, Pass
+from mia_fast.pipeline.passes import PLAIN, REFERENCE, Pass
 
 REFERENCE_PASS = Pass(model=REFERENCE)
 
 
-@register("ref", passes=lambda options: (REFERENCE_PASS,))
+@register("ref", passes=lambda options: (PLAIN, REFERENCE_PASS))
 def reference_score(inputs: ScoringInputs) -> np.ndarray:
     """loss under the reference model (its own tokenizer) minus loss under the target model."""
     return mean_loss(inputs.of(REFERENCE_PASS)) - mean_loss(inputs.stats)

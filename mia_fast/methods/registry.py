@@ -1,14 +1,15 @@
 """The method registry: a method is a small pure function from pass results to one score per text.
 
 Every score is oriented so that higher means more likely a member (DESIGN §2). A method declares
-the passes it needs beyond the plain target pass (a function of the method options, e.g. ReCaLL's
-prefix) and the other inputs it reads (the texts, a frequency table, prefix texts). A method that
+the passes it reads (a function of the method options, e.g. ReCaLL's prefix; by default the plain
+target pass) and the other inputs it reads (the texts, a frequency table, prefix texts, a probe). A method that
 takes k computes all requested k at once and returns one column per k, named ``{name}_{k}``.
 Adding a method touches its own module only: write the function and decorate it with ``register``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -22,26 +23,40 @@ from mia_fast.pipeline.stats import TokenStats
 DEFAULT_METHODS: tuple[str, ...] = ("loss", "zlib", "mink", "minkpp")
 DEFAULT_KS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 DEFAULT_A = 0.01
+DEFAULT_GAMMA = 0.5
 
 # What a method may declare it needs beyond the results of its passes.
 NEEDS_TEXT = "text"
 NEEDS_FREQUENCIES = "frequencies"
 NEEDS_NONMEMBER_PREFIX = "nonmember prefix"
+NEEDS_MEMBER_PREFIX = "member prefix"
+NEEDS_PROBE = "probe"
 
 # How a user supplies a need or a model a pass runs on, for the error that says it is missing.
 _SUPPLY = {
     NEEDS_FREQUENCIES: "a token frequency table (--freq-table; build one with 'mia-fast freq build')",
     NEEDS_NONMEMBER_PREFIX: "known non-member texts for its prefix (--prefix-nonmembers FILE)",
+    NEEDS_MEMBER_PREFIX: "known member texts for its prefix (--prefix-members FILE)",
+    NEEDS_PROBE: "a trained probe (--probe PROBE_DIR; train one with 'mia-fast probe train')",
     REFERENCE: "a reference model (--ref-model)",
 }
 
 
 @dataclass(frozen=True)
 class MethodOptions:
-    """Settings of the methods: DC-PDD's cap, and the known non-member texts ReCaLL puts before each text."""
+    """Settings of the methods: DC-PDD's cap, the known non-member (ReCaLL, Con-ReCall) and member
+    (Con-ReCall) texts put before each text, Con-ReCall's γ, and the trained probe (a
+    ``mia_fast.methods.probe.Probe``)."""
 
     a: float = DEFAULT_A
     prefix_nonmembers: tuple[str, ...] = ()
+    prefix_members: tuple[str, ...] = ()
+    gamma: float = DEFAULT_GAMMA
+    probe: Any = None
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.gamma):
+            raise MiaFastError(f"Con-ReCall's gamma must be a finite number, got {self.gamma}")
 
 
 @dataclass(frozen=True)
@@ -49,7 +64,7 @@ class ScoringInputs:
     """Everything a method may read: the plain pass's TokenStats, the results of the other passes,
     and what methods declared they need. Fields stay empty unless some method declared the need."""
 
-    stats: TokenStats
+    stats: TokenStats | None
     passes: Mapping[Pass, Any] = field(default_factory=dict)
     texts: Sequence[str] | None = None
     log_frequencies: np.ndarray | None = None  # ln f(v) for every id v of the target vocabulary
@@ -62,20 +77,26 @@ class ScoringInputs:
         return self.stats if needed == PLAIN else self.passes[needed]
 
     def has(self, needed: Pass) -> bool:
-        return needed == PLAIN or needed in self.passes
+        return self.stats is not None if needed == PLAIN else needed in self.passes
 
 
-def _no_passes(options: MethodOptions) -> tuple[Pass, ...]:
-    return ()
+def _plain(options: MethodOptions) -> tuple[Pass, ...]:
+    return (PLAIN,)
+
+
+def _never(options: MethodOptions) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
 class Method:
     name: str
     fn: Callable[..., np.ndarray]
-    passes: Callable[[MethodOptions], Sequence[Pass]] = _no_passes
+    passes: Callable[[MethodOptions], Sequence[Pass]] = _plain
     needs: frozenset[str] = field(default_factory=frozenset)
     takes_k: bool = False
+    # True when a text's score depends on the other texts scored with it (statistics over them all).
+    pooled: Callable[[MethodOptions], bool] = _never
 
 
 REGISTRY: dict[str, Method] = {}
@@ -85,13 +106,15 @@ def register(
     name: str,
     needs: Sequence[str] = (),
     takes_k: bool = False,
-    passes: Callable[[MethodOptions], Sequence[Pass]] = _no_passes,
+    passes: Callable[[MethodOptions], Sequence[Pass]] = _plain,
+    pooled: Callable[[MethodOptions], bool] = _never,
 ) -> Callable:
     """Registers ``fn(inputs)`` (or ``fn(inputs, ks)`` with ``takes_k``) under ``name``; ``passes``
-    gives the passes it reads besides the plain target pass."""
+    gives the passes it reads (default: the plain target pass); ``pooled`` says whether its scores
+    depend on which texts are scored together (then a file is scored in one block)."""
 
     def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        REGISTRY[name] = Method(name, fn, passes, frozenset(needs), takes_k)
+        REGISTRY[name] = Method(name, fn, passes, frozenset(needs), takes_k, pooled)
         return fn
 
     return decorate
@@ -153,8 +176,8 @@ def needs_of(requests: Sequence[MethodRequest]) -> frozenset[str]:
 
 
 def passes_of(requests: Sequence[MethodRequest], options: MethodOptions) -> list[Pass]:
-    """The plain pass, then every other pass the requested methods declare, each once, in order."""
-    return list(dict.fromkeys([PLAIN, *(p for r in requests for p in r.method.passes(options))]))
+    """Every pass the requested methods declare, each once, in order."""
+    return list(dict.fromkeys(p for r in requests for p in r.method.passes(options)))
 
 
 def check_available(
@@ -166,6 +189,10 @@ def check_available(
         available.add(NEEDS_FREQUENCIES)
     if options.prefix_nonmembers:
         available.add(NEEDS_NONMEMBER_PREFIX)
+    if options.prefix_members:
+        available.add(NEEDS_MEMBER_PREFIX)
+    if options.probe is not None:
+        available.add(NEEDS_PROBE)
     for request in requests:
         wanted = [*(p.model for p in request.method.passes(options)), *(n for n in request.method.needs if n != NEEDS_TEXT)]
         for need in wanted:
@@ -195,6 +222,8 @@ def _has(inputs: ScoringInputs, need: str) -> bool:
         NEEDS_TEXT: inputs.texts,
         NEEDS_FREQUENCIES: inputs.log_frequencies,
         NEEDS_NONMEMBER_PREFIX: inputs.options.prefix_nonmembers or None,
+        NEEDS_MEMBER_PREFIX: inputs.options.prefix_members or None,
+        NEEDS_PROBE: inputs.options.probe,
     }[need]
     return source is not None
 

@@ -183,32 +183,63 @@ class StatsEngine:
 
     @torch.inference_mode()
     def hidden_states(
-        self, texts: Sequence[str], readout: HiddenStatesReadout, prefixes: Sequence[str] | None = None
+        self,
+        texts: Sequence[str],
+        readout: HiddenStatesReadout,
+        prefixes: Sequence[str] | None = None,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
     ) -> np.ndarray:
-        """The hidden state of the last token of each (prefix + text) at ``readout.layers``: float32
-        [texts, layers, hidden]; NaN for a text with no token. A sequence longer than the window keeps
-        its last ``max_length`` ids, so the last token sees as much context as fits."""
+        """The output of decoder layers ``readout.layers`` at the last token of each (prefix + text):
+        float32 [texts, layers, hidden]; NaN for a text with no token. A sequence longer than the window
+        keeps its last ``max_length`` ids, so the last token sees as much context as fits. Only the last
+        token's state of each wanted layer is kept, and the forward stops after the deepest of them."""
+        decoder = self.loaded.decoder_layers()
+        layers = tuple(range(len(decoder))) if readout.layers is None else readout.layers
+        if not layers or not all(0 <= layer < len(decoder) for layer in layers):
+            raise MiaFastError(f"layers {list(layers)} out of range: the model has {len(decoder)} decoder layers")
         prefixes = prefixes if prefixes is not None else [""] * len(texts)
         sequences = [(self.context_ids(p) + ids)[-self.max_length :] for ids, p in zip(self.tokenize(texts), prefixes)]
+        if on_tokenized is not None:
+            on_tokenized(sum(map(len, sequences)))
         model = self.loaded.model
         base = model.base_model if model.base_model is not model else model
-        layers = readout.layers
-        if layers is None:
-            layers = tuple(range(model.config.num_hidden_layers + 1))
         result = np.full((len(texts), len(layers), model.config.hidden_size), np.nan, dtype=np.float32)
-        present = [i for i, ids in enumerate(sequences) if ids]
-        for batch in plan_batches([len(sequences[i]) for i in present], self.batch_tokens):
-            indices = [present[j] for j in batch]
-            input_ids, attention_mask = self._padded([sequences[i] for i in indices])
-            states = base(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
-            last = torch.tensor([len(sequences[i]) - 1 for i in indices], device=input_ids.device)
-            rows = torch.arange(len(indices), device=input_ids.device)
-            try:
-                picked = torch.stack([states[layer][rows, last] for layer in layers], dim=1)
-            except IndexError:
-                raise MiaFastError(f"layers {list(layers)} out of range: the model has {len(states)} hidden states") from None
-            result[indices] = picked.float().cpu().numpy()
+        captured: dict[int, torch.Tensor] = {}
+        picked = {"rows": None, "last": None}
+
+        def capture(layer: int):
+            def hook(module, inputs, output):
+                hidden = output[0] if isinstance(output, tuple) else output
+                captured[layer] = hidden[picked["rows"], picked["last"]].float()
+                if layer == max(layers):
+                    raise _DeepestLayerReached
+
+            return hook
+
+        handles = [decoder[layer].register_forward_hook(capture(layer)) for layer in set(layers)]
+        try:
+            present = [i for i, ids in enumerate(sequences) if ids]
+            for batch in plan_batches([len(sequences[i]) for i in present], self.batch_tokens):
+                indices = [present[j] for j in batch]
+                input_ids, attention_mask = self._padded([sequences[i] for i in indices])
+                picked["rows"] = torch.arange(len(indices), device=input_ids.device)
+                picked["last"] = torch.tensor([len(sequences[i]) - 1 for i in indices], device=input_ids.device)
+                try:
+                    base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+                except _DeepestLayerReached:
+                    pass
+                result[indices] = torch.stack([captured[layer] for layer in layers], dim=1).cpu().numpy()
+                if on_progress is not None:
+                    on_progress(sum(len(sequences[i]) for i in indices))
+        finally:
+            for handle in handles:
+                handle.remove()
         return result
+
+
+class _DeepestLayerReached(Exception):
+    """Ends a forward once the deepest layer a readout wants has run: the rest would be wasted."""
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

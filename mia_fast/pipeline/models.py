@@ -79,6 +79,28 @@ class LoadedModel:
             return None
         return head
 
+    def decoder_layers(self) -> torch.nn.ModuleList:
+        """The model's stack of decoder blocks (``layers``, ``h``, ``decoder.layers``, ... by architecture):
+        the one module list as long as the config's number of hidden layers."""
+        count = self.model.config.num_hidden_layers
+        for module in self.model.modules():
+            if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+                return module
+        raise MiaFastError(f"cannot find the {count} decoder layers of {self.name} ({type(self.model).__name__})")
+
+    def weights_fingerprint(self) -> str:
+        """sha256 of every parameter's name and shape and a strided sample of its values rounded to bf16:
+        cheap for any size, the same for one model loaded in fp32 or bf16, and different for another model
+        or a fine-tuned copy (unless no sampled weight moved by a bf16 step, about 0.4% of its size)."""
+        digest = hashlib.sha256()
+        with torch.no_grad():
+            for name, parameter in self.model.named_parameters():
+                flat = parameter.detach().reshape(-1)
+                sample = flat[:: max(1, flat.numel() // 4096)].to(torch.bfloat16).float().cpu().contiguous()
+                digest.update(f"{name}:{tuple(parameter.shape)}".encode())
+                digest.update(sample.numpy().tobytes())
+        return digest.hexdigest()
+
 
 def resolve_device(device: str | None) -> torch.device:
     if device is None:

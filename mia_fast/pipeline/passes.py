@@ -33,9 +33,9 @@ class TokenStatsReadout:
 
 @dataclass(frozen=True)
 class HiddenStatesReadout:
-    """The hidden state of the last token of each (context + text), at each of ``layers``: float32
-    [texts, layers, hidden]. Layer 0 is the embedding output and layer i the output of decoder layer
-    i, as in ``output_hidden_states``; None means every one of them."""
+    """The hidden state of the last token of each (context + text) at the output of each decoder layer
+    in ``layers`` (0-based; None means every layer): float32 [texts, layers, hidden]. The last layer's
+    output is taken before the model's final norm."""
 
     layers: tuple[int, ...] | None = None
 

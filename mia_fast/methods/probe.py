@@ -1,0 +1,140 @@
+"""The probe (Liu et al. 2024, "Probing Language Models for Pre-training Data Detection", ACL; public
+code github.com/zhliu0106/probing-lm-data): a logistic regression on one decoder layer's hidden state
+of the last token of the text wrapped in a prompt. It is trained by ``mia_fast.evaluation.probe``;
+this module holds the trained probe (its file and its score) and the ``probe`` method.
+
+score = sigmoid(w · standardise(h_layer(prompt(text)))), higher = member. As in the public code the
+activations of the texts scored together are standardised by their own mean and (n - 1) standard
+deviation per feature (``split``); ``train`` standardises them by the training split's statistics
+instead, which makes a text's score independent of the others. A feature with zero spread is only
+centred (divided by 1), where the public code would divide by zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mia_fast.errors import MiaFastError
+from mia_fast.methods.registry import NEEDS_PROBE, MethodOptions, ScoringInputs, register
+from mia_fast.pipeline.passes import HiddenStatesReadout, Pass
+
+PROMPT = "Here is a statement:\n\n[TEXT]\n\nIs the above statement correct? Answer: "
+NORMALIZATIONS = ("split", "train")
+CARD_FILE = "probe.json"
+WEIGHTS_FILE = "probe.safetensors"
+FORMAT = "mia-fast probe v1"
+
+
+@dataclass(frozen=True)
+class ProbePrompt:
+    """The public code's prompt around each text."""
+
+    def __call__(self, text: str) -> str:
+        return PROMPT.replace("[TEXT]", text)
+
+
+def standardise(activations: np.ndarray, mean: np.ndarray | None = None, std: np.ndarray | None = None) -> np.ndarray:
+    """(x - mean) / std per feature over the rows of ``activations`` [..., rows, features]; the rows' own
+    statistics (std with n - 1) unless ``mean`` and ``std`` are given."""
+    if mean is None:
+        mean = activations.mean(axis=-2, keepdims=True)
+        std = activations.std(axis=-2, ddof=1, keepdims=True)
+    return (activations - mean) / np.where(std > 0, std, 1.0)
+
+
+@dataclass(frozen=True, eq=False)
+class Probe:
+    """A trained probe: the weight of its layer, that layer, the normalisation it scores with, the
+    training split's statistics at that layer, and its card (model, settings, per-layer dev AUROC)."""
+
+    weight: np.ndarray  # float32 [hidden]
+    layer: int
+    normalization: str
+    train_mean: np.ndarray  # float32 [hidden]
+    train_std: np.ndarray  # float32 [hidden]
+    card: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.normalization not in NORMALIZATIONS:
+            raise MiaFastError(f"probe normalisation must be one of {', '.join(NORMALIZATIONS)}, got {self.normalization!r}")
+
+    @property
+    def scoring_pass(self) -> Pass:
+        return Pass(transform=ProbePrompt(), readout=HiddenStatesReadout((self.layer,)))
+
+    def with_normalization(self, normalization: str) -> Probe:
+        return Probe(self.weight, self.layer, normalization, self.train_mean, self.train_std, self.card)
+
+    def score(self, activations: np.ndarray) -> np.ndarray:
+        """Member probability of each row of ``activations`` [texts, hidden] (float64)."""
+        if self.normalization == "split":
+            if len(activations) < 2:
+                raise MiaFastError("a probe with split normalisation standardises the texts scored together, so it needs at least 2; "
+                                   "score more texts at once or use the training split's statistics (--probe-normalization train)")
+            x = standardise(activations.astype(np.float64))
+        else:
+            x = standardise(activations.astype(np.float64), self.train_mean, self.train_std)
+        return 1.0 / (1.0 + np.exp(-(x @ self.weight.astype(np.float64))))
+
+    def check_model(self, name: str, hidden_size: int, layers: int, fingerprint: str) -> None:
+        """Refuses a model the probe was not trained for."""
+        trained_for = self.card.get("model", {})
+        if trained_for.get("weights_fingerprint") != fingerprint:
+            raise MiaFastError(
+                f"this probe was trained for {trained_for.get('name', 'another model')!r} (weights fingerprint "
+                f"{str(trained_for.get('weights_fingerprint'))[:12]}…), not {name!r} ({fingerprint[:12]}…); train one for this model"
+            )
+        if len(self.weight) != hidden_size or self.layer >= layers:
+            raise MiaFastError(f"the probe reads layer {self.layer} of hidden size {len(self.weight)}; the model has {layers} layers of {hidden_size}")
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        from safetensors.numpy import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {"weight": self.weight, "train_mean": self.train_mean, "train_std": self.train_std}
+        save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}, str(directory / WEIGHTS_FILE))
+        card = {"format": FORMAT, **self.card, "layer": self.layer, "normalization": self.normalization, "prompt": PROMPT}
+        (directory / CARD_FILE).write_text(json.dumps(card, indent=1) + "\n")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> Probe:
+        from safetensors import SafetensorError
+        from safetensors.numpy import load_file
+
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise MiaFastError(f"{directory}: no such probe directory (train one with 'mia-fast probe train')")
+        try:
+            card = json.loads((directory / CARD_FILE).read_text())
+            tensors = load_file(str(directory / WEIGHTS_FILE))
+        except (OSError, ValueError, SafetensorError) as exc:
+            raise MiaFastError(f"{directory}: not a readable probe ({type(exc).__name__}: {exc})") from None
+        if not isinstance(card, dict) or card.get("format") != FORMAT:
+            raise MiaFastError(f"{directory}/{CARD_FILE}: not a probe card written by 'mia-fast probe train'")
+        if card.get("prompt") != PROMPT:
+            raise MiaFastError(f"{directory}: the probe was trained with another prompt")
+        missing = {"weight", "train_mean", "train_std"} - set(tensors)
+        shapes = {tensors[k].shape for k in tensors}
+        if missing or len(shapes) != 1 or len(next(iter(shapes))) != 1 or not isinstance(card.get("layer"), int):
+            raise MiaFastError(f"{directory}: a malformed probe (tensors {sorted(tensors)}, layer {card.get('layer')!r})")
+        info = {k: v for k, v in card.items() if k not in ("format", "layer", "normalization", "prompt")}
+        return cls(tensors["weight"], card["layer"], card.get("normalization"), tensors["train_mean"], tensors["train_std"], info)
+
+
+def _probe_passes(options: MethodOptions) -> tuple[Pass, ...]:
+    return (options.probe.scoring_pass,) if options.probe is not None else ()
+
+
+@register("probe", needs=[NEEDS_PROBE], passes=_probe_passes, pooled=lambda options: options.probe is not None and options.probe.normalization == "split")
+def probe_score(inputs: ScoringInputs) -> np.ndarray:
+    """The trained probe's member probability from the last token's hidden state of the prompted text."""
+    probe = inputs.options.probe
+    return probe.score(inputs.of(probe.scoring_pass)[:, 0, :])

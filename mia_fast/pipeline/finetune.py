@@ -1,0 +1,86 @@
+"""Fine-tuning a causal LM in place on texts: the controlled-contamination experiment plants members
+with it, and the probe trains its proxy model with it."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from mia_fast.errors import MiaFastError
+from mia_fast.pipeline.models import LoadedModel
+from mia_fast.pipeline.tokenize import tokenize
+
+
+class TrainingDiverged(MiaFastError):
+    """The fine-tuning loss became NaN or infinite."""
+
+    def __init__(self, step: int, losses: list[float]):
+        super().__init__(f"fine-tuning diverged: the loss is {losses[-1]} at step {step}; lower the learning rate")
+        self.step = step
+        self.losses = losses
+
+
+def fine_tune(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    *,
+    epochs: int,
+    learning_rate: float,
+    batch_size: int,
+    micro_batch: int | None = None,
+    max_tokens: int | None = None,
+    seed: int = 0,
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Fine-tunes ``loaded.model`` in place on ``texts``: causal LM loss over every token (the start
+    token prepended as when scoring), AdamW at a constant learning rate without weight decay, gradients
+    clipped to norm 1. Each optimizer step sees ``batch_size`` texts, run ``micro_batch`` at a time with
+    the gradients accumulated (the mean of the micro-batches' mean losses). Texts are cut to
+    ``max_tokens`` tokens. Returns the loss of every step; raises TrainingDiverged on a NaN loss."""
+    model, device = loaded.model, loaded.device
+    micro_batch = min(micro_batch or batch_size, batch_size)
+    sequences = tokenize(loaded.tokenizer, list(texts), prepend_start=True)
+    if max_tokens is not None:
+        sequences = [ids[: max_tokens + 1] for ids in sequences]
+    pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    generator = np.random.default_rng(seed + 2)
+    losses: list[float] = []
+    model.train()
+    try:
+        for _ in range(epochs):
+            order = generator.permutation(len(sequences))
+            for start in range(0, len(order), batch_size):
+                step = order[start : start + batch_size]
+                parts = [step[i : i + micro_batch] for i in range(0, len(step), micro_batch)]
+                step_loss = 0.0
+                for part in parts:
+                    loss = _causal_lm_loss(model, [sequences[i] for i in part], pad, device) / len(parts)
+                    step_loss += float(loss.detach())
+                    if not math.isfinite(step_loss):
+                        raise TrainingDiverged(len(losses) + 1, [*losses, step_loss])
+                    loss.backward()
+                losses.append(step_loss)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if on_step is not None:
+                    on_step(len(losses), losses[-1])
+    finally:
+        model.eval()
+        optimizer.zero_grad(set_to_none=True)
+    return losses
+
+
+def _causal_lm_loss(model: torch.nn.Module, batch: list[list[int]], pad: int, device: torch.device) -> torch.Tensor:
+    width = max(map(len, batch))
+    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, ids in enumerate(batch):
+        input_ids[row, : len(ids)] = labels[row, : len(ids)] = torch.tensor(ids)
+        mask[row, : len(ids)] = 1
+    return model(input_ids=input_ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
