@@ -6,6 +6,9 @@ mean: exactly as the public code does it (including its NaN for texts too short 
 
 ``public_conrecall_scores``, Con-ReCall's ``run.py`` (github.com/WangCheng0116/CON-RECALL):
 ``get_ll`` and ``get_conditional_ll``, one text at a time, and its ReCaLL and Con-ReCall formulas.
+
+``public_neighbor_scores``, MIMIR's neighbourhood attack (github.com/iamgroot42/mimir,
+``mimir/models.py`` ``get_ll`` and ``mimir/attacks/neighborhood.py``), one text at a time.
 """
 
 from __future__ import annotations
@@ -89,4 +92,27 @@ def public_conrecall_scores(
         ll_nonmember, ll_member = conditional_ll(nonmember_prefix, ids), conditional_ll(member_prefix, ids)
         scores["recall"].append(ll_nonmember / ll)
         scores["conrecall"].append((ll_nonmember - gamma * ll_member) / ll)
+    return scores
+
+
+@torch.inference_mode()
+def public_neighbor_scores(model, tokenizer, texts: Sequence[str], neighbors: Sequence[Sequence[str]]) -> dict[str, list[float]]:
+    """MIMIR's statistic, lower = member: ``neighbor`` = loss − mean(neighbour losses) as the paper
+    defines it, ``neighbor_mimir_min`` = min(loss − neighbour losses) as MIMIR's ``run.py`` keeps it;
+    each loss the mean NLL of the tokens after the first (MIMIR's ``get_ll``)."""
+    device = next(model.parameters()).device
+
+    def get_ll(text: str) -> float:
+        input_ids = torch.tensor(tokenizer.encode(text)).unsqueeze(0).to(device)
+        logits = model(input_ids).logits
+        log_probs = F.log_softmax(logits[0, :-1], dim=-1)
+        all_prob = log_probs.gather(dim=-1, index=input_ids[0][1:].unsqueeze(-1)).squeeze(-1).cpu().numpy()
+        return -np.mean(all_prob)
+
+    scores: dict[str, list[float]] = {"neighbor": [], "neighbor_mimir_min": []}
+    for text, listed in zip(texts, neighbors):
+        loss = get_ll(text)
+        neighbor_losses = np.array([get_ll(n) for n in listed])
+        scores["neighbor"].append(float(loss - neighbor_losses.mean()))
+        scores["neighbor_mimir_min"].append(float(np.min(loss - neighbor_losses)))
     return scores

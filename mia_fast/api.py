@@ -15,6 +15,7 @@ from mia_fast.data.files import Dataset, ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
 from mia_fast.methods import registry
+from mia_fast.methods.neighbor import Neighbors
 from mia_fast.methods.probe import Probe
 from mia_fast.methods.registry import (
     DEFAULT_A,
@@ -22,6 +23,7 @@ from mia_fast.methods.registry import (
     DEFAULT_KS,
     DEFAULT_METHODS,
     NEEDS_MEMBER_PREFIX,
+    NEEDS_NEIGHBORS,
     NEEDS_NONMEMBER_PREFIX,
     NEEDS_TEXT,
     MethodOptions,
@@ -69,6 +71,13 @@ def load_probe(probe: str | os.PathLike | Probe | None, normalization: str | Non
     return probe.with_normalization(normalization) if normalization else probe
 
 
+def check_method_inputs(texts: Sequence[str], options: MethodOptions, needs: frozenset[str]) -> None:
+    """What the methods read besides the texts must fit the texts: no prefix text among them, a neighbour list for each."""
+    refuse_prefix_overlap(texts, options, needs)
+    if NEEDS_NEIGHBORS in needs:
+        options.neighbors.check_covers(texts)
+
+
 def refuse_prefix_overlap(texts: Sequence[str], options: MethodOptions, needs: frozenset[str]) -> None:
     """A text used in a prefix (known member or non-member) must not also be judged: it would bias its own score."""
     prefix = {p.strip() for p in options.prefix_nonmembers} if NEEDS_NONMEMBER_PREFIX in needs else set()
@@ -94,7 +103,8 @@ class Detector:
     fine-tuned); ``device`` and ``dtype`` then apply only to models loaded here. ``backend`` picks
     the Triton kernels or the reference for the token statistics and the per-text reductions alike.
     ``prefix_nonmembers`` and ``prefix_members`` are known non-member and member texts, the prefixes of
-    ``recall`` and ``conrecall`` (with ``conrecall_gamma``, its γ); ``probe`` is a trained
+    ``recall`` and ``conrecall`` (with ``conrecall_gamma``, its γ); ``neighbors`` the neighbour texts of
+    each text to be scored, for ``neighbor``; ``probe`` is a trained
     probe or its directory (``mia-fast probe train``), for ``probe``, scored with its own normalisation
     or ``probe_normalization``.
     """
@@ -109,6 +119,7 @@ class Detector:
         prefix_nonmembers: Sequence[str] | None = None,
         prefix_members: Sequence[str] | None = None,
         conrecall_gamma: float = DEFAULT_GAMMA,
+        neighbors: Neighbors | None = None,
         probe: str | os.PathLike | Probe | None = None,
         probe_normalization: str | None = None,
         device: str | None = None,
@@ -136,6 +147,7 @@ class Detector:
         self.prefix_nonmembers = tuple(prefix_nonmembers or ())
         self.prefix_members = tuple(prefix_members or ())
         self.conrecall_gamma = conrecall_gamma
+        self.neighbors = neighbors
         self.probe = load_probe(probe, probe_normalization)
         if self.probe is not None:
             model = loaded_target.model
@@ -150,7 +162,8 @@ class Detector:
 
     def options(self, a: float = DEFAULT_A) -> MethodOptions:
         return MethodOptions(
-            a=a, prefix_nonmembers=self.prefix_nonmembers, prefix_members=self.prefix_members, gamma=self.conrecall_gamma, probe=self.probe
+            a=a, prefix_nonmembers=self.prefix_nonmembers, prefix_members=self.prefix_members, gamma=self.conrecall_gamma, probe=self.probe,
+            neighbors=self.neighbors,
         )
 
     def score(
@@ -184,7 +197,7 @@ class Detector:
             raise MiaFastError("every text must be a string")
         needs = registry.needs_of(requests)
         options = self.options(a)
-        refuse_prefix_overlap(texts, options, needs)
+        check_method_inputs(texts, options, needs)
         # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash.
         cleaned = [t if t.strip() else "" for t in texts]
         results = self.run_passes(cleaned, registry.passes_of(requests, options), on_tokenized, on_progress)
@@ -323,13 +336,13 @@ def score_file(
         options = MethodOptions(
             a=a, prefix_nonmembers=tuple(detector_options.get("prefix_nonmembers") or ()),
             prefix_members=tuple(detector_options.get("prefix_members") or ()),
-            gamma=detector_options.get("conrecall_gamma", DEFAULT_GAMMA), probe=probe,
+            gamma=detector_options.get("conrecall_gamma", DEFAULT_GAMMA), probe=probe, neighbors=detector_options.get("neighbors"),
         )
         detector_options = {**detector_options, "probe": probe, "probe_normalization": None}
         models = [REFERENCE] if detector_options.get("ref_model") is not None else []
         has_frequencies = detector_options.get("frequencies") is not None
     registry.check_available(requests, options, models=models, has_frequencies=has_frequencies)
-    refuse_prefix_overlap(dataset.texts, options, registry.needs_of(requests))
+    check_method_inputs(dataset.texts, options, registry.needs_of(requests))
     pooled = [r.method.name for r in requests if r.method.pooled(options)]
     if pooled and block_rows < len(dataset.texts):
         block_rows = len(dataset.texts)

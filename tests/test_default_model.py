@@ -76,6 +76,20 @@ def test_recall_and_conrecall_match_the_public_formulas_on_real_text(detector, w
         np.testing.assert_allclose(ours[column], theirs[column], rtol=1e-4, err_msg=column)
 
 
+def test_neighbor_matches_mimirs_formula_on_real_text(detector, wiki_texts):
+    """Issue 11, must-show 1: MIMIR's get_ll and neighbourhood statistic re-typed, one text at a time
+    (theirs lower = member, ours its negation). Neighbours here: the text with one word dropped."""
+    from mia_fast.methods.neighbor import Neighbors
+
+    texts = wiki_texts[:8]
+    neighbors = [[" ".join(w for j, w in enumerate(t.split()) if j != drop) for drop in (1, 5, 9)] for t in texts]
+    scored = Detector(detector.target.loaded, prepend_start=False, neighbors=Neighbors.of_texts(texts, neighbors))
+    ours = scored.score(texts, methods=["neighbor"])["neighbor"]
+    loaded = detector.target.loaded
+    theirs = reference_loop.public_neighbor_scores(loaded.model, loaded.tokenizer, texts, neighbors)["neighbor"]
+    np.testing.assert_allclose(ours, -np.asarray(theirs), rtol=1e-4, atol=1e-6)
+
+
 def test_dcpdd_matches_direct_numpy_on_real_text(detector):
     """DC-PDD from the engine against a direct numpy implementation of DESIGN §2 (frequencies from pile_cc)."""
     loaded = detector.target.loaded

@@ -58,6 +58,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     fields.add_argument("--id-field", default="id", help="copied to the output when present")
     fields.add_argument("--label-field", default="label", help="labels (1/0, true/false, member/nonmember), copied to the output")
     fields.add_argument("--group-field", help="document of each text (e.g. the book of a snippet), for per-document rates")
+    fields.add_argument("--neighbor-field", help="for neighbor: each row's neighbour texts, a list (as in MIMIR's neighbour splits)")
 
 
 def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -> None:
@@ -73,7 +74,7 @@ def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -
 def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -> None:
     scoring = parser.add_argument_group("scoring")
     if methods:
-        scoring.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref,recall,conrecall,probe (or mink_0.2 ...)")
+        scoring.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref,recall,conrecall,neighbor,probe (or mink_0.2 ...)")
         scoring.add_argument("--k", type=floats, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)")
     scoring.add_argument("--a", type=float, default=DEFAULT_A, help="DC-PDD cap (default 0.01)")
     scoring.add_argument("--freq-table", "--freq-counts", dest="freq_table", help="for dcpdd: a frequency table of a reference corpus ('mia-fast freq build'), or per-id counts (.npy)")
@@ -110,18 +111,21 @@ def load_input(args: argparse.Namespace, require_labels: bool = False):
 
     if args.suite:
         dataset = load_suite(args.suite, args.split, args.config, files=args.data)
-        if args.group_field:
-            raise MiaFastError("--group-field is for DATA files; a suite brings its own groups (e.g. BookMIA's books)")
+        if args.group_field or args.neighbor_field:
+            raise MiaFastError("--group-field and --neighbor-field are for DATA files; a suite brings its own fields")
     elif args.data is None:
         raise MiaFastError("give DATA (a file of texts) or --suite NAME")
     elif args.split or args.config:
         raise MiaFastError("--split and --config select within a --suite")
     else:
-        dataset = read_dataset(args.data, args.text_field, args.id_field, args.label_field, require_labels=require_labels, group_field=args.group_field)
+        dataset = read_dataset(args.data, args.text_field, args.id_field, args.label_field, require_labels=require_labels,
+                               group_field=args.group_field, neighbor_field=args.neighbor_field)
     if args.max_words is not None:
         if args.max_words < 1:
             raise MiaFastError(f"--max-words must be positive, got {args.max_words}")
         dataset.texts = [truncate_words(t, args.max_words) for t in dataset.texts]
+        if dataset.neighbors is not None:
+            dataset.neighbors = [tuple(truncate_words(n, args.max_words) for n in listed) for listed in dataset.neighbors]
     return dataset
 
 
@@ -143,9 +147,11 @@ def detector_options(args: argparse.Namespace) -> dict[str, Any]:
 def score_into(args: argparse.Namespace, dataset, out) -> None:
     """Scores ``dataset`` into ``out`` with the command's options (resumable, block by block)."""
     from mia_fast.api import score_file
+    from mia_fast.methods.neighbor import Neighbors
 
+    neighbors = Neighbors.of_texts(dataset.texts, dataset.neighbors) if dataset.neighbors is not None else None
     score_file(
         dataset, out, methods=args.methods.split(","), k=args.k, a=args.a, resume=args.resume, overwrite=args.overwrite,
         block_rows=args.block_rows, id_field=args.id_field, label_field=args.label_field, progress=not args.quiet,
-        data_name=input_name(args), log=stderr, **detector_options(args),
+        data_name=input_name(args), log=stderr, neighbors=neighbors, **detector_options(args),
     )

@@ -37,6 +37,7 @@ class Dataset:
     ids: list[Any] | None
     labels: list[int] | None
     groups: list[str] | None = None  # e.g. the book of each BookMIA snippet, for per-document rates
+    neighbors: list[tuple[str, ...]] | None = None  # perturbed copies of each text, for the neighbour attack
 
 
 def _suffix(path: Path, allowed: Sequence[str], what: str) -> str:
@@ -101,8 +102,10 @@ def read_dataset(
     label_field: str | None = "label",
     require_labels: bool = False,
     group_field: str | None = None,
+    neighbor_field: str | None = None,
 ) -> Dataset:
-    """Reads texts, plus ids, labels and groups where the file has those fields."""
+    """Reads texts, plus ids, labels and groups where the file has those fields, and with
+    ``neighbor_field`` each row's list of neighbour texts."""
     rows = read_rows(path)
     if not rows:
         raise MiaFastError(f"{path}: the file holds no rows")
@@ -126,7 +129,16 @@ def read_dataset(
     groups = _column(rows, group_field)
     if group_field and groups is None:
         raise MiaFastError(f"{path}: no {group_field!r} field for --group-field")
-    return Dataset(texts=texts, ids=ids, labels=labels, groups=None if groups is None else [str(g) for g in groups])
+    neighbors = [_neighbor_list(path, number, record, neighbor_field) for number, record in rows] if neighbor_field else None
+    return Dataset(texts=texts, ids=ids, labels=labels, groups=None if groups is None else [str(g) for g in groups], neighbors=neighbors)
+
+
+def _neighbor_list(path: str | os.PathLike, number: int, record: dict, field: str) -> tuple[str, ...]:
+    value = record.get(field)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        found = "missing" if field not in record else f"a {type(value).__name__}" if not isinstance(value, (list, tuple)) else "a list holding non-texts"
+        raise MiaFastError(f"{path}: row at line {number}: {field!r} is {found}, not a list of texts (--neighbor-field)")
+    return tuple(value)
 
 
 def read_texts(path: str | os.PathLike, text_field: str = "text") -> list[str]:

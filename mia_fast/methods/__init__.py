@@ -1,6 +1,6 @@
 """Detection methods, one module per family; importing this package registers them all."""
 
-from mia_fast.methods import conrecall, dcpdd, likelihood, lowercase, mink, probe, recall, reference  # noqa: F401  (registration)
+from mia_fast.methods import conrecall, dcpdd, likelihood, lowercase, mink, neighbor, probe, recall, reference  # noqa: F401  (registration)
 from mia_fast.methods.registry import (
     DEFAULT_A,
     DEFAULT_KS,

@@ -31,12 +31,14 @@ NEEDS_FREQUENCIES = "frequencies"
 NEEDS_NONMEMBER_PREFIX = "nonmember prefix"
 NEEDS_MEMBER_PREFIX = "member prefix"
 NEEDS_PROBE = "probe"
+NEEDS_NEIGHBORS = "neighbors"
 
 # How a user supplies a need or a model a pass runs on, for the error that says it is missing.
 _SUPPLY = {
     NEEDS_FREQUENCIES: "a token frequency table (--freq-table; build one with 'mia-fast freq build')",
     NEEDS_NONMEMBER_PREFIX: "known non-member texts for its prefix (--prefix-nonmembers FILE)",
     NEEDS_MEMBER_PREFIX: "known member texts for its prefix (--prefix-members FILE)",
+    NEEDS_NEIGHBORS: "the neighbour texts of every scored text (--neighbor-field FIELD, a list of texts per row)",
     NEEDS_PROBE: "a trained probe (--probe PROBE_DIR; train one with 'mia-fast probe train')",
     REFERENCE: "a reference model (--ref-model)",
 }
@@ -45,14 +47,15 @@ _SUPPLY = {
 @dataclass(frozen=True)
 class MethodOptions:
     """Settings of the methods: DC-PDD's cap, the known non-member (ReCaLL, Con-ReCall) and member
-    (Con-ReCall) texts put before each text, Con-ReCall's γ, and the trained probe (a
-    ``mia_fast.methods.probe.Probe``)."""
+    (Con-ReCall) texts put before each text, Con-ReCall's γ, the trained probe (a
+    ``mia_fast.methods.probe.Probe``) and the neighbour texts (``mia_fast.methods.neighbor.Neighbors``)."""
 
     a: float = DEFAULT_A
     prefix_nonmembers: tuple[str, ...] = ()
     prefix_members: tuple[str, ...] = ()
     gamma: float = DEFAULT_GAMMA
     probe: Any = None
+    neighbors: Any = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.gamma):
@@ -193,6 +196,8 @@ def check_available(
         available.add(NEEDS_MEMBER_PREFIX)
     if options.probe is not None:
         available.add(NEEDS_PROBE)
+    if options.neighbors is not None:
+        available.add(NEEDS_NEIGHBORS)
     for request in requests:
         wanted = [*(p.model for p in request.method.passes(options)), *(n for n in request.method.needs if n != NEEDS_TEXT)]
         for need in wanted:
@@ -224,6 +229,7 @@ def _has(inputs: ScoringInputs, need: str) -> bool:
         NEEDS_NONMEMBER_PREFIX: inputs.options.prefix_nonmembers or None,
         NEEDS_MEMBER_PREFIX: inputs.options.prefix_members or None,
         NEEDS_PROBE: inputs.options.probe,
+        NEEDS_NEIGHBORS: inputs.options.neighbors,
     }[need]
     return source is not None
 
