@@ -15,7 +15,6 @@ from mia_fast.data.files import Dataset, ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
 from mia_fast.methods import registry
-from mia_fast.methods.neighbor import Neighbors
 from mia_fast.methods.probe import Probe
 from mia_fast.methods.registry import (
     DEFAULT_A,
@@ -32,6 +31,7 @@ from mia_fast.methods.registry import (
 )
 from mia_fast.pipeline.engine import StatsEngine, TokenCallback
 from mia_fast.pipeline.models import LoadedModel, load_model
+from mia_fast.pipeline.neighbors import NeighborSource
 from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, HiddenStatesReadout, Pass
 from mia_fast.pipeline.stats import TokenStats
 
@@ -104,7 +104,7 @@ class Detector:
     the Triton kernels or the reference for the token statistics and the per-text reductions alike.
     ``prefix_nonmembers`` and ``prefix_members`` are known non-member and member texts, the prefixes of
     ``recall`` and ``conrecall`` (with ``conrecall_gamma``, its γ); ``neighbors`` the neighbour texts of
-    each text to be scored, for ``neighbor``; ``probe`` is a trained
+    each text to be scored, given or generated (``mia_fast.pipeline.neighbors``), for ``neighbor``; ``probe`` is a trained
     probe or its directory (``mia-fast probe train``), for ``probe``, scored with its own normalisation
     or ``probe_normalization``.
     """
@@ -119,7 +119,7 @@ class Detector:
         prefix_nonmembers: Sequence[str] | None = None,
         prefix_members: Sequence[str] | None = None,
         conrecall_gamma: float = DEFAULT_GAMMA,
-        neighbors: Neighbors | None = None,
+        neighbors: NeighborSource | None = None,
         probe: str | os.PathLike | Probe | None = None,
         probe_normalization: str | None = None,
         device: str | None = None,
@@ -200,6 +200,8 @@ class Detector:
         check_method_inputs(texts, options, needs)
         # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash.
         cleaned = [t if t.strip() else "" for t in texts]
+        if NEEDS_NEIGHBORS in needs:
+            options.neighbors.prepare(cleaned)
         results = self.run_passes(cleaned, registry.passes_of(requests, options), on_tokenized, on_progress)
         plain = results.pop(PLAIN, None)
         inputs = ScoringInputs(

@@ -64,6 +64,14 @@ def test_prefixes_are_drawn_beside_the_experiment_never_scored_and_only_the_memb
     assert meta["prefix_nonmember_shots"] == 2 and meta["prefix_member_shots"] == 2
 
 
+def test_the_neighbour_attack_in_the_experiment_uses_word_drop_neighbours_by_default(tiny_model_dir, tmp_path):
+    loaded = load_model(str(tiny_model_dir))
+    tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
+    _, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "neighbor"], bootstrap=20)
+    assert set(results) == {"loss", "neighbor"} and np.isfinite(results["neighbor"].auroc)
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]["neighbors"] == "WordDropNeighbors"
+
+
 def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_method_is_evaluated_on(tiny_model_dir, tmp_path):
     from mia_fast.evaluation.probe import ProbeTraining
 

@@ -1,5 +1,5 @@
 """The neighbourhood attack: its formula, one pass per neighbour rank with every duplicate forward
-saved, neighbours read from the data, and the bad inputs."""
+saved, neighbours read from the data or made by a masked LM or without a model, and the bad inputs."""
 
 import numpy as np
 import pytest
@@ -11,7 +11,8 @@ from mia_fast import Detector
 from mia_fast.data import read_dataset
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import MethodOptions, ScoringInputs, resolve_methods, score
-from mia_fast.methods.neighbor import Neighbors, neighbor_passes
+from mia_fast.methods.neighbor import neighbor_passes
+from mia_fast.pipeline.neighbors import MaskedLMNeighbors, Neighbors, WordDropNeighbors
 
 TEXTS = ["the quick brown fox", "to be or not to be"]
 NEIGHBORS = [["the quick brown cat", "the slow brown fox", "to be or not to be"], ["to see or not to see"]]
@@ -62,7 +63,7 @@ def test_every_pass_of_the_prefix_and_neighbour_methods_runs_once(tiny_model_dir
 def test_bad_neighbours_are_refused(tiny_model_dir):
     with pytest.raises(MiaFastError, match="needs the neighbour texts of every scored text"):
         Detector(str(tiny_model_dir)).score(TEXTS, methods=["neighbor"])
-    with pytest.raises(MiaFastError, match="1 scored text.* no neighbour list"):
+    with pytest.raises(MiaFastError, match="1 scored text.* no neighbour list"):  # given for another set of texts
         Detector(str(tiny_model_dir), neighbors=Neighbors.of_texts(TEXTS[:1], NEIGHBORS[:1])).score(TEXTS, methods=["neighbor"])
     with pytest.raises(MiaFastError, match="appears twice with different neighbours"):
         Neighbors.of_texts(["a", "a"], [["b"], ["c"]])
@@ -91,3 +92,111 @@ def test_neighbours_from_a_data_field_on_the_command_line(tiny_model_dir, tmp_pa
     assert "not a list of texts" in fail(capsys, "score", wrong, "--model", tiny_model_dir, "--methods", "neighbor", "--neighbor-field", "neighbors",
                                          "--out", tmp_path / "s3.jsonl")
     assert not (tmp_path / "s2.jsonl").exists() and not (tmp_path / "s3.jsonl").exists()
+
+
+# ---- generated neighbours ----
+
+SENTENCES = ["the cat sat on the mat", "a dog ran to the park and back", "we read the book"]
+
+
+@pytest.fixture(scope="module")
+def tiny_masked_lm(tmp_path_factory):
+    """A 2-layer random BERT with a WordPiece vocabulary of the test sentences' words and letters."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    letters = sorted(set("".join(SENTENCES).replace(" ", "")))
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(set(" ".join(SENTENCES).split())), *letters, *(f"##{c}" for c in letters)]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(path / "vocab.txt"))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=64)
+    BertForMaskedLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_without_dropout_the_masked_lm_neighbours_are_its_best_weighted_swaps(tiny_masked_lm):
+    """With p = 0 the recipe reduces to one forward: every (position, top-6 candidate ≠ original, not
+    special) weighed p(c) / (1 − p(original)), the best ``count`` distinct rewrites spliced into the text."""
+    generator = MaskedLMNeighbors(count=5, model_name=str(tiny_masked_lm), dropout=0.0)
+    model, tokenizer, _ = generator.model()
+    text = SENTENCES[1]
+    encoded = tokenizer(text, return_offsets_mapping=True)
+    with torch.inference_mode():
+        probs = torch.softmax(model(torch.tensor([encoded["input_ids"]])).logits[0], -1)
+    weighted = []
+    for position in range(1, len(encoded["input_ids"]) - 1):  # not [CLS] or [SEP]
+        original = encoded["input_ids"][position]
+        top = probs[position].topk(6)
+        for p, candidate in zip(top.values.tolist(), top.indices.tolist()):
+            if candidate != original and candidate not in tokenizer.all_special_ids:
+                weighted.append((p / (1 - probs[position, original].item()), position, candidate))
+    expected = []
+    for _, position, candidate in sorted(weighted, key=lambda w: -w[0]):
+        start, end = encoded["offset_mapping"][position]
+        neighbour = text[:start] + tokenizer.decode([candidate]).replace("##", "").strip() + text[end:]
+        if neighbour != text and neighbour not in expected and len(expected) < 5:
+            expected.append(neighbour)
+    assert generator.of(text) == tuple(expected) and len(expected) == 5
+
+
+def test_masked_lm_neighbours_are_seeded_per_text_and_cached_on_disk(tiny_masked_lm, tmp_path):
+    def made(*texts, seed=0):
+        generator = MaskedLMNeighbors(count=4, seed=seed, model_name=str(tiny_masked_lm), cache=tmp_path / f"cache{seed}")
+        generator.prepare(list(texts))
+        return generator
+
+    alone, together = made(SENTENCES[0]), made(SENTENCES[2], SENTENCES[0])
+    assert alone.of(SENTENCES[0]) == together.of(SENTENCES[0])  # whatever else is made beside it
+    neighbours = alone.of(SENTENCES[0])
+    assert len(neighbours) == 4 and len(set(neighbours)) == 4 and SENTENCES[0] not in neighbours
+    assert all(sum(a != b for a, b in zip(n.split(" "), SENTENCES[0].split(" "))) == 1 for n in neighbours)  # one word swapped each
+    reread = MaskedLMNeighbors(count=4, model_name=str(tiny_masked_lm), cache=tmp_path / "cache0")
+    assert reread.of(SENTENCES[0]) == neighbours and reread.loaded is None  # from the cache, no model loaded
+    other = MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm), cache=tmp_path / "cache0")
+    assert SENTENCES[0] not in other.made  # other settings, other cache file
+    assert made(SENTENCES[0], seed=1).of(SENTENCES[0]) != neighbours
+
+
+def test_word_drop_neighbours_need_no_model():
+    generator = WordDropNeighbors(count=3, seed=0)
+    neighbours = generator.of("one two three four five")
+    assert len(neighbours) == 3 and all(len(n.split()) == 4 for n in neighbours)
+    assert generator.of("one two") == ("two", "one") and generator.of("single") == ()
+    assert WordDropNeighbors(count=3, seed=0).of("one two three four five") == neighbours
+
+
+def test_generated_neighbours_score_like_the_same_neighbours_given(tiny_model_dir, tiny_masked_lm, tmp_path):
+    generator = MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm), cache=tmp_path)
+    got = Detector(str(tiny_model_dir), neighbors=generator).score(SENTENCES, methods=["neighbor"])["neighbor"]
+    given = Neighbors.of_texts(SENTENCES, [generator.of(t) for t in SENTENCES])
+    np.testing.assert_array_equal(got, Detector(str(tiny_model_dir), neighbors=given).score(SENTENCES, methods=["neighbor"])["neighbor"])
+
+
+def test_masked_lm_neighbours_from_the_command_line_and_a_model_that_fails(tiny_model_dir, tiny_masked_lm, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MIA_FAST_CACHE", str(tmp_path / "cache"))
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in SENTENCES])
+    out = tmp_path / "s.jsonl"
+    assert run_cli("score", data, "--model", tiny_model_dir, "--methods", "neighbor", "--neighbor-model", tiny_masked_lm,
+                   "--neighbor-count", "3", "--out", out, "--quiet") == 0
+    expected = Detector(str(tiny_model_dir), neighbors=MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm))).score(SENTENCES, methods=["neighbor"])
+    np.testing.assert_allclose([r["neighbor"] for r in read_jsonl(out)], expected["neighbor"], rtol=1e-6)
+    assert any((tmp_path / "cache" / "neighbors").iterdir())
+
+    for bad in (tmp_path / "nowhere", tiny_model_dir):  # missing, and a causal LM
+        message = fail(capsys, "score", data, "--model", tiny_model_dir, "--methods", "neighbor", "--neighbor-model", bad, "--out", tmp_path / "s2.jsonl")
+        assert "could not load the masked LM" in message
+    assert "--neighbor-count must be positive" in fail(capsys, "score", data, "--model", tiny_model_dir, "--methods", "neighbor",
+                                                       "--neighbor-model", "word-drop", "--neighbor-count", "0", "--out", tmp_path / "s2.jsonl")
+    both = write_jsonl(tmp_path / "b.jsonl", [{"text": t, "n": ["x"]} for t in SENTENCES])
+    assert "not both" in fail(capsys, "score", both, "--model", tiny_model_dir, "--methods", "neighbor", "--neighbor-field", "n",
+                              "--neighbor-model", "word-drop", "--out", tmp_path / "s2.jsonl")
+    assert not (tmp_path / "s2.jsonl").exists()
+
+
+def test_the_demo_refuses_a_masked_lm_that_fails_before_fine_tuning(tiny_model_dir, tmp_path, capsys):
+    message = fail(capsys, "demo", "--report", tmp_path / "r", "--model", tiny_model_dir, "--methods", "loss,neighbor",
+                   "--neighbor-model", tmp_path / "nowhere", "--quiet")
+    assert "could not load the masked LM" in message and not any((tmp_path / "r").glob("*"))

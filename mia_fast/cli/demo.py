@@ -9,6 +9,7 @@ from pathlib import Path
 from mia_fast.cli.options import add_model_options, floats, refuse_nonempty, require_positive
 from mia_fast.evaluation.experiments import DEMO_METHODS, PREFIX_SHOTS, PROBE_TEXTS, FineTuning
 from mia_fast.evaluation.probe import ProbeTraining
+from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP, neighbor_source
 
 
 def add_command(name: str, demo: argparse.ArgumentParser) -> None:
@@ -32,6 +33,8 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--prefix-shots", type=int, default=PREFIX_SHOTS, help=f"for recall and conrecall: passages drawn for each prefix, known non-members and (conrecall) known members (default {PREFIX_SHOTS})")
     demo.add_argument("--probe-texts", type=int, default=PROBE_TEXTS, help=f"for probe: passages drawn as its training set, half of them its proxy's members (default {PROBE_TEXTS})")
     demo.add_argument("--probe-lr", type=float, default=ProbeTraining.learning_rate, help="for probe: its proxy's fine-tuning learning rate (default 1e-3)")
+    demo.add_argument("--neighbor-model", default=WORD_DROP, help=f"for neighbor: a masked LM that makes the neighbours, or {WORD_DROP!r} (default; no model)")
+    demo.add_argument("--neighbor-count", type=int, default=DEFAULT_NEIGHBORS, help=f"for neighbor: neighbours per text (default {DEFAULT_NEIGHBORS})")
     demo.add_argument("--bootstrap", type=int, default=1000)
     demo.add_argument("--overwrite", action="store_true", help="write into a report directory that is not empty")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -47,9 +50,14 @@ def command_demo(args: argparse.Namespace) -> None:
 
     report = Path(args.report)
     refuse_nonempty(report, args.overwrite, "--report")
-    require_positive(args, "texts", "epochs", "batch_size", "max_tokens", "prefix_shots", "probe_texts", "lr", "probe_lr")
+    require_positive(args, "texts", "epochs", "batch_size", "max_tokens", "prefix_shots", "probe_texts", "lr", "probe_lr", "neighbor_count")
     corpus = read_corpus(args.corpus, args.text_field) if args.corpus else stdlib_corpus()
     corpus_name = args.corpus or "Python standard library docstrings"
+    methods = [m for m in args.methods.split(",") if m]
+    neighbors = None
+    if "neighbor" in methods:
+        neighbors = neighbor_source(args.neighbor_model, args.neighbor_count, args.seed, device=args.device, progress=not args.quiet)
+        neighbors.check_covers([])  # a masked LM that fails to load stops the demo before the fine-tuning
     # Fine-tuning wants fp32 weights; the dtype option still wins if given.
     loaded = load_model(args.model, gguf=args.gguf, device=args.device, dtype=args.dtype or "fp32")
     tuning = FineTuning(args.epochs, args.lr, args.batch_size, args.max_tokens, args.seed)
@@ -69,10 +77,11 @@ def command_demo(args: argparse.Namespace) -> None:
 
     try:
         experiment, results = run_experiment(
-            loaded, corpus, report, tuning, texts=args.texts, methods=[m for m in args.methods.split(",") if m],
+            loaded, corpus, report, tuning, texts=args.texts, methods=methods,
             ks=args.k, corpus_name=corpus_name, on_step=on_step, bootstrap=args.bootstrap,
             on_tokenized=on_tokenized, on_progress=lambda tokens: bars[-1].update(tokens), prefix_shots=args.prefix_shots,
             probe_texts=args.probe_texts, probe_training=ProbeTraining(learning_rate=args.probe_lr, seed=args.seed),
+            neighbors=neighbors,
         )
     finally:
         for bar in bars:

@@ -10,6 +10,7 @@ from typing import Any
 from mia_fast.data import SUITES
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import DEFAULT_A, DEFAULT_GAMMA, DEFAULT_KS, DEFAULT_METHODS
+from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP
 
 DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
 
@@ -81,6 +82,8 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
     scoring.add_argument("--prefix-nonmembers", metavar="FILE", help="for recall and conrecall: known non-member texts for the prefix (.txt a text per line, or any DATA format with --text-field)")
     scoring.add_argument("--prefix-members", metavar="FILE", help="for conrecall: known member texts for its member prefix (same formats)")
     scoring.add_argument("--conrecall-gamma", type=float, default=DEFAULT_GAMMA, help="conrecall's weight of the member prefix (default 0.5)")
+    scoring.add_argument("--neighbor-model", metavar="MODEL", help=f"for neighbor without --neighbor-field: a masked LM (BERT/RoBERTa family, hub name or directory) that makes each text's neighbours, or {WORD_DROP!r} (no model: one word left out)")
+    scoring.add_argument("--neighbor-count", type=int, default=DEFAULT_NEIGHBORS, help=f"neighbours made per text (default {DEFAULT_NEIGHBORS})")
     scoring.add_argument("--probe", metavar="PROBE_DIR", help="for probe: a probe trained for this model ('mia-fast probe train')")
     scoring.add_argument("--probe-normalization", choices=["split", "train"], help="standardise the probe's activations by the scored texts' own statistics (split, the paper) or the training split's (default: as trained)")
     scoring.add_argument("--prepend-start", action=argparse.BooleanOptionalAction, default=True, help="prepend the BOS/EOS start token so the first token is scored")
@@ -144,14 +147,26 @@ def detector_options(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def neighbor_source(args: argparse.Namespace, dataset):
+    """The neighbours of --neighbor-field, or the generator of --neighbor-model (None without either)."""
+    from mia_fast.pipeline import neighbors
+
+    if dataset.neighbors is not None and args.neighbor_model:
+        raise MiaFastError("give --neighbor-field or --neighbor-model, not both")
+    if dataset.neighbors is not None:
+        return neighbors.Neighbors.of_texts(dataset.texts, dataset.neighbors)
+    if args.neighbor_model:
+        require_positive(args, "neighbor_count")
+        return neighbors.neighbor_source(args.neighbor_model, args.neighbor_count, device=args.device, progress=not args.quiet)
+    return None
+
+
 def score_into(args: argparse.Namespace, dataset, out) -> None:
     """Scores ``dataset`` into ``out`` with the command's options (resumable, block by block)."""
     from mia_fast.api import score_file
-    from mia_fast.methods.neighbor import Neighbors
 
-    neighbors = Neighbors.of_texts(dataset.texts, dataset.neighbors) if dataset.neighbors is not None else None
     score_file(
         dataset, out, methods=args.methods.split(","), k=args.k, a=args.a, resume=args.resume, overwrite=args.overwrite,
         block_rows=args.block_rows, id_field=args.id_field, label_field=args.label_field, progress=not args.quiet,
-        data_name=input_name(args), log=stderr, neighbors=neighbors, **detector_options(args),
+        data_name=input_name(args), log=stderr, neighbors=neighbor_source(args, dataset), **detector_options(args),
     )

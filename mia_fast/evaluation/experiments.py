@@ -34,6 +34,7 @@ from mia_fast.frequency.sources import BadRecords, expand_sources, iter_document
 from mia_fast.methods import DEFAULT_KS
 from mia_fast.pipeline.finetune import TrainingDiverged, fine_tune
 from mia_fast.pipeline.models import LoadedModel
+from mia_fast.pipeline.neighbors import MaskedLMNeighbors, NeighborSource, WordDropNeighbors
 
 DEMO_METHODS = ("loss", "zlib", "mink", "minkpp", "lowercase", "ref")
 MIN_TEXTS = 8
@@ -179,6 +180,7 @@ def run_experiment(
     prefix_shots: int = PREFIX_SHOTS,
     probe_texts: int = PROBE_TEXTS,
     probe_training: ProbeTraining = ProbeTraining(),
+    neighbors: NeighborSource | None = None,
 ) -> tuple[Experiment, dict]:
     """Splits, fine-tunes ``loaded`` in place, scores, and writes the evaluation report into ``report_dir``.
 
@@ -188,7 +190,8 @@ def run_experiment(
     never scored; with ``conrecall``, ``prefix_shots`` more as the known member prefix: trained on,
     never scored. With ``probe``, ``probe_texts`` more passages are its training set (half of them members
     of its proxy), and a ``PROBE_DEV_SHARE`` of the members and non-members is its dev set: fine-tuned
-    on like every member, but not evaluated, for any method. Returns the experiment and the per-column
+    on like every member, but not evaluated, for any method. ``neighbor`` takes its neighbours from
+    ``neighbors`` (default: ``WordDropNeighbors``, which needs no second model). Returns the experiment and the per-column
     metrics. On a diverging fine-tuning the report directory still gets the training log and a report
     saying so, and TrainingDiverged is raised.
     """
@@ -245,7 +248,11 @@ def run_experiment(
         experiment.seconds["probe_train"] = time.perf_counter() - probe_started
 
     scoring_started = time.perf_counter()
-    detector = Detector(loaded, ref_model=reference, prefix_nonmembers=prefix, prefix_members=member_prefix, probe=probe)
+    if "neighbor" in methods and neighbors is None:
+        neighbors = WordDropNeighbors(seed=tuning.seed)
+    if neighbors is not None:
+        settings["neighbors"] = type(neighbors).__name__ + (f" ({neighbors.model_name})" if isinstance(neighbors, MaskedLMNeighbors) else "")
+    detector = Detector(loaded, ref_model=reference, prefix_nonmembers=prefix, prefix_members=member_prefix, probe=probe, neighbors=neighbors)
     scores = detector.score(experiment.texts, methods=list(methods), k=list(ks or DEFAULT_KS), on_tokenized=on_tokenized, on_progress=on_progress)
     experiment.seconds["score"] = time.perf_counter() - scoring_started
     columns = {name: values for name, values in scores.items()}

@@ -11,8 +11,9 @@ negated so that higher means member. Deviation: MIMIR's code (``mimir/attacks/ne
 loss(x) − max_j loss(n_j(x)); we take the mean, as the paper defines it. A text with fewer
 neighbours than the others averages over those it has (NaN with none).
 
-Neighbours come from the data (a field holding a list of texts per row, as MIMIR's neighbour splits
-do). Each neighbour rank is one pass, so the engine batches every text's j-th neighbour together and a
+Neighbours come from ``mia_fast.pipeline.neighbors``: the data's own (a list of texts per row, as in
+MIMIR's neighbour splits), a masked LM's (MIMIR's recipe) or a model-free generator. Each neighbour
+rank is one pass, so the engine batches every text's j-th neighbour together and a
 neighbour that equals another scored text, or another neighbour, costs no second forward.
 """
 
@@ -20,44 +21,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
-from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import NEEDS_NEIGHBORS, MethodOptions, ScoringInputs, mean_loss, register
+from mia_fast.pipeline.neighbors import NeighborSource
 from mia_fast.pipeline.passes import PLAIN, Pass
-
-
-@dataclass(frozen=True, eq=False)
-class Neighbors:
-    """The neighbour texts of each scored text, looked up by the text. Compared by identity, so that
-    the passes built on one set compare equal and are run once."""
-
-    by_text: Mapping[str, tuple[str, ...]]
-
-    @classmethod
-    def of_texts(cls, texts: Sequence[str], neighbors: Sequence[Sequence[str]]) -> Neighbors:
-        if len(texts) != len(neighbors):
-            raise MiaFastError(f"{len(texts)} texts but {len(neighbors)} neighbour lists")
-        by_text: dict[str, tuple[str, ...]] = {}
-        for text, listed in zip(texts, neighbors):
-            listed = tuple(listed)
-            if by_text.setdefault(text, listed) != listed:
-                raise MiaFastError(f"the text {_shorten(text)!r} appears twice with different neighbours")
-        return cls(by_text)
-
-    @property
-    def rank_count(self) -> int:
-        return max((len(v) for v in self.by_text.values()), default=0)
-
-    def of(self, text: str) -> tuple[str, ...]:
-        return self.by_text.get(text, ())
-
-    def check_covers(self, texts: Sequence[str]) -> None:
-        missing = [t for t in texts if t not in self.by_text]
-        if missing:
-            raise MiaFastError(f"{len(missing)} scored text(s) have no neighbour list (e.g. {_shorten(missing[0])!r})")
 
 
 @dataclass(frozen=True)
@@ -65,7 +34,7 @@ class NthNeighbor:
     """A text's neighbour of rank ``rank`` (the empty text where it has fewer)."""
 
     rank: int
-    neighbors: Neighbors
+    neighbors: NeighborSource
 
     def __call__(self, text: str) -> str:
         listed = self.neighbors.of(text)
@@ -86,6 +55,3 @@ def neighbor_score(inputs: ScoringInputs) -> np.ndarray:
         warnings.simplefilter("ignore", RuntimeWarning)  # a text without neighbours: NaN, by design
         return np.nanmean(losses, axis=0) - mean_loss(inputs.stats)
 
-
-def _shorten(text: str) -> str:
-    return text if len(text) <= 60 else text[:57] + "..."
