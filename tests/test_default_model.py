@@ -79,7 +79,7 @@ def test_recall_and_conrecall_match_the_public_formulas_on_real_text(detector, w
 def test_neighbor_matches_mimirs_formula_on_real_text(detector, wiki_texts):
     """Issue 11, must-show 1: MIMIR's get_ll and neighbourhood statistic re-typed, one text at a time
     (theirs lower = member, ours its negation). Neighbours here: the text with one word dropped."""
-    from mia_fast.methods.neighbor import Neighbors
+    from mia_fast.pipeline.neighbors import Neighbors
 
     texts = wiki_texts[:8]
     neighbors = [[" ".join(w for j, w in enumerate(t.split()) if j != drop) for drop in (1, 5, 9)] for t in texts]
