@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -69,6 +69,21 @@ def load_probe(probe: str | os.PathLike | Probe | None, normalization: str | Non
         return None
     probe = probe if isinstance(probe, Probe) else Probe.load(probe)
     return probe.with_normalization(normalization) if normalization else probe
+
+
+def method_options(
+    a: float,
+    prefix_nonmembers: Sequence[str] | None,
+    prefix_members: Sequence[str] | None,
+    conrecall_gamma: float,
+    probe: Probe | None,
+    neighbors: NeighborSource | None,
+) -> MethodOptions:
+    """The methods' settings from the Detector's arguments (checked here, before any text is scored)."""
+    return MethodOptions(
+        a=a, prefix_nonmembers=tuple(prefix_nonmembers or ()), prefix_members=tuple(prefix_members or ()), gamma=conrecall_gamma,
+        probe=probe, neighbors=neighbors,
+    )
 
 
 def check_method_inputs(texts: Sequence[str], options: MethodOptions, needs: frozenset[str]) -> None:
@@ -144,27 +159,20 @@ class Detector:
             if frequencies is not None
             else None
         )
-        self.prefix_nonmembers = tuple(prefix_nonmembers or ())
-        self.prefix_members = tuple(prefix_members or ())
-        self.conrecall_gamma = conrecall_gamma
-        self.neighbors = neighbors
         self.probe = load_probe(probe, probe_normalization)
         if self.probe is not None:
             model = loaded_target.model
             self.probe.check_model(
                 loaded_target.name, model.config.hidden_size, model.config.num_hidden_layers, loaded_target.weights_fingerprint()
             )
-        self.options()  # settings are checked here, not at the first text scored
+        self.method_options = method_options(DEFAULT_A, prefix_nonmembers, prefix_members, conrecall_gamma, self.probe, neighbors)
 
     def token_stats(self, texts: Sequence[str]) -> TokenStats:
         """TokenStats of ``texts`` under the target model (save them to re-score without a forward pass)."""
         return self.target.compute(texts)
 
     def options(self, a: float = DEFAULT_A) -> MethodOptions:
-        return MethodOptions(
-            a=a, prefix_nonmembers=self.prefix_nonmembers, prefix_members=self.prefix_members, gamma=self.conrecall_gamma, probe=self.probe,
-            neighbors=self.neighbors,
-        )
+        return replace(self.method_options, a=a)
 
     def score(
         self,
@@ -335,10 +343,9 @@ def score_file(
         options, models, has_frequencies = detector.options(a), list(detector.engines), detector.log_frequencies is not None
     else:
         probe = load_probe(detector_options.get("probe"), detector_options.get("probe_normalization"))
-        options = MethodOptions(
-            a=a, prefix_nonmembers=tuple(detector_options.get("prefix_nonmembers") or ()),
-            prefix_members=tuple(detector_options.get("prefix_members") or ()),
-            gamma=detector_options.get("conrecall_gamma", DEFAULT_GAMMA), probe=probe, neighbors=detector_options.get("neighbors"),
+        options = method_options(
+            a, detector_options.get("prefix_nonmembers"), detector_options.get("prefix_members"),
+            detector_options.get("conrecall_gamma", DEFAULT_GAMMA), probe, detector_options.get("neighbors"),
         )
         detector_options = {**detector_options, "probe": probe, "probe_normalization": None}
         models = [REFERENCE] if detector_options.get("ref_model") is not None else []

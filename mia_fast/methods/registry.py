@@ -38,7 +38,7 @@ _SUPPLY = {
     NEEDS_FREQUENCIES: "a token frequency table (--freq-table; build one with 'mia-fast freq build')",
     NEEDS_NONMEMBER_PREFIX: "known non-member texts for its prefix (--prefix-nonmembers FILE)",
     NEEDS_MEMBER_PREFIX: "known member texts for its prefix (--prefix-members FILE)",
-    NEEDS_NEIGHBORS: "the neighbour texts of every scored text (--neighbor-field FIELD, a list of texts per row)",
+    NEEDS_NEIGHBORS: "the neighbour texts of every scored text (--neighbor-field FIELD, a list of texts per row, or --neighbor-model M)",
     NEEDS_PROBE: "a trained probe (--probe PROBE_DIR; train one with 'mia-fast probe train')",
     REFERENCE: "a reference model (--ref-model)",
 }
@@ -48,7 +48,7 @@ _SUPPLY = {
 class MethodOptions:
     """Settings of the methods: DC-PDD's cap, the known non-member (ReCaLL, Con-ReCall) and member
     (Con-ReCall) texts put before each text, Con-ReCall's γ, the trained probe (a
-    ``mia_fast.methods.probe.Probe``) and the neighbour texts (``mia_fast.methods.neighbor.Neighbors``)."""
+    ``mia_fast.methods.probe.Probe``) and the neighbour texts (a ``mia_fast.pipeline.neighbors.NeighborSource``)."""
 
     a: float = DEFAULT_A
     prefix_nonmembers: tuple[str, ...] = ()

@@ -161,7 +161,7 @@ def load_tokenizer(model: str | None = None):
     try:
         return AutoTokenizer.from_pretrained(source)
     except Exception as exc:  # hub, file and config errors all end here
-        raise MiaFastError(f"could not load the tokenizer of {name!r}: {_first_line(exc)}") from None
+        raise MiaFastError(f"could not load the tokenizer of {name!r}: {first_line(exc)}") from None
 
 
 def default_gguf_path() -> Path:
@@ -201,7 +201,7 @@ def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for unreadable files
-        raise MiaFastError(f"could not load GGUF file {path}: {_first_line(exc)}") from None
+        raise MiaFastError(f"could not load GGUF file {path}: {first_line(exc)}") from None
     # The de-quantised weights are plain tensors; drop the quantizer so save_pretrained writes them as such.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -227,11 +227,11 @@ def _load_pretrained(source: str, name: str, device: torch.device, dtype: torch.
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except Exception as exc:  # hub, file and config errors all end here
-        raise MiaFastError(f"could not load model {name!r}: {_first_line(exc)}") from None
+        raise MiaFastError(f"could not load model {name!r}: {first_line(exc)}") from None
     model.to(device).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, name=name, device=device, dtype=dtype)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]

@@ -162,18 +162,18 @@ class MaskedLMNeighbors(GeneratedNeighbors):
 
     def model(self):
         if self.loaded is None:
-            import torch
             from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+            from mia_fast.pipeline.models import first_line, resolve_device
+
+            device = resolve_device(self.device)
             try:
                 tokenizer = AutoTokenizer.from_pretrained(self.model_name)
                 model = AutoModelForMaskedLM.from_pretrained(self.model_name)
             except Exception as exc:  # hub, file and config errors all end here
-                first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-                raise MiaFastError(f"could not load the masked LM {self.model_name!r} for neighbours: {first}") from None
+                raise MiaFastError(f"could not load the masked LM {self.model_name!r} for neighbours: {first_line(exc)}") from None
             if not tokenizer.is_fast:
                 raise MiaFastError(f"the masked LM {self.model_name!r} has no fast tokenizer; neighbours need its character offsets")
-            device = torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
             self.loaded = (model.to(device).eval(), tokenizer, device)
         return self.loaded
 
