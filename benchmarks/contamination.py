@@ -9,7 +9,8 @@ epoch count, each run from the untouched model, and both halves are scored (the 
 the reference of ``ref``). Min-K% Prob's paper (Table 4) found detection rising sharply with the
 learning rate. Writes ``results/contamination-<cores>core[-<tag>].json``, a plot, and one report per
 run under ``--reports``. With ``recall`` or ``conrecall``, the experiment draws their prefixes beside
-its texts (never scored), as ``mia-fast demo`` does.
+its texts (never scored), as ``mia-fast demo`` does. With ``dcpdd``, its token frequencies are counted
+over the subsets' documents the experiment never draws from (the last ``--freq-docs`` of each).
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from common import RESULTS, machine, pile_texts
 
 from mia_fast.cli.options import floats, ints
 from mia_fast.evaluation.experiments import FineTuning, run_experiment
+from mia_fast.frequency.build import count_token_ids
+from mia_fast.methods.registry import DEFAULT_SAMIA_SAMPLES
 from mia_fast.pipeline.models import LoadedModel, load_model
+from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WordDropNeighbors
 
 SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
 METHODS = "loss,zlib,mink,minkpp,lowercase,ref"
@@ -41,6 +46,13 @@ def shown_columns(methods: list[str]) -> list[str]:
 def interleaved_corpus(per_subset: int) -> list[str]:
     subsets = [pile_texts(name, n=per_subset, max_words=None) for name in SUBSETS]
     return [text for group in zip(*subsets) for text in group]
+
+
+def reference_counts(tokenizer, vocab_size: int, skip: int, docs: int) -> np.ndarray:
+    """Token counts of documents skip .. skip + docs of every subset: none of them is in the experiment's corpus."""
+    texts = [t for name in SUBSETS for t in pile_texts(name, n=skip + docs, max_words=None)[skip:]]
+    ids = np.concatenate([np.asarray(i, dtype=np.int64) for i in tokenizer(texts, add_special_tokens=False)["input_ids"]])
+    return count_token_ids(ids, vocab_size)
 
 
 def plot(path: Path, runs: list[dict], shown: list[str]) -> None:
@@ -75,14 +87,19 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--methods", default=METHODS, help=f"comma-separated (default {METHODS})")
+    parser.add_argument("--neighbor-count", type=int, default=DEFAULT_NEIGHBORS, help=f"for neighbor: word-drop neighbours per text (default {DEFAULT_NEIGHBORS})")
+    parser.add_argument("--samia-samples", type=int, default=DEFAULT_SAMIA_SAMPLES, help=f"for samia: samples per text (default {DEFAULT_SAMIA_SAMPLES})")
+    parser.add_argument("--freq-docs", type=int, default=500, help="for dcpdd: documents per subset counted for its frequencies (default 500)")
     parser.add_argument("--tag", help="suffix of the result files, so a run with other methods keeps the default's")
     parser.add_argument("--reports", type=Path, default=Path(tempfile.gettempdir()) / "mia-fast-contamination")
     args = parser.parse_args()
     methods = args.methods.split(",")
     shown = shown_columns(methods)
 
-    corpus = interleaved_corpus(per_subset=max(64, args.texts))
+    per_subset = max(64, args.texts)
+    corpus = interleaved_corpus(per_subset)
     base = load_model(device="cpu", dtype="fp32")
+    counts = reference_counts(base.tokenizer, base.vocab_size, per_subset, args.freq_docs) if "dcpdd" in methods else None
     untouched = copy.deepcopy(base.model.state_dict())
     runs = []
     for epochs in args.epochs:
@@ -92,11 +109,14 @@ def main() -> None:
             started = time.perf_counter()
             experiment, results = run_experiment(
                 loaded, corpus, args.reports / f"lr{lr:g}-ep{epochs}", FineTuning(epochs, lr, 8, args.max_tokens, args.seed),
-                texts=args.texts, methods=methods, corpus_name="pile_test (4 subsets)", bootstrap=1000,
+                texts=args.texts, methods=methods, corpus_name="pile_test (4 subsets)", bootstrap=1000, frequencies=counts,
+                neighbors=WordDropNeighbors(args.neighbor_count, seed=args.seed) if "neighbor" in methods else None,
+                method_settings={"samia_samples": args.samia_samples},
             )
             run = {
                 "learning_rate": lr, "epochs": epochs, "members": len(experiment.members), "nonmembers": len(experiment.nonmembers),
                 "first_loss": experiment.losses[0], "last_loss": experiment.losses[-1], "seconds": time.perf_counter() - started,
+                "seconds_score": experiment.seconds["score"],
                 "auroc": {name: r.auroc for name, r in results.items()},
                 "auroc_ci": {name: r.auroc_ci for name, r in results.items()},
                 "tpr_at_1%_fpr": {name: r.tpr_at_fpr["1%"] for name, r in results.items()},
@@ -106,7 +126,9 @@ def main() -> None:
                   + ", ".join(f"{c} {run['auroc'][c]:.3f}" for c in shown), flush=True)
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / (f"contamination-{os.cpu_count()}core" + (f"-{args.tag}" if args.tag else ""))
-    settings = {"methods": methods, "texts": args.texts, "max_tokens": args.max_tokens, "seed": args.seed, "batch_size": 8, "corpus": "pile_test (4 subsets)", "model": base.name}
+    settings = {"methods": methods, "texts": args.texts, "max_tokens": args.max_tokens, "seed": args.seed, "batch_size": 8, "corpus": "pile_test (4 subsets)", "model": base.name,
+                "neighbors": f"{args.neighbor_count} word-drop", "samia_samples": args.samia_samples,
+                **({"freq_docs_per_subset": args.freq_docs, "freq_tokens": int(counts.sum())} if counts is not None else {})}
     stem.with_suffix(".json").write_text(json.dumps({"benchmark": "contamination", "machine": machine(), "settings": settings, "runs": runs}, indent=2) + "\n")
     plot(stem.with_suffix(".png"), runs, shown)
     print(f"wrote {stem}.json and {stem}.png")

@@ -9,11 +9,20 @@ mean: exactly as the public code does it (including its NaN for texts too short 
 
 ``public_neighbor_scores``, MIMIR's neighbourhood attack (github.com/iamgroot42/mimir,
 ``mimir/models.py`` ``get_ll`` and ``mimir/attacks/neighborhood.py``), one text at a time.
+
+``public_pac_scores``, PAC's ``attack.py`` and ``src/prob.py`` (github.com/yyy01/PAC), given the augmented
+copies (the public code draws them from one global random stream).
+
+``public_gradnorm_scores``, MIMIR's ``mimir/attacks/gradnorm.py``, one text at a time.
+
+``public_samia_scores``, SaMIA's ``src/eval_samia.py`` (github.com/nlp-titech/samia), given the sampled
+continuations: the public code decodes prompt and continuation together and cuts a nominal number of words.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -115,4 +124,69 @@ def public_neighbor_scores(model, tokenizer, texts: Sequence[str], neighbors: Se
         neighbor_losses = np.array([get_ll(n) for n in listed])
         scores["neighbor"].append(float(loss - neighbor_losses.mean()))
         scores["neighbor_mimir_min"].append(float(np.min(loss - neighbor_losses)))
+    return scores
+
+
+@torch.inference_mode()
+def public_pac_scores(model, tokenizer, texts: Sequence[str], copies: Sequence[Sequence[str]]) -> list[float]:
+    """PAC = PD(x) − mean PD(copies) (the public code's AUROC is on −PAC), PD from ``calculate_probs_others``."""
+    device = next(model.parameters()).device
+
+    def probs(text: str) -> list[float]:
+        input_ids = torch.tensor(tokenizer.encode(text)).unsqueeze(0).to(device)
+        probabilities = torch.nn.functional.log_softmax(model(input_ids, labels=input_ids)[1], dim=-1)
+        return [probabilities[0, i, token_id].item() for i, token_id in enumerate(input_ids[0][1:])]
+
+    def polarized_distance(prob_list: list[float], ratio_local: float = 0.3, ratio_far: float = 0.05) -> float:
+        local_region_length = max(int(len(prob_list) * ratio_local), 1)
+        far_region_length = max(int(len(prob_list) * ratio_far), 1)
+        local_region = np.sort(prob_list)[:local_region_length]
+        far_region = np.sort(prob_list)[::-1][:far_region_length]
+        return np.mean(far_region) - np.mean(local_region)
+
+    return [float(polarized_distance(probs(t)) - np.mean([polarized_distance(probs(c)) for c in listed])) for t, listed in zip(texts, copies)]
+
+
+def public_gradnorm_scores(model, tokenizer, texts: Sequence[str], p: float = np.inf) -> list[float]:
+    """MIMIR's −mean over parameters of ‖grad‖_p of the mean NLL of the tokens after the first."""
+    device = next(model.parameters()).device
+    scores = []
+    for text in texts:
+        model.zero_grad()
+        input_ids = torch.tensor(tokenizer.encode(text)).unsqueeze(0).to(device)
+        log_probs = F.log_softmax(model(input_ids).logits[0, :-1], dim=-1)
+        all_prob = log_probs.gather(dim=-1, index=input_ids[0][1:].unsqueeze(-1)).squeeze(-1)
+        loss = -torch.mean(all_prob)
+        loss.backward()
+        grad_norms = [param.grad.detach().norm(p) for param in model.parameters() if param.grad is not None]
+        scores.append(-torch.stack(grad_norms).mean().item())
+        model.zero_grad()
+    return scores
+
+
+def public_samia_scores(texts: Sequence[str], outputs: Sequence[Sequence[str]], use_zlib: bool) -> list[float]:
+    """Mean over samples of ROUGE-1 recall (times the sample's zlib size with ``use_zlib``); ``outputs``
+    are prompt and continuation decoded together, as ``sampling.py`` saves them; ``text_length`` is
+    taken as the text's word count."""
+
+    def get_suffix(text: str, prefix_ratio: float, text_length: int) -> list:
+        words = [word for word in text.split(" ") if word != ""]
+        return words[round(text_length * prefix_ratio) :]
+
+    def rouge_n(candidate: list, reference: list, n: int = 1) -> float:
+        if not candidate or not reference:
+            return 0
+        overlap = Counter(zip(*[reference[i:] for i in range(n)])) & Counter(zip(*[candidate[i:] for i in range(n)]))
+        return sum(overlap.values()) / len(reference)
+
+    scores = []
+    for text, samples in zip(texts, outputs):
+        text_length = len(text.split())
+        suffix_ref = get_suffix(text, 0.5, text_length)
+        rouge_scores = []
+        for output in samples:
+            suffix_cand = get_suffix(output, 0.5, text_length)
+            weight = len(zlib.compress(" ".join(suffix_cand).encode("utf-8"))) if use_zlib else 1
+            rouge_scores.append(rouge_n(suffix_cand, suffix_ref, n=1) * weight)
+        scores.append(float(np.mean(rouge_scores)))
     return scores

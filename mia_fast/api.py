@@ -19,8 +19,11 @@ from mia_fast.methods.probe import Probe
 from mia_fast.methods.registry import (
     DEFAULT_A,
     DEFAULT_GAMMA,
+    DEFAULT_GRADNORM_NORM,
     DEFAULT_KS,
     DEFAULT_METHODS,
+    DEFAULT_PAC_COPIES,
+    DEFAULT_SAMIA_SAMPLES,
     NEEDS_MEMBER_PREFIX,
     NEEDS_NEIGHBORS,
     NEEDS_NONMEMBER_PREFIX,
@@ -32,7 +35,7 @@ from mia_fast.methods.registry import (
 from mia_fast.pipeline.engine import StatsEngine, TokenCallback
 from mia_fast.pipeline.models import LoadedModel, load_model
 from mia_fast.pipeline.neighbors import NeighborSource
-from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, HiddenStatesReadout, Pass
+from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Pass
 from mia_fast.pipeline.stats import TokenStats
 
 UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
@@ -73,17 +76,31 @@ def load_probe(probe: str | os.PathLike | Probe | None, normalization: str | Non
 
 def method_options(
     a: float,
-    prefix_nonmembers: Sequence[str] | None,
-    prefix_members: Sequence[str] | None,
-    conrecall_gamma: float,
     probe: Probe | None,
-    neighbors: NeighborSource | None,
+    *,
+    prefix_nonmembers: Sequence[str] | None = None,
+    prefix_members: Sequence[str] | None = None,
+    conrecall_gamma: float = DEFAULT_GAMMA,
+    neighbors: NeighborSource | None = None,
+    samia_samples: int = DEFAULT_SAMIA_SAMPLES,
+    pac_copies: int = DEFAULT_PAC_COPIES,
+    gradnorm_norm: float = DEFAULT_GRADNORM_NORM,
+    gradnorm_params: Sequence[str] | None = None,
+    seed: int = 0,
 ) -> MethodOptions:
     """The methods' settings from the Detector's arguments (checked here, before any text is scored)."""
     return MethodOptions(
         a=a, prefix_nonmembers=tuple(prefix_nonmembers or ()), prefix_members=tuple(prefix_members or ()), gamma=conrecall_gamma,
-        probe=probe, neighbors=neighbors,
+        probe=probe, neighbors=neighbors, samia_samples=samia_samples, pac_copies=pac_copies, gradnorm_norm=float(gradnorm_norm),
+        gradnorm_params=tuple(gradnorm_params or ()), seed=seed,
     )
+
+
+# The Detector's arguments that are method settings, passed on to ``method_options`` as they are.
+METHOD_SETTINGS = (
+    "prefix_nonmembers", "prefix_members", "conrecall_gamma", "neighbors", "samia_samples", "pac_copies", "gradnorm_norm",
+    "gradnorm_params", "seed",
+)
 
 
 def check_method_inputs(texts: Sequence[str], options: MethodOptions, needs: frozenset[str]) -> None:
@@ -121,7 +138,9 @@ class Detector:
     ``recall`` and ``conrecall`` (with ``conrecall_gamma``, its γ); ``neighbors`` the neighbour texts of
     each text to be scored, given or generated (``mia_fast.pipeline.neighbors``), for ``neighbor``; ``probe`` is a trained
     probe or its directory (``mia-fast probe train``), for ``probe``, scored with its own normalisation
-    or ``probe_normalization``.
+    or ``probe_normalization``. ``samia_samples`` is SaMIA's samples per text, ``pac_copies`` PAC's word-swapped copies
+    per text, ``seed`` seeds both; ``gradnorm_norm`` (1, 2 or inf) and ``gradnorm_params`` (fnmatch patterns of parameter
+    names; default all) set the gradient norm.
     """
 
     def __init__(
@@ -135,6 +154,11 @@ class Detector:
         prefix_members: Sequence[str] | None = None,
         conrecall_gamma: float = DEFAULT_GAMMA,
         neighbors: NeighborSource | None = None,
+        samia_samples: int = DEFAULT_SAMIA_SAMPLES,
+        pac_copies: int = DEFAULT_PAC_COPIES,
+        gradnorm_norm: float = DEFAULT_GRADNORM_NORM,
+        gradnorm_params: Sequence[str] | None = None,
+        seed: int = 0,
         probe: str | os.PathLike | Probe | None = None,
         probe_normalization: str | None = None,
         device: str | None = None,
@@ -165,7 +189,11 @@ class Detector:
             self.probe.check_model(
                 loaded_target.name, model.config.hidden_size, model.config.num_hidden_layers, loaded_target.weights_fingerprint()
             )
-        self.method_options = method_options(DEFAULT_A, prefix_nonmembers, prefix_members, conrecall_gamma, self.probe, neighbors)
+        self.method_options = method_options(
+            DEFAULT_A, self.probe, prefix_nonmembers=prefix_nonmembers, prefix_members=prefix_members, conrecall_gamma=conrecall_gamma,
+            neighbors=neighbors, samia_samples=samia_samples, pac_copies=pac_copies, gradnorm_norm=gradnorm_norm,
+            gradnorm_params=gradnorm_params, seed=seed,
+        )
 
     def token_stats(self, texts: Sequence[str]) -> TokenStats:
         """TokenStats of ``texts`` under the target model (save them to re-score without a forward pass)."""
@@ -239,7 +267,7 @@ class Detector:
         on_tokenized: TokenCallback | None = None,
         on_progress: TokenCallback | None = None,
     ) -> dict[Pass, Any]:
-        """The result of every pass over ``texts``: TokenStats, or hidden states for a hidden-state readout.
+        """The result of every pass over ``texts``: TokenStats, or an array with a row per text for the other readouts.
 
         Each distinct (model, prefix, transformed text, readout) runs once, and all of a model's work
         for one readout is batched together under its token budget.
@@ -255,10 +283,7 @@ class Detector:
         for (model, readout), units in groups.items():
             engine = self.engines[model]
             prefixes, unit_texts = [u[0] for u in units], [u[1] for u in units]
-            if isinstance(readout, HiddenStatesReadout):
-                computed[model, readout] = engine.hidden_states(unit_texts, readout, prefixes, on_tokenized, on_progress)
-            else:
-                computed[model, readout] = engine.compute(unit_texts, on_tokenized, on_progress, prefixes)
+            computed[model, readout] = engine.run(readout, unit_texts, prefixes, on_tokenized, on_progress)
         results = {}
         for p, indices in positions.items():
             result = computed[p.model, p.readout]
@@ -343,10 +368,7 @@ def score_file(
         options, models, has_frequencies = detector.options(a), list(detector.engines), detector.log_frequencies is not None
     else:
         probe = load_probe(detector_options.get("probe"), detector_options.get("probe_normalization"))
-        options = method_options(
-            a, detector_options.get("prefix_nonmembers"), detector_options.get("prefix_members"),
-            detector_options.get("conrecall_gamma", DEFAULT_GAMMA), probe, detector_options.get("neighbors"),
-        )
+        options = method_options(a, probe, **{k: v for k, v in detector_options.items() if k in METHOD_SETTINGS})
         detector_options = {**detector_options, "probe": probe, "probe_normalization": None}
         models = [REFERENCE] if detector_options.get("ref_model") is not None else []
         has_frequencies = detector_options.get("frequencies") is not None

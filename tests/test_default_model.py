@@ -90,6 +90,46 @@ def test_neighbor_matches_mimirs_formula_on_real_text(detector, wiki_texts):
     np.testing.assert_allclose(ours, -np.asarray(theirs), rtol=1e-4, atol=1e-6)
 
 
+def test_pac_matches_its_public_formula_on_real_text(detector, wiki_texts):
+    """Issue 11, must-show 1: PAC's attack.py and prob.py re-typed (theirs −PAC, ours PAC's negation), on
+    our word-swapped copies."""
+    from mia_fast.methods.pac import SwappedWords
+
+    texts = wiki_texts[:6]
+    ours = Detector(detector.target.loaded, prepend_start=False, pac_copies=3).score(texts, methods=["pac"])["pac"]
+    loaded = detector.target.loaded
+    theirs = reference_loop.public_pac_scores(loaded.model, loaded.tokenizer, texts, [[SwappedWords(c)(t) for c in range(3)] for t in texts])
+    np.testing.assert_allclose(ours, -np.asarray(theirs), rtol=1e-4, atol=1e-5)
+
+
+def test_gradnorm_matches_mimirs_formula_on_real_text(detector, wiki_texts):
+    """Issue 11, must-show 1: MIMIR's gradient-norm attack re-typed, p = inf and p = 2."""
+    texts = [" ".join(t.split()[:40]) for t in wiki_texts[:3]]
+    loaded = detector.target.loaded
+    for p in (np.inf, 2):
+        ours = Detector(loaded, prepend_start=False, gradnorm_norm=p).score(texts, methods=["gradnorm"])["gradnorm"]
+        theirs = reference_loop.public_gradnorm_scores(loaded.model, loaded.tokenizer, texts, p)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4)
+
+
+def test_samia_matches_its_public_formula_and_its_samples_do_not_depend_on_the_batch(detector, wiki_texts):
+    """Issue 11, must-show 1: SaMIA's eval_samia.py re-typed on our samples (prompt and continuation decoded
+    together, as its sampling.py saves them); texts of an even word count, where its nominal cut is ours, and
+    a word break between prompt and sample, with line breaks made spaces (it splits words on spaces only, we
+    on any whitespace, and a sample that starts mid-word merges with the prompt's last word there)."""
+    from mia_fast.methods.samia import FirstHalf, samia_pass
+
+    texts = [" ".join(t.split()[:40]) for t in wiki_texts[:4]]
+    loaded = detector.target.loaded
+    runs = [Detector(loaded, prepend_start=False, samia_samples=3, batch_tokens=budget) for budget in (64, 4096)]
+    samples = [run.run_passes(texts, [samia_pass(run.options())])[samia_pass(run.options())] for run in runs]
+    np.testing.assert_array_equal(samples[0], samples[1])
+    scores = runs[0].score(texts, methods=["samia", "samia_zlib"])
+    outputs = [[" ".join([FirstHalf()(t), *s.split()]) for s in row] for t, row in zip(texts, samples[0])]
+    for column, use_zlib in (("samia", False), ("samia_zlib", True)):
+        np.testing.assert_allclose(scores[column], reference_loop.public_samia_scores(texts, outputs, use_zlib), rtol=1e-12)
+
+
 def test_dcpdd_matches_direct_numpy_on_real_text(detector):
     """DC-PDD from the engine against a direct numpy implementation of DESIGN §2 (frequencies from pile_cc)."""
     loaded = detector.target.loaded

@@ -72,6 +72,18 @@ def test_the_neighbour_attack_in_the_experiment_uses_word_drop_neighbours_by_def
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]["neighbors"] == "WordDropNeighbors"
 
 
+def test_the_experiment_runs_the_sampled_white_box_and_frequency_methods_with_its_settings(tiny_model_dir, tmp_path):
+    loaded = load_model(str(tiny_model_dir))
+    tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
+    counts = np.ones(loaded.vocab_size, dtype=np.int64)
+    methods = ["loss", "dcpdd", "samia", "pac", "gradnorm"]
+    _, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=methods, bootstrap=20,
+                                frequencies=counts, method_settings={"samia_samples": 2, "pac_copies": 2})
+    assert set(results) == set(methods) and all(np.isfinite(results[m].auroc) for m in methods)
+    meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
+    assert meta["samia_samples"] == 2 and meta["pac_copies"] == 2
+
+
 def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_method_is_evaluated_on(tiny_model_dir, tmp_path):
     from mia_fast.evaluation.probe import ProbeTraining
 

@@ -12,7 +12,7 @@ from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.thresholds import RULES
 
 # Settings that change what a score means: a threshold only transfers when they are equal.
-_SCORE_SETTINGS = ("model", "prepend_start", "max_words", "a", "freq_table", "ref_model", "prefix_nonmembers", "prefix_members", "conrecall_gamma", "neighbor_field", "neighbor_model", "neighbor_count", "probe", "probe_normalization")
+_SCORE_SETTINGS = ("model", "prepend_start", "max_words", "a", "freq_table", "ref_model", "prefix_nonmembers", "prefix_members", "conrecall_gamma", "neighbor_field", "neighbor_model", "neighbor_count", "samia_samples", "pac_copies", "gradnorm_norm", "gradnorm_params", "method_seed", "probe", "probe_normalization")
 
 
 def _score_settings(args: argparse.Namespace) -> dict:

@@ -9,7 +9,7 @@ from typing import Any
 
 from mia_fast.data import SUITES
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import DEFAULT_A, DEFAULT_GAMMA, DEFAULT_KS, DEFAULT_METHODS
+from mia_fast.methods.registry import DEFAULT_A, DEFAULT_GAMMA, DEFAULT_KS, DEFAULT_METHODS, DEFAULT_PAC_COPIES, DEFAULT_SAMIA_SAMPLES
 from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP
 
 DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
@@ -75,7 +75,7 @@ def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -
 def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -> None:
     scoring = parser.add_argument_group("scoring")
     if methods:
-        scoring.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref,recall,conrecall,neighbor,probe (or mink_0.2 ...)")
+        scoring.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref,recall,conrecall,neighbor,samia,samia_zlib,pac,gradnorm,probe (or mink_0.2 ...)")
         scoring.add_argument("--k", type=floats, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)")
     scoring.add_argument("--a", type=float, default=DEFAULT_A, help="DC-PDD cap (default 0.01)")
     scoring.add_argument("--freq-table", "--freq-counts", dest="freq_table", help="for dcpdd: a frequency table of a reference corpus ('mia-fast freq build'), or per-id counts (.npy)")
@@ -84,6 +84,11 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
     scoring.add_argument("--conrecall-gamma", type=float, default=DEFAULT_GAMMA, help="conrecall's weight of the member prefix (default 0.5)")
     scoring.add_argument("--neighbor-model", metavar="MODEL", help=f"for neighbor without --neighbor-field: a masked LM (BERT/RoBERTa family, hub name or directory) that makes each text's neighbours, or {WORD_DROP!r} (no model: one word left out)")
     scoring.add_argument("--neighbor-count", type=int, default=DEFAULT_NEIGHBORS, help=f"neighbours made per text (default {DEFAULT_NEIGHBORS})")
+    scoring.add_argument("--samia-samples", type=int, default=DEFAULT_SAMIA_SAMPLES, help=f"for samia: continuations sampled per text (default {DEFAULT_SAMIA_SAMPLES})")
+    scoring.add_argument("--pac-copies", type=int, default=DEFAULT_PAC_COPIES, help=f"for pac: word-swapped copies per text (default {DEFAULT_PAC_COPIES})")
+    scoring.add_argument("--gradnorm-norm", type=float, choices=[1.0, 2.0, float("inf")], default=float("inf"), help="for gradnorm: 1, 2 or inf (default inf, as MIMIR)")
+    scoring.add_argument("--gradnorm-params", metavar="PATTERNS", help="for gradnorm: comma-separated fnmatch patterns of parameter names, e.g. 'model.layers.*.mlp.*' (default: all)")
+    scoring.add_argument("--method-seed", type=int, default=0, help="seed of samia's sampling and pac's word swaps (default 0)")
     scoring.add_argument("--probe", metavar="PROBE_DIR", help="for probe: a probe trained for this model ('mia-fast probe train')")
     scoring.add_argument("--probe-normalization", choices=["split", "train"], help="standardise the probe's activations by the scored texts' own statistics (split, the paper) or the training split's (default: as trained)")
     scoring.add_argument("--prepend-start", action=argparse.BooleanOptionalAction, default=True, help="prepend the BOS/EOS start token so the first token is scored")
@@ -140,8 +145,9 @@ def detector_options(args: argparse.Namespace) -> dict[str, Any]:
         model=args.model, gguf=args.gguf, ref_model=getattr(args, "ref_model", None), frequencies=args.freq_table,
         prefix_nonmembers=read_texts(args.prefix_nonmembers, args.text_field) if args.prefix_nonmembers else None,
         prefix_members=read_texts(args.prefix_members, args.text_field) if args.prefix_members else None,
-        conrecall_gamma=args.conrecall_gamma,
-        probe=args.probe, probe_normalization=args.probe_normalization,
+        conrecall_gamma=args.conrecall_gamma, samia_samples=args.samia_samples, pac_copies=args.pac_copies,
+        gradnorm_norm=args.gradnorm_norm, gradnorm_params=args.gradnorm_params.split(",") if args.gradnorm_params else None,
+        seed=args.method_seed, probe=args.probe, probe_normalization=args.probe_normalization,
         device=args.device, dtype=args.dtype, prepend_start=args.prepend_start, batch_tokens=args.batch_tokens,
         max_length=args.max_length, backend=args.backend,
     )

@@ -181,6 +181,8 @@ def run_experiment(
     probe_texts: int = PROBE_TEXTS,
     probe_training: ProbeTraining = ProbeTraining(),
     neighbors: NeighborSource | None = None,
+    frequencies: Any = None,
+    method_settings: dict[str, Any] | None = None,
 ) -> tuple[Experiment, dict]:
     """Splits, fine-tunes ``loaded`` in place, scores, and writes the evaluation report into ``report_dir``.
 
@@ -191,7 +193,9 @@ def run_experiment(
     never scored. With ``probe``, ``probe_texts`` more passages are its training set (half of them members
     of its proxy), and a ``PROBE_DEV_SHARE`` of the members and non-members is its dev set: fine-tuned
     on like every member, but not evaluated, for any method. ``neighbor`` takes its neighbours from
-    ``neighbors`` (default: ``WordDropNeighbors``, which needs no second model). Returns the experiment and the per-column
+    ``neighbors`` (default: ``WordDropNeighbors``, which needs no second model); ``dcpdd`` its token
+    frequencies from ``frequencies`` (a table, its path or per-id counts of a reference corpus);
+    ``method_settings`` are more of the Detector's method settings (e.g. ``samia_samples``). Returns the experiment and the per-column
     metrics. On a diverging fine-tuning the report directory still gets the training log and a report
     saying so, and TrainingDiverged is raised.
     """
@@ -248,11 +252,13 @@ def run_experiment(
         experiment.seconds["probe_train"] = time.perf_counter() - probe_started
 
     scoring_started = time.perf_counter()
+    settings.update(method_settings or {})
     if "neighbor" in methods and neighbors is None:
         neighbors = WordDropNeighbors(seed=tuning.seed)
     if neighbors is not None:
         settings["neighbors"] = type(neighbors).__name__ + (f" ({neighbors.model_name})" if isinstance(neighbors, MaskedLMNeighbors) else "")
-    detector = Detector(loaded, ref_model=reference, prefix_nonmembers=prefix, prefix_members=member_prefix, probe=probe, neighbors=neighbors)
+    detector = Detector(loaded, ref_model=reference, frequencies=frequencies, prefix_nonmembers=prefix, prefix_members=member_prefix,
+                        probe=probe, neighbors=neighbors, **{"seed": tuning.seed, **(method_settings or {})})
     scores = detector.score(experiment.texts, methods=list(methods), k=list(ks or DEFAULT_KS), on_tokenized=on_tokenized, on_progress=on_progress)
     experiment.seconds["score"] = time.perf_counter() - scoring_started
     columns = {name: values for name, values in scores.items()}

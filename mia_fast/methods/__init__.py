@@ -1,6 +1,19 @@
 """Detection methods, one module per family; importing this package registers them all."""
 
-from mia_fast.methods import conrecall, dcpdd, likelihood, lowercase, mink, neighbor, probe, recall, reference  # noqa: F401  (registration)
+from mia_fast.methods import (  # noqa: F401  (registration)
+    conrecall,
+    dcpdd,
+    gradnorm,
+    likelihood,
+    lowercase,
+    mink,
+    neighbor,
+    pac,
+    probe,
+    recall,
+    reference,
+    samia,
+)
 from mia_fast.methods.registry import (
     DEFAULT_A,
     DEFAULT_KS,

@@ -24,6 +24,10 @@ DEFAULT_METHODS: tuple[str, ...] = ("loss", "zlib", "mink", "minkpp")
 DEFAULT_KS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 DEFAULT_A = 0.01
 DEFAULT_GAMMA = 0.5
+DEFAULT_SAMIA_SAMPLES = 10
+DEFAULT_PAC_COPIES = 5
+DEFAULT_GRADNORM_NORM = math.inf
+GRADNORM_NORMS = (1.0, 2.0, math.inf)
 
 # What a method may declare it needs beyond the results of its passes.
 NEEDS_TEXT = "text"
@@ -48,7 +52,9 @@ _SUPPLY = {
 class MethodOptions:
     """Settings of the methods: DC-PDD's cap, the known non-member (ReCaLL, Con-ReCall) and member
     (Con-ReCall) texts put before each text, Con-ReCall's γ, the trained probe (a
-    ``mia_fast.methods.probe.Probe``) and the neighbour texts (a ``mia_fast.pipeline.neighbors.NeighborSource``)."""
+    ``mia_fast.methods.probe.Probe``), the neighbour texts (a ``mia_fast.pipeline.neighbors.NeighborSource``),
+    SaMIA's samples per text, PAC's augmented copies per text, the gradient norm's order and parameter
+    name patterns, and the seed of SaMIA's sampling and PAC's word swaps."""
 
     a: float = DEFAULT_A
     prefix_nonmembers: tuple[str, ...] = ()
@@ -56,10 +62,20 @@ class MethodOptions:
     gamma: float = DEFAULT_GAMMA
     probe: Any = None
     neighbors: Any = None
+    samia_samples: int = DEFAULT_SAMIA_SAMPLES
+    pac_copies: int = DEFAULT_PAC_COPIES
+    gradnorm_norm: float = DEFAULT_GRADNORM_NORM
+    gradnorm_params: tuple[str, ...] = ()
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.gamma):
             raise MiaFastError(f"Con-ReCall's gamma must be a finite number, got {self.gamma}")
+        for name in ("samia_samples", "pac_copies"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise MiaFastError(f"{name} must be a positive whole number, got {getattr(self, name)!r}")
+        if self.gradnorm_norm not in GRADNORM_NORMS:
+            raise MiaFastError(f"the gradient norm's order must be 1, 2 or inf, got {self.gradnorm_norm}")
 
 
 @dataclass(frozen=True)

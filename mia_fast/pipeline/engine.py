@@ -1,4 +1,5 @@
-"""The forward engine of one model: texts -> token ids -> batched forward -> TokenStats (or hidden states).
+"""The forward engine of one model: texts -> token ids -> batched forward -> TokenStats (or hidden states,
+sampled continuations, gradient norms: the readouts of ``passes``).
 
 Texts are tokenized with the start-token rule of DESIGN §2, placed after their context (a pass's
 prefix, tokenized on its own and never scored), split into sliding windows when longer than the
@@ -11,7 +12,8 @@ model's own logits are reduced a chunk at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from fnmatch import fnmatchcase
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -21,7 +23,7 @@ from mia_fast.ops.impl import resolve_backend
 from mia_fast.ops.token_stats import linear_token_stats, token_stats
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.passes import HiddenStatesReadout
+from mia_fast.pipeline.passes import GradientNormReadout, HiddenStatesReadout, Readout, SamplesReadout
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.tokenize import split_windows, tokenize
 
@@ -35,6 +37,9 @@ DEFAULT_CHUNK_BYTES = {"cpu": 4 << 20, "cuda": 512 << 20}
 # fp32) is read once per projection, so a few dozen rows at a time would make the head memory-bound.
 # The projection buffer is then at most MIN_HEAD_ROWS x V floats.
 MIN_HEAD_ROWS = 512
+# Sampling decodes one token per row per step, so a batch holds this many times the forward budget:
+# more rows share each read of the weights. Their cache must still fit in memory.
+SAMPLE_BUDGET_FACTOR = 4
 
 TokenCallback = Callable[[int], None]
 
@@ -101,6 +106,23 @@ class StatsEngine:
                 )
             self._context_ids[prefix] = ids
         return self._context_ids[prefix]
+
+    def run(
+        self,
+        readout: Readout,
+        texts: Sequence[str],
+        prefixes: Sequence[str] | None = None,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+    ) -> Any:
+        """What ``readout`` reads out of ``texts`` (each after its prefix): TokenStats, or an array with a row per text."""
+        if isinstance(readout, HiddenStatesReadout):
+            return self.hidden_states(texts, readout, prefixes, on_tokenized, on_progress)
+        if isinstance(readout, SamplesReadout):
+            return self.sample(texts, readout, prefixes, on_tokenized, on_progress)
+        if isinstance(readout, GradientNormReadout):
+            return self.gradient_norms(texts, readout, prefixes, on_tokenized, on_progress)
+        return self.compute(texts, on_tokenized, on_progress, prefixes)
 
     def _rows(self, texts: Sequence[str], prefixes: Sequence[str] | None) -> list[_Row]:
         prefixes = prefixes if prefixes is not None else [""] * len(texts)
@@ -236,6 +258,97 @@ class StatsEngine:
             for handle in handles:
                 handle.remove()
         return result
+
+
+    def sample(
+        self,
+        texts: Sequence[str],
+        readout: SamplesReadout,
+        prefixes: Sequence[str] | None = None,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+    ) -> np.ndarray:
+        """``readout.count`` continuations of each (prefix + text), decoded: object [texts, count] of str.
+        A continuation runs for as many tokens as the text has (bar its start token; at most half the
+        window), less where the model ends it; an empty text gets empty continuations."""
+        from mia_fast.pipeline.sampling import generate, row_key
+
+        tokenizer = self.loaded.tokenizer
+        prefixes = prefixes if prefixes is not None else [""] * len(texts)
+        result = np.full((len(texts), readout.count), "", dtype=object)
+        jobs = []  # (text index, sample, prompt ids, new tokens)
+        for i, (text, ids, prefix) in enumerate(zip(texts, self.tokenize(texts), prefixes)):
+            if not text:
+                continue
+            new_tokens = min(max(len(ids) - 1, 1), self.max_length // 2)
+            prompt = (self.context_ids(prefix) + ids)[-(self.max_length - new_tokens) :]
+            jobs.extend((i, j, prompt, new_tokens) for j in range(readout.count))
+        if on_tokenized is not None:
+            on_tokenized(sum(len(p) + n for _, _, p, n in jobs))
+        end_ids = sorted({t for t in (tokenizer.eos_token_id, self.pad_id) if t is not None})
+        lengths = [len(p) + n for _, _, p, n in jobs]
+        for batch in plan_batches(lengths, self.batch_tokens * SAMPLE_BUDGET_FACTOR):
+            rows = [jobs[b] for b in batch]
+            continuations = generate(
+                self.loaded.model, [p for _, _, p, _ in rows], [row_key(readout.seed, j, f"{prefixes[i]}\0{texts[i]}") for i, j, _, _ in rows],
+                [n for _, _, _, n in rows], readout.top_k, self.pad_id, end_ids,
+            )
+            for (i, j, _, _), ids in zip(rows, continuations):
+                result[i, j] = tokenizer.decode(ids, skip_special_tokens=True)
+            if on_progress is not None:
+                on_progress(sum(lengths[b] for b in batch))
+        return result
+
+    def gradient_norms(
+        self,
+        texts: Sequence[str],
+        readout: GradientNormReadout,
+        prefixes: Sequence[str] | None = None,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+    ) -> np.ndarray:
+        """Per text, the mean over the chosen parameter tensors of the ``readout.norm``-norm of the gradient
+        of its mean token loss (the plain pass's targets, every window): float64 [texts]. One text at a
+        time: a batch's backward sums the texts' gradients, and per-text gradients in a batch would hold
+        a copy of the chosen parameters per text."""
+        model = self.loaded.model
+        chosen = [
+            parameter for name, parameter in model.named_parameters()
+            if not readout.parameters or any(fnmatchcase(name, pattern) for pattern in readout.parameters)
+        ]
+        if not chosen:
+            raise MiaFastError(f"no parameter of {self.loaded.name} matches {', '.join(readout.parameters)}")
+        rows = self._rows(texts, prefixes)
+        if on_tokenized is not None:
+            on_tokenized(sum(len(r.ids) for r in rows))
+        per_text: dict[int, list[_Row]] = {}
+        for row in rows:
+            per_text.setdefault(row.text_index, []).append(row)
+        norms = np.full(len(texts), np.nan)
+        trainable = [p.requires_grad for p in model.parameters()]
+        chosen_ids = {id(p) for p in chosen}
+        try:
+            for parameter in model.parameters():
+                parameter.requires_grad_(id(parameter) in chosen_ids)
+                parameter.grad = None
+            with torch.enable_grad():
+                for i, text_rows in per_text.items():
+                    targets = sum(len(r.ids) - r.first_scored for r in text_rows)
+                    for row in text_rows:
+                        ids = torch.tensor([row.ids], device=self.loaded.device)
+                        logits = model(input_ids=ids, use_cache=False).logits[0, row.first_scored - 1 : -1].float()
+                        (torch.nn.functional.cross_entropy(logits, ids[0, row.first_scored :], reduction="sum") / targets).backward()
+                        if on_progress is not None:
+                            on_progress(len(row.ids))
+                    grads = [p.grad.float() for p in chosen if p.grad is not None]
+                    norms[i] = torch.stack([torch.linalg.vector_norm(g, ord=readout.norm) for g in grads]).mean().item()
+                    for parameter in chosen:
+                        parameter.grad = None
+        finally:
+            for parameter, flag in zip(model.parameters(), trainable):
+                parameter.requires_grad_(flag)
+                parameter.grad = None
+        return norms
 
 
 class _DeepestLayerReached(Exception):

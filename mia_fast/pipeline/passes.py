@@ -40,7 +40,29 @@ class HiddenStatesReadout:
     layers: tuple[int, ...] | None = None
 
 
+@dataclass(frozen=True)
+class SamplesReadout:
+    """``count`` continuations of each (context + text) sampled from the model at temperature 1 among its
+    ``top_k`` likeliest tokens, decoded: str [texts, count]. Draws are keyed by ``seed``, the text and the
+    sample's index, never by the batch; a continuation runs for as many tokens as the text has, or to its end token."""
+
+    count: int
+    seed: int = 0
+    top_k: int = 50
+
+
+@dataclass(frozen=True)
+class GradientNormReadout:
+    """The ``norm``-norm (1, 2 or inf) of the gradient of each (context + text)'s mean token loss with respect
+    to each parameter tensor whose name matches one of ``parameters`` (fnmatch patterns; empty: every
+    parameter), averaged over those tensors: float64 [texts]; NaN for a text with no scored token."""
+
+    norm: float = float("inf")
+    parameters: tuple[str, ...] = ()
+
+
 TOKEN_STATS = TokenStatsReadout()
+Readout = TokenStatsReadout | HiddenStatesReadout | SamplesReadout | GradientNormReadout
 
 
 @dataclass(frozen=True)
@@ -55,7 +77,7 @@ class Pass:
     model: str = TARGET
     transform: Callable[[str], str] = field(default_factory=Identity)
     prefix: str = ""
-    readout: TokenStatsReadout | HiddenStatesReadout = TOKEN_STATS
+    readout: Readout = TOKEN_STATS
 
 
 PLAIN = Pass()

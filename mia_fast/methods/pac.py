@@ -1,0 +1,73 @@
+"""PAC, Polarized Augment Calibration (Ye et al. 2024, "Data Contamination Calibration for Black-box LLMs").
+
+PD(x) = mean of the 5% highest token log-probabilities − mean of the 30% lowest (the polarized
+distance, each count at least 1), and score = mean_j PD(a_j(x)) − PD(x), over copies a_j(x) of the text
+with words swapped at random. A member's own order is polarised more than its shuffled copies', so a
+higher score means a member.
+
+Followed: the public code (github.com/yyy01/PAC, ``attack.py`` and ``src/eda.py``): token
+log-probabilities of every token after the first; EDA's random swap with α = 0.3, i.e. on the text
+split on single spaces, max(1, int(0.3·n)) swaps of two random positions (a swap given up after three
+draws fail to find a second position); 5 copies (``pac_copies``); PAC = PD(x) − mean PD(copies), whose
+AUROC the public code takes on −PAC: our score is −PAC. Deviation: each copy is seeded by (``seed``,
+its index, the text), where the public code draws all texts' copies from one global stream, so ours
+do not depend on which texts are scored together. Each copy index is one pass, so the engine batches
+every text's j-th copy together; a copy equal to the text (one word) costs no second forward.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from mia_fast.methods.registry import MethodOptions, ScoringInputs, register
+from mia_fast.ops.bottom_k import bottom_k_means
+from mia_fast.pipeline.passes import PLAIN, Pass
+from mia_fast.pipeline.stats import TokenStats
+
+SWAP_FRACTION = 0.3
+LOW_FRACTION = 0.3
+HIGH_FRACTION = 0.05
+SWAP_TRIES = 3
+
+
+@dataclass(frozen=True)
+class SwappedWords:
+    """Copy ``copy`` of a text: EDA's random swap of its space-separated words."""
+
+    copy: int
+    seed: int = 0
+
+    def __call__(self, text: str) -> str:
+        words = text.split(" ")
+        draw = random.Random(f"{self.seed}\0{self.copy}\0{text}")
+        for _ in range(max(1, int(SWAP_FRACTION * len(words)))):
+            first = draw.randrange(len(words))
+            second = next((s for s in (draw.randrange(len(words)) for _ in range(SWAP_TRIES)) if s != first), None)
+            if second is not None:
+                words[first], words[second] = words[second], words[first]
+        return " ".join(words)
+
+
+def pac_passes(options: MethodOptions) -> tuple[Pass, ...]:
+    return tuple(Pass(transform=SwappedWords(copy, options.seed)) for copy in range(options.pac_copies))
+
+
+def polarized_distance(stats: TokenStats, impl: str = "torch", device=None) -> np.ndarray:
+    """Mean of the highest 5% of each text's token log-probabilities − mean of its lowest 30%."""
+    highest = -bottom_k_means(-stats.logp, stats.offsets, [HIGH_FRACTION], impl, device)[:, 0]
+    lowest = bottom_k_means(stats.logp, stats.offsets, [LOW_FRACTION], impl, device)[:, 0]
+    return highest - lowest
+
+
+@register("pac", passes=lambda options: (PLAIN, *pac_passes(options)))
+def pac_score(inputs: ScoringInputs) -> np.ndarray:
+    """Mean polarized distance of the word-swapped copies − that of the text."""
+    copies = np.stack([polarized_distance(inputs.of(p), inputs.impl, inputs.device) for p in pac_passes(inputs.options)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a text with no token: NaN, by design
+        calibrated = np.nanmean(copies, axis=0)
+    return calibrated - polarized_distance(inputs.stats, inputs.impl, inputs.device)
