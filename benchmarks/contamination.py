@@ -56,24 +56,39 @@ def reference_counts(tokenizer, vocab_size: int, skip: int, docs: int) -> np.nda
 
 
 def plot(path: Path, runs: list[dict], shown: list[str]) -> None:
+    """AUROC against the learning rate, a panel per epoch count; one run alone: each method's AUROC with its CI."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    epochs = sorted({r["epochs"] for r in runs})
-    fig, axes = plt.subplots(1, len(epochs), figsize=(6 * len(epochs), 4.2), squeeze=False, sharey=True)
-    for ax, epoch in zip(axes[0], epochs):
-        chosen = sorted((r for r in runs if r["epochs"] == epoch), key=lambda r: r["learning_rate"])
-        for column in shown:
-            ax.plot([r["learning_rate"] for r in chosen], [r["auroc"][column] for r in chosen], marker="o", label=column)
-        ax.set_xscale("log")
-        ax.set_xlabel("learning rate")
-        ax.set_title(f"{epoch} epoch(s) of fine-tuning on the members")
-        ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("AUROC (members vs held-out non-members)")
-    axes[0][-1].legend(fontsize=8)
+    if len(runs) == 1:
+        run = runs[0]
+        ordered = sorted(shown, key=lambda c: run["auroc"][c])
+        fig, ax = plt.subplots(figsize=(6.4, 0.32 * len(ordered) + 1.4))
+        lows, highs = zip(*(run["auroc_ci"][c] for c in ordered))
+        values = [run["auroc"][c] for c in ordered]
+        ax.barh(ordered, values, xerr=[[v - lo for v, lo in zip(values, lows)], [hi - v for v, hi in zip(values, highs)]],
+                color="tab:blue", alpha=0.75, capsize=3)
+        ax.axvline(0.5, color="grey", linestyle=":", linewidth=1)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("AUROC with 95% bootstrap CI (members vs held-out non-members)")
+        ax.set_title(f"lr {run['learning_rate']:g}, {run['epochs']} epoch(s): {run['members']} + {run['nonmembers']} texts", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    else:
+        epochs = sorted({r["epochs"] for r in runs})
+        fig, axes = plt.subplots(1, len(epochs), figsize=(6 * len(epochs), 4.2), squeeze=False, sharey=True)
+        for ax, epoch in zip(axes[0], epochs):
+            chosen = sorted((r for r in runs if r["epochs"] == epoch), key=lambda r: r["learning_rate"])
+            for column, marker in zip(shown, "osD^v<>pPX*hH8d" * 2):
+                ax.plot([r["learning_rate"] for r in chosen], [r["auroc"][column] for r in chosen], marker=marker, label=column)
+            ax.set_xscale("log")
+            ax.set_xlabel("learning rate")
+            ax.set_title(f"{epoch} epoch(s) of fine-tuning on the members")
+            ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("AUROC (members vs held-out non-members)")
+        axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -285,7 +285,7 @@ class StatsEngine:
             jobs.extend((i, j, prompt, new_tokens) for j in range(readout.count))
         if on_tokenized is not None:
             on_tokenized(sum(len(p) + n for _, _, p, n in jobs))
-        end_ids = sorted({t for t in (tokenizer.eos_token_id, self.pad_id) if t is not None})
+        end_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         lengths = [len(p) + n for _, _, p, n in jobs]
         for batch in plan_batches(lengths, self.batch_tokens * SAMPLE_BUDGET_FACTOR):
             rows = [jobs[b] for b in batch]
