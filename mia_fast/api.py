@@ -74,26 +74,12 @@ def load_probe(probe: str | os.PathLike | Probe | None, normalization: str | Non
     return probe.with_normalization(normalization) if normalization else probe
 
 
-def method_options(
-    a: float,
-    probe: Probe | None,
-    *,
-    prefix_nonmembers: Sequence[str] | None = None,
-    prefix_members: Sequence[str] | None = None,
-    conrecall_gamma: float = DEFAULT_GAMMA,
-    neighbors: NeighborSource | None = None,
-    samia_samples: int = DEFAULT_SAMIA_SAMPLES,
-    pac_copies: int = DEFAULT_PAC_COPIES,
-    gradnorm_norm: float = DEFAULT_GRADNORM_NORM,
-    gradnorm_params: Sequence[str] | None = None,
-    seed: int = 0,
-) -> MethodOptions:
-    """The methods' settings from the Detector's arguments (checked here, before any text is scored)."""
-    return MethodOptions(
-        a=a, prefix_nonmembers=tuple(prefix_nonmembers or ()), prefix_members=tuple(prefix_members or ()), gamma=conrecall_gamma,
-        probe=probe, neighbors=neighbors, samia_samples=samia_samples, pac_copies=pac_copies, gradnorm_norm=float(gradnorm_norm),
-        gradnorm_params=tuple(gradnorm_params or ()), seed=seed,
-    )
+def method_options(a: float, probe: Probe | None, **settings: Any) -> MethodOptions:
+    """The methods' settings from the Detector's keyword arguments named in ``METHOD_SETTINGS`` (checked
+    here, before any text is scored)."""
+    gamma = settings.pop("conrecall_gamma", DEFAULT_GAMMA)
+    texts = {name: tuple(settings.pop(name, None) or ()) for name in ("prefix_nonmembers", "prefix_members", "gradnorm_params")}
+    return MethodOptions(a=a, probe=probe, gamma=gamma, **texts, **settings)
 
 
 # The Detector's arguments that are method settings, passed on to ``method_options`` as they are.

@@ -71,7 +71,7 @@ def mean_over_samples(inputs: ScoringInputs, weight: Callable[[list[str]], float
         if len(words) < 2:
             continue
         reference = words[split_point(words) :]
-        scores[i] = np.mean([rouge1_recall(s.split(), reference) * weight(s.split()) for s in samples[i]])
+        scores[i] = np.mean([rouge1_recall(words, reference) * weight(words) for words in (s.split() for s in samples[i])])
     return scores
 
 

@@ -259,7 +259,6 @@ class StatsEngine:
                 handle.remove()
         return result
 
-
     def sample(
         self,
         texts: Sequence[str],
@@ -283,10 +282,10 @@ class StatsEngine:
             new_tokens = min(max(len(ids) - 1, 1), self.max_length // 2)
             prompt = (self.context_ids(prefix) + ids)[-(self.max_length - new_tokens) :]
             jobs.extend((i, j, prompt, new_tokens) for j in range(readout.count))
-        if on_tokenized is not None:
-            on_tokenized(sum(len(p) + n for _, _, p, n in jobs))
-        end_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         lengths = [len(p) + n for _, _, p, n in jobs]
+        if on_tokenized is not None:
+            on_tokenized(sum(lengths))
+        end_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         for batch in plan_batches(lengths, self.batch_tokens * SAMPLE_BUDGET_FACTOR):
             rows = [jobs[b] for b in batch]
             continuations = generate(
