@@ -18,6 +18,8 @@ _EXPORTS = {
     "REGISTRY": ("mia_fast.methods", "REGISTRY"),
     "Detector": ("mia_fast.api", "Detector"),
     "Scores": ("mia_fast.api", "Scores"),
+    "OnlineScores": ("mia_fast.api", "OnlineScores"),
+    "OnlineSetting": ("mia_fast.methods.online", "OnlineSetting"),
     "score_file": ("mia_fast.api", "score_file"),
     "MethodOptions": ("mia_fast.methods", "MethodOptions"),
     "ScoringInputs": ("mia_fast.methods", "ScoringInputs"),

@@ -3,6 +3,7 @@ need once; ``score_file`` scores a dataset into a file block by block, resumably
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -15,6 +16,7 @@ from mia_fast.data.files import Dataset, ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
 from mia_fast.methods import registry
+from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting, TextWindows, online_scores
 from mia_fast.methods.probe import Probe
 from mia_fast.methods.registry import (
     DEFAULT_A,
@@ -40,8 +42,33 @@ from mia_fast.pipeline.stats import TokenStats
 
 UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
 DEFAULT_BLOCK_ROWS = 512
+ONLINE_COLUMNS = ("online_max", "online_start", "online_end", "online_text")
 # Rough characters per token, only to size the progress bar before a block is tokenized.
 _CHARS_PER_TOKEN = 4
+
+
+@dataclass
+class OnlineScores:
+    """Online detection: ``setting.method`` on every window of ``setting.window`` scored tokens of each text
+    (``windows[i]``), and each text's best window: its score, its span ``[span_start, span_end)`` in scored
+    tokens (-1 for a text with no scored token) and its decoded text (None there). Scored token ``t`` is the
+    id after the first of the text's ids as the detector tokenizes it (``detector.target.tokenize``)."""
+
+    setting: OnlineSetting
+    windows: list[TextWindows]
+    span_text: list[str | None]
+
+    @property
+    def max_score(self) -> np.ndarray:
+        return np.array([w.max_score for w in self.windows], dtype=np.float64)
+
+    @property
+    def span_start(self) -> np.ndarray:
+        return np.array([w.best_span[0] for w in self.windows], dtype=np.int64)
+
+    @property
+    def span_end(self) -> np.ndarray:
+        return np.array([w.best_span[1] for w in self.windows], dtype=np.int64)
 
 
 @dataclass
@@ -49,12 +76,14 @@ class Scores(Mapping[str, np.ndarray]):
     """Columnar scores: one float64 array per score column, in input order.
 
     ``n_tokens`` is the number of scored positions per text; ``warnings`` holds a message for each
-    text that could not be scored (its scores are NaN) and None elsewhere.
+    text that could not be scored (its scores are NaN) and None elsewhere; ``online`` the online
+    detection, when asked for.
     """
 
     columns: dict[str, np.ndarray]
     n_tokens: np.ndarray
     warnings: list[str | None]
+    online: OnlineScores | None = None
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.columns[name]
@@ -200,6 +229,14 @@ class Detector:
         """Scores every text with every method (higher = more likely a member)."""
         return self.score_requests(texts, self.requests(methods, k), a, on_tokenized, on_progress)
 
+    def score_online(
+        self, texts: Sequence[str], window: int, stride: int | None = None, method: str = DEFAULT_ONLINE_METHOD
+    ) -> OnlineScores:
+        """Online detection (Min-K%++ §4.4): ``method`` (``loss``, ``mink_<k>`` or ``minkpp_<k>``) on every window
+        of ``window`` scored tokens, one every ``stride`` (default ``window // 2``), from each text's one forward
+        pass; a text's maximum window points at the span that looks most like a member."""
+        return self.score_requests(texts, [], online=OnlineSetting(window, stride, method)).online
+
     def requests(self, methods: Sequence[str], k: Sequence[float] = DEFAULT_KS) -> list[MethodRequest]:
         """Resolves method names and checks that this detector can serve them."""
         requests = registry.resolve_methods(methods, k)
@@ -213,7 +250,9 @@ class Detector:
         a: float = DEFAULT_A,
         on_tokenized: TokenCallback | None = None,
         on_progress: TokenCallback | None = None,
+        online: OnlineSetting | None = None,
     ) -> Scores:
+        """Scores every text with resolved ``requests``, plus the online detection of ``online`` from the same pass."""
         texts = list(texts)
         if not all(isinstance(t, str) for t in texts):
             raise MiaFastError("every text must be a string")
@@ -224,7 +263,10 @@ class Detector:
         cleaned = [t if t.strip() else "" for t in texts]
         if NEEDS_NEIGHBORS in needs:
             options.neighbors.prepare(cleaned)
-        results = self.run_passes(cleaned, registry.passes_of(requests, options), on_tokenized, on_progress)
+        passes = registry.passes_of(requests, options)
+        if online is not None and PLAIN not in passes:
+            passes.append(PLAIN)
+        results = self.run_passes(cleaned, passes, on_tokenized, on_progress)
         plain = results.pop(PLAIN, None)
         inputs = ScoringInputs(
             stats=plain,
@@ -240,7 +282,19 @@ class Detector:
         warnings = [UNSCORABLE_WARNING if n == 0 else None for n in n_tokens]
         for name in columns:
             columns[name][n_tokens == 0] = np.nan
-        return Scores(columns=columns, n_tokens=n_tokens, warnings=warnings)
+        return Scores(columns=columns, n_tokens=n_tokens, warnings=warnings,
+                      online=self._online_detection(cleaned, plain, online) if online is not None else None)
+
+    def _online_detection(self, texts: Sequence[str], stats: TokenStats, online: OnlineSetting) -> OnlineScores:
+        """The windows of ``online`` over ``texts``' plain-pass ``stats``, and each text's best span decoded."""
+        windows = online_scores(stats, online, self.backend, self.target.loaded.device)
+        tokenizer = self.target.loaded.tokenizer
+        # Scored token t predicts ids[t + 1]: the engine's context windows score every id after the first, in order.
+        span_text = [
+            tokenizer.decode(ids[start + 1 : end + 1]) if start >= 0 else None
+            for ids, (start, end) in zip(self.target.tokenize(texts), (w.best_span for w in windows))
+        ]
+        return OnlineScores(online, windows, span_text)
 
     def scored_positions(self, texts: Sequence[str]) -> np.ndarray:
         """Positions the plain pass would score in each text (every id after the first), without a forward."""
@@ -277,8 +331,11 @@ class Detector:
         return results
 
 
-def output_columns(dataset: Dataset, requests: Sequence[MethodRequest], id_field: str, label_field: str) -> list[str]:
-    """The columns of a scores file: the input's id and label (where it has them), n_tokens, every score, warning."""
+def output_columns(
+    dataset: Dataset, requests: Sequence[MethodRequest], id_field: str, label_field: str, online: bool = False
+) -> list[str]:
+    """The columns of a scores file: the input's id and label (where it has them), n_tokens, every score, the
+    online detection's best window (with ``online``), warning."""
     columns = []
     if dataset.ids is not None:
         columns.append(id_field)
@@ -286,8 +343,39 @@ def output_columns(dataset: Dataset, requests: Sequence[MethodRequest], id_field
         columns.append(label_field)
     columns.append("n_tokens")
     columns.extend(c for r in requests for c in r.columns)
+    if online:
+        columns.extend(ONLINE_COLUMNS)
     columns.append("warning")
     return columns
+
+
+def windows_path(out: str | os.PathLike) -> Path:
+    """Where ``score_file`` writes every online window's score beside ``out``: ``<out stem>.windows.jsonl``."""
+    return Path(out).with_suffix(".windows.jsonl")
+
+
+def _windows_columns(dataset: Dataset, id_field: str) -> list[str]:
+    return ["row", *([id_field] if dataset.ids is not None else []), "method", "window", "stride", "starts", "ends", "scores"]
+
+
+def _resume_windows(path: Path, online: OnlineSetting, rows: int) -> None:
+    """Cuts an interrupted windows file back to the ``rows`` rows of the scores file (it is written first, so it
+    holds at least those), after checking that they hold ``online``'s windows."""
+    raw = path.read_bytes() if path.exists() else b""
+    lines = raw.split(b"\n")[:-1]
+    if len(lines) < rows:
+        raise MiaFastError(f"{path} holds {len(lines)} rows but the scores file {rows}; pass --overwrite to start again")
+    if rows:
+        try:
+            first = json.loads(lines[0])
+            written = OnlineSetting(first["window"], first["stride"], first["method"])
+        except (ValueError, KeyError, TypeError, MiaFastError):
+            raise MiaFastError(f"{path}:1: not a windows row; cannot resume") from None
+        if written != online:
+            raise MiaFastError(f"{path} holds the windows of {written}, not of {online}; cannot resume with other online settings")
+    if path.exists():
+        with open(path, "r+b") as f:
+            f.truncate(sum(len(line) + 1 for line in lines[:rows]))
 
 
 class _TokenProgress:
@@ -335,6 +423,7 @@ def score_file(
     progress: bool = True,
     data_name: str = "the input",
     log: Callable[[str], None] = lambda message: None,
+    online: OnlineSetting | None = None,
     **detector_options: Any,
 ) -> Path:
     """Scores ``dataset`` into ``out`` (.jsonl, .csv or .parquet) block by block, one row per text in
@@ -345,6 +434,9 @@ def score_file(
     models and inputs they need, the output, and whether a resumed output belongs to this input. The
     detector is ``detector``, or one made from ``detector_options`` (see :class:`Detector`) only when
     rows remain to be scored. ``log`` receives one-line notes (resuming, texts that could not be scored).
+
+    With ``online``, each row also gets its best window (``ONLINE_COLUMNS``) and every window's score goes to
+    :func:`windows_path`, one row per text, each block written there before its scores rows.
     """
     out = Path(out)
     if block_rows < 1:
@@ -364,7 +456,10 @@ def score_file(
     if pooled and block_rows < len(dataset.texts):
         block_rows = len(dataset.texts)
         log(f"{', '.join(pooled)} standardises over all the texts scored together: scoring {len(dataset.texts)} rows in one block")
-    writer = ResultWriter(out, output_columns(dataset, requests, id_field, label_field), resume=resume, overwrite=overwrite)
+    windows_out = windows_path(out)
+    if online is not None and windows_out.exists() and not (resume or overwrite):
+        raise MiaFastError(f"{windows_out} exists; pass --resume to continue it or --overwrite to replace it")
+    writer = ResultWriter(out, output_columns(dataset, requests, id_field, label_field, online is not None), resume=resume, overwrite=overwrite)
     if writer.done_rows > len(dataset.texts):
         raise MiaFastError(f"{out} holds {writer.done_rows} rows but {data_name} only {len(dataset.texts)}; not the same input")
     if writer.done_rows and dataset.ids is not None:
@@ -374,6 +469,11 @@ def score_file(
     if pooled and 0 < writer.done_rows < len(dataset.texts):
         raise MiaFastError(f"{out} holds {writer.done_rows} of {len(dataset.texts)} rows, but {', '.join(pooled)} must score all rows "
                            "together; pass --overwrite to start again")
+    windows_writer = None
+    if online is not None:
+        if resume:
+            _resume_windows(windows_out, online, writer.done_rows)
+        windows_writer = ResultWriter(windows_out, _windows_columns(dataset, id_field), resume=resume, overwrite=overwrite)
     if writer.done_rows == len(dataset.texts):
         writer.close()
         log(f"{out}: all {writer.done_rows} rows already scored")
@@ -391,7 +491,9 @@ def score_file(
         for start in range(writer.done_rows, len(dataset.texts), block_rows):
             block = range(start, min(start + block_rows, len(dataset.texts)))
             bar.start_block(estimate(block))
-            scores = detector.score_requests([dataset.texts[i] for i in block], requests, a, bar.tokenized, bar.advance)
+            scores = detector.score_requests([dataset.texts[i] for i in block], requests, a, bar.tokenized, bar.advance, online)
+            if windows_writer is not None:
+                windows_writer.write(_window_rows(dataset, block, scores.online, id_field))
             writer.write(_rows(dataset, block, scores, id_field, label_field))
             bar.rows(len(block))
     finally:
@@ -413,6 +515,23 @@ def _rows(dataset: Dataset, block: range, scores: Scores, id_field: str, label_f
             row[label_field] = dataset.labels[i]
         row["n_tokens"] = int(scores.n_tokens[j])
         row.update({name: float(values[j]) for name, values in scores.items()})
+        if scores.online is not None:
+            start, end = scores.online.windows[j].best_span
+            spanned = start >= 0
+            row.update(online_max=scores.online.windows[j].max_score, online_start=start if spanned else None,
+                       online_end=end if spanned else None, online_text=scores.online.span_text[j])
         row["warning"] = scores.warnings[j]
         rows.append(row)
+    return rows
+
+
+def _window_rows(dataset: Dataset, block: range, online: OnlineScores, id_field: str) -> list[dict]:
+    rows = []
+    for j, i in enumerate(block):
+        windows = online.windows[j]
+        rows.append({
+            "row": i, **({id_field: dataset.ids[i]} if dataset.ids is not None else {}), "method": online.setting.method,
+            "window": online.setting.window, "stride": online.setting.stride, "starts": windows.starts.tolist(),
+            "ends": windows.ends.tolist(), "scores": windows.scores.tolist(),
+        })
     return rows

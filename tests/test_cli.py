@@ -59,7 +59,7 @@ def test_eval_writes_metrics_and_roc(tiny_model_dir, labelled_jsonl, tmp_path, c
     report = tmp_path / "report"
     assert run_cli("eval", labelled_jsonl, "--model", tiny_model_dir, "--report", report, "--bootstrap", "200", *FAST) == 0
     metrics = json.loads((report / "metrics.json").read_text())
-    assert set(metrics["methods"]) == {"loss", "zlib", "mink_0.2", "mink_1.0", "minkpp_0.2", "minkpp_1.0"}
+    assert set(metrics["methods"]) == {"loss", "zlib", "mink_0.2", "mink_1.0", "minkpp_0.2", "minkpp_1.0", "blind_bow", "blind_dates"}
     loss = metrics["methods"]["loss"]
     assert loss["n_members"] == 12 and loss["n_nonmembers"] == 12
     assert loss["auroc_ci"][0] <= loss["auroc"] <= loss["auroc_ci"][1]
@@ -67,7 +67,7 @@ def test_eval_writes_metrics_and_roc(tiny_model_dir, labelled_jsonl, tmp_path, c
     assert (report / "roc.png").stat().st_size > 10_000
     assert (report / "scores.jsonl").exists()
     table = capsys.readouterr().out
-    aurocs = [float(line.split()[1]) for line in table.splitlines()[2:8]]
+    aurocs = [float(line.split()[1]) for line in table.splitlines()[2:10]]
     assert aurocs == sorted(aurocs, reverse=True)
 
 

@@ -29,7 +29,7 @@ def test_eval_on_a_suite_with_buckets_writes_a_full_report(tiny_model_dir, wikim
         assert (report / name).stat().st_size > 0
     markdown = (report / "report.md").read_text()
     assert "AUROC by text length in words" in markdown and "![ROC curves" in markdown
-    assert markdown.count("data:image") == 0 and (report / "report.html").read_text().count("data:image/png;base64,") == 2
+    assert markdown.count("data:image") == 0 and (report / "report.html").read_text().count("data:image/png;base64,") == 3  # ROC, histograms, AUROC against k
 
 
 def test_compare_prints_the_deltas_of_two_reports(tiny_model_dir, labelled_jsonl, tmp_path, capsys):

@@ -7,27 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from mia_fast.cli.options import add_input_options, add_model_options, add_scoring_options, input_name, load_input, model_name, score_into
+from mia_fast.cli.options import add_input_options, add_model_options, add_scoring_options, input_name, load_input, score_into, score_settings, single_column
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.thresholds import RULES
-
-# Settings that change what a score means: a threshold only transfers when they are equal.
-_SCORE_SETTINGS = ("model", "prepend_start", "max_words", "a", "freq_table", "ref_model", "prefix_nonmembers", "prefix_members", "conrecall_gamma", "neighbor_field", "neighbor_model", "neighbor_count", "samia_samples", "pac_copies", "gradnorm_norm", "gradnorm_params", "method_seed", "probe", "probe_normalization")
-
-
-def _score_settings(args: argparse.Namespace) -> dict:
-    values = {name: getattr(args, name, None) for name in _SCORE_SETTINGS}
-    values["model"] = model_name(args)
-    return values
-
-
-def _single_column(method: str) -> str:
-    from mia_fast.methods import resolve_methods
-
-    columns = [c for r in resolve_methods([method], []) for c in r.columns]
-    if len(columns) != 1:
-        raise MiaFastError(f"--method takes one score column, e.g. mink_0.2 or loss; {method!r} is not one")
-    return columns[0]
 
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
@@ -56,7 +38,7 @@ def command_calibrate(args: argparse.Namespace) -> None:
     from mia_fast.data import read_scores
     from mia_fast.evaluation.thresholds import calibrate, require_both_classes
 
-    column = _single_column(args.method)
+    column = single_column(args.method)
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise MiaFastError(f"{out} exists; pass --overwrite to replace it")
@@ -66,7 +48,7 @@ def command_calibrate(args: argparse.Namespace) -> None:
     scores_path = _scores_path(out)
     score_into(args, dataset, scores_path)
     scores = read_scores(scores_path, [column])[column]
-    settings = _score_settings(args) | {"data": input_name(args)}
+    settings = score_settings(args) | {"data": input_name(args)}
     threshold = calibrate(dataset.labels, scores, column, args.rule, args.target_fpr if args.rule == "fpr" else None, settings)
     threshold.save(out)
     v = threshold.validation
@@ -80,12 +62,7 @@ def command_classify(args: argparse.Namespace) -> None:
     from mia_fast.evaluation.thresholds import Threshold, write_classification
 
     threshold = Threshold.load(args.threshold)
-    if args.method and _single_column(args.method) != threshold.method:
-        raise MiaFastError(f"{args.threshold} is a threshold for {threshold.method}, not {args.method}; calibrate one for {args.method}")
-    mismatched = {k: (threshold.settings.get(k), v) for k, v in _score_settings(args).items() if k in threshold.settings and threshold.settings[k] != v}
-    if mismatched:
-        details = ", ".join(f"{k}: calibrated with {a!r}, now {b!r}" for k, (a, b) in mismatched.items())
-        raise MiaFastError(f"{args.threshold} was calibrated under other scoring settings ({details}); scores would not be comparable")
+    threshold.check_use(args.threshold, score_settings(args), single_column(args.method) if args.method else None)
     out = Path(args.out)
     rates_path = out.with_name(out.stem + ".rates.json")
     for path in (out, rates_path):

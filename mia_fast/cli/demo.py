@@ -36,6 +36,7 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--neighbor-model", default=WORD_DROP, help=f"for neighbor: a masked LM that makes the neighbours, or {WORD_DROP!r} (default; no model)")
     demo.add_argument("--neighbor-count", type=int, default=DEFAULT_NEIGHBORS, help=f"for neighbor: neighbours per text (default {DEFAULT_NEIGHBORS})")
     demo.add_argument("--bootstrap", type=int, default=1000)
+    demo.add_argument("--no-blind", dest="blind", action="store_false", help="leave out the model-free baselines (bag of words, dates)")
     demo.add_argument("--overwrite", action="store_true", help="write into a report directory that is not empty")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(handler=command_demo)
@@ -81,7 +82,7 @@ def command_demo(args: argparse.Namespace) -> None:
             ks=args.k, corpus_name=corpus_name, on_step=on_step, bootstrap=args.bootstrap,
             on_tokenized=on_tokenized, on_progress=lambda tokens: bars[-1].update(tokens), prefix_shots=args.prefix_shots,
             probe_texts=args.probe_texts, probe_training=ProbeTraining(learning_rate=args.probe_lr, seed=args.seed),
-            neighbors=neighbors,
+            neighbors=neighbors, blind=args.blind,
         )
     finally:
         for bar in bars:

@@ -1,4 +1,4 @@
-"""``mia-fast``: ``score``, ``eval``, ``calibrate``, ``classify``, ``demo``, ``freq`` and ``probe``.
+"""``mia-fast``: ``score``, ``eval``, ``calibrate``, ``classify``, ``audit-unlearning``, ``demo``, ``freq`` and ``probe``.
 
 Only the chosen command's module is imported, and each imports the heavy libraries (torch,
 transformers, matplotlib) only when it runs, so ``mia-fast --help`` and ``mia-fast freq ...`` start
@@ -22,8 +22,10 @@ COMMANDS = {
     "eval": ("score labelled texts and report AUROC / TPR@FPR per method", "mia_fast.cli.score"),
     "calibrate": ("pick a decision threshold for one method on a labelled validation set", "mia_fast.cli.audit"),
     "classify": ("flag texts with a calibrated threshold; contamination rate per document", "mia_fast.cli.audit"),
+    "audit-unlearning": ("score texts under a model before and after unlearning; flag those that still look like members", "mia_fast.cli.unlearning"),
     "demo": ("plant known members into a model by fine-tuning, then evaluate every method on them", "mia_fast.cli.demo"),
     "freq": ("token-frequency tables of a reference corpus (for dcpdd)", "mia_fast.cli.freq"),
+    "dataset-inference": ("is a set of texts in the training data? (Maini et al.: many features, a linear model, a t-test)", "mia_fast.cli.inference"),
     "probe": ("train the white-box probe on a model's hidden states (for the probe method)", "mia_fast.cli.probe"),
 }
 

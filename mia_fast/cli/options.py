@@ -102,6 +102,27 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
     output.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+# Settings that change what a score means: a threshold only transfers when they are equal.
+SCORE_SETTINGS = ("model", "prepend_start", "max_words", "a", "freq_table", "ref_model", "prefix_nonmembers", "prefix_members", "conrecall_gamma", "neighbor_field", "neighbor_model", "neighbor_count", "samia_samples", "pac_copies", "gradnorm_norm", "gradnorm_params", "method_seed", "probe", "probe_normalization")
+
+
+def score_settings(args: argparse.Namespace) -> dict:
+    """The options that change what a score means, as a threshold records them."""
+    values = {name: getattr(args, name, None) for name in SCORE_SETTINGS}
+    values["model"] = model_name(args)
+    return values
+
+
+def single_column(method: str) -> str:
+    """The one score column ``method`` names (``mink_0.2``, ``loss``); refuses a method of several columns."""
+    from mia_fast.methods import resolve_methods
+
+    columns = [c for r in resolve_methods([method], []) for c in r.columns]
+    if len(columns) != 1:
+        raise MiaFastError(f"--method takes one score column, e.g. mink_0.2 or loss; {method!r} is not one")
+    return columns[0]
+
+
 def input_name(args: argparse.Namespace) -> str:
     if args.suite:
         return f"{args.suite}:{args.split or SUITES[args.suite].default_split}" + (f":{args.config}" if args.config else "") + (f" ({args.data})" if args.data else "")
@@ -167,6 +188,18 @@ def neighbor_source(args: argparse.Namespace, dataset):
     return None
 
 
+def online_setting(args: argparse.Namespace):
+    """--online W with its --online-stride and --online-method as an OnlineSetting (checked here); None without --online."""
+    from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting
+
+    if getattr(args, "online", None) is None:
+        stray = [f"--online-{name}" for name in ("stride", "method") if getattr(args, f"online_{name}", None) is not None]
+        if stray:
+            raise MiaFastError(f"{' and '.join(stray)} need --online W")
+        return None
+    return OnlineSetting(args.online, args.online_stride, args.online_method or DEFAULT_ONLINE_METHOD)
+
+
 def score_into(args: argparse.Namespace, dataset, out) -> None:
     """Scores ``dataset`` into ``out`` with the command's options (resumable, block by block)."""
     from mia_fast.api import score_file
@@ -174,5 +207,6 @@ def score_into(args: argparse.Namespace, dataset, out) -> None:
     score_file(
         dataset, out, methods=args.methods.split(","), k=args.k, a=args.a, resume=args.resume, overwrite=args.overwrite,
         block_rows=args.block_rows, id_field=args.id_field, label_field=args.label_field, progress=not args.quiet,
-        data_name=input_name(args), log=stderr, neighbors=neighbor_source(args, dataset), **detector_options(args),
+        data_name=input_name(args), log=stderr, neighbors=neighbor_source(args, dataset), online=online_setting(args),
+        **detector_options(args),
     )

@@ -17,6 +17,7 @@ from mia_fast.cli.options import (
     score_into,
 )
 from mia_fast.errors import MiaFastError
+from mia_fast.methods.online import DEFAULT_ONLINE_METHOD
 
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
@@ -25,6 +26,11 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     add_scoring_options(parser)
     if name == "score":
         parser.add_argument("--out", required=True, help="scores: .jsonl, .csv or .parquet (one row per input row, in order)")
+        online = parser.add_argument_group("online detection (Min-K%++ §4.4)")
+        online.add_argument("--online", type=int, metavar="W", help="also score every window of W scored tokens: each row gets its best "
+                            "window (online_max, online_start, online_end, online_text) and every window's score goes to OUT_STEM.windows.jsonl")
+        online.add_argument("--online-stride", type=int, metavar="S", help="scored tokens between window starts (default W // 2)")
+        online.add_argument("--online-method", help=f"loss, mink_<k> or minkpp_<k> (default {DEFAULT_ONLINE_METHOD})")
         parser.set_defaults(handler=command_score)
         return
     parser.add_argument("--report", help="directory for metrics.json, figures, report.md and report.html")
@@ -32,6 +38,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the AUROC CI")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--buckets", type=ints, help="word-length bucket edges, e.g. 32,64,128,256: metrics per bucket too")
+    parser.add_argument("--no-blind", dest="blind", action="store_false", help="leave out the model-free baselines (bag of words, dates) that check whether the split leaks")
     parser.add_argument("--compare", nargs=2, metavar=("REPORT_A", "REPORT_B"), help="print the differences between two report directories and stop")
     parser.set_defaults(handler=command_eval)
 
@@ -44,6 +51,7 @@ def command_eval(args: argparse.Namespace) -> None:
     from mia_fast.data import read_scores
     from mia_fast.data.text import assign_buckets, count_words
     from mia_fast.evaluation import metrics
+    from mia_fast.evaluation.blind import blind_scores, cross_validation_folds
     from mia_fast.evaluation.report import compare_reports, format_table, write_report
     from mia_fast.methods import resolve_methods
 
@@ -54,17 +62,21 @@ def command_eval(args: argparse.Namespace) -> None:
         raise MiaFastError("eval needs --report DIR (or --compare REPORT_A REPORT_B)")
     dataset = load_input(args, require_labels=True)
     labels = metrics.check_labels(dataset.labels)
+    if args.blind:
+        cross_validation_folds(labels)  # before any scoring
     out_path = Path(args.out) if args.out else Path(args.report) / "scores.jsonl"
     score_into(args, dataset, out_path)
     score_columns = [c for r in resolve_methods(args.methods.split(","), args.k) for c in r.columns]
     columns = read_scores(out_path, score_columns)
+    if args.blind:
+        columns |= blind_scores(dataset.texts, labels, seed=args.seed)
     results = metrics.evaluate(labels, columns, resamples=args.bootstrap, seed=args.seed)
     buckets = None
     if args.buckets:
         names = assign_buckets([count_words(t) for t in dataset.texts], args.buckets)
         buckets = metrics.evaluate_by_group(labels, columns, names, resamples=args.bootstrap, seed=args.seed)
     meta = {"data": input_name(args), "model": model_name(args), "scores": str(out_path), "prepend_start": args.prepend_start,
-            "max_words": args.max_words, "methods": args.methods, "k": args.k}
+            "max_words": args.max_words, "methods": args.methods, "k": args.k, "model_free_baselines": args.blind}
     paths = write_report(args.report, labels, columns, results, meta, buckets=buckets)
     print(format_table(results))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)

@@ -28,6 +28,8 @@ from mia_fast.api import Detector
 from mia_fast.data.files import Dataset, ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
+from mia_fast.evaluation.blind import blind_scores
+from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
 from mia_fast.evaluation.report import write_report
 from mia_fast.frequency.sources import BadRecords, expand_sources, iter_documents
@@ -145,10 +147,7 @@ class Experiment:
 
 
 def plot_losses(path: Path, losses: Sequence[float], steps_per_epoch: int) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(range(1, len(losses) + 1), losses, marker=".")
@@ -158,10 +157,7 @@ def plot_losses(path: Path, losses: Sequence[float], steps_per_epoch: int) -> Pa
     ax.set_ylabel("causal LM loss on the members")
     ax.set_title("fine-tuning")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run_experiment(
@@ -183,6 +179,7 @@ def run_experiment(
     neighbors: NeighborSource | None = None,
     frequencies: Any = None,
     method_settings: dict[str, Any] | None = None,
+    blind: bool = True,
 ) -> tuple[Experiment, dict]:
     """Splits, fine-tunes ``loaded`` in place, scores, and writes the evaluation report into ``report_dir``.
 
@@ -195,8 +192,9 @@ def run_experiment(
     on like every member, but not evaluated, for any method. ``neighbor`` takes its neighbours from
     ``neighbors`` (default: ``WordDropNeighbors``, which needs no second model); ``dcpdd`` its token
     frequencies from ``frequencies`` (a table, its path or per-id counts of a reference corpus);
-    ``method_settings`` are more of the Detector's method settings (e.g. ``samia_samples``). Returns the experiment and the per-column
-    metrics. On a diverging fine-tuning the report directory still gets the training log and a report
+    ``method_settings`` are more of the Detector's method settings (e.g. ``samia_samples``). With
+    ``blind``, the model-free baselines are evaluated beside the methods (an i.i.d. split should leave
+    them at chance). Returns the experiment and the per-column metrics. On a diverging fine-tuning the report directory still gets the training log and a report
     saying so, and TrainingDiverged is raised.
     """
     report_dir = Path(report_dir)
@@ -262,6 +260,8 @@ def run_experiment(
     scores = detector.score(experiment.texts, methods=list(methods), k=list(ks or DEFAULT_KS), on_tokenized=on_tokenized, on_progress=on_progress)
     experiment.seconds["score"] = time.perf_counter() - scoring_started
     columns = {name: values for name, values in scores.items()}
+    if blind:
+        columns |= blind_scores(experiment.texts, experiment.labels, seed=tuning.seed)
     results = metrics.evaluate(experiment.labels, columns, resamples=bootstrap, seed=tuning.seed)
     meta = {**settings, "first_loss": experiment.losses[0], "last_loss": experiment.losses[-1], "steps": len(experiment.losses),
             **{f"seconds_{k}": round(v, 1) for k, v in experiment.seconds.items()}}

@@ -32,6 +32,7 @@ import torch
 
 from mia_fast.data.files import Dataset
 from mia_fast.errors import MiaFastError
+from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.metrics import auroc
 from mia_fast.methods.probe import NORMALIZATIONS, Probe, ProbePrompt, standardise
 from mia_fast.pipeline.engine import StatsEngine
@@ -177,10 +178,7 @@ def train_probe(
 
 def plot_dev_auroc(path: Path, report: ProbeReport) -> Path:
     """Dev AUROC of each layer's probe under both normalisations, the kept layer marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for name, values in report.dev_auroc.items():
@@ -192,10 +190,7 @@ def plot_dev_auroc(path: Path, report: ProbeReport) -> Path:
     ax.set_title("probe: dev AUROC by layer")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def save_probe(directory: Path, report: ProbeReport) -> list[Path]:

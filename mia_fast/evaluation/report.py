@@ -1,5 +1,11 @@
-"""Evaluation reports: metrics.json, figures (ROC, score histograms), report.md and a self-contained
-report.html, a text table, and the comparison of two reports."""
+"""Evaluation reports: metrics.json, figures (ROC, AUROC against k, score histograms), report.md and a
+self-contained report.html, a text table, and the comparison of two reports.
+
+A method taking k (Min-K%, Min-K%++) gives one column per k, named ``{family}_{k}``: the ROC curves and
+histograms show each family at its best k beside every other method, and the AUROC of every k is
+drawn against k, a panel per family, with its bootstrap CI. Model-free baselines (``blind``) are
+marked as such, and what they say of the benchmark heads the report and closes the table.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import base64
 import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -14,13 +21,40 @@ import numpy as np
 
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
+from mia_fast.evaluation.blind import BLIND_COLUMNS, blind_verdict
+from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.metrics import MethodMetrics
 
 BucketResults = Mapping[str, Mapping[str, MethodMetrics]]
+_K_COLUMN = re.compile(r"^(?P<family>.+)_(?P<k>\d+\.\d+)$")
+# Marks a model-free baseline in tables and figures; a footnote says so.
+MODEL_FREE = "*"
+MODEL_FREE_NOTE = "* model-free baseline: a classifier of the texts alone, scored out of fold (no model involved)"
 
 
 def ranked(results: Mapping[str, MethodMetrics]) -> list[tuple[str, MethodMetrics]]:
     return sorted(results.items(), key=lambda item: -item[1].auroc)
+
+
+def k_families(names: Sequence[str]) -> dict[str, list[tuple[float, str]]]:
+    """The k-methods among score columns: family -> [(k, column)], k ascending."""
+    families: dict[str, list[tuple[float, str]]] = {}
+    for name in names:
+        match = _K_COLUMN.match(name)
+        if match:
+            families.setdefault(match["family"], []).append((float(match["k"]), name))
+    return {family: sorted(columns) for family, columns in families.items()}
+
+
+def shown_columns(results: Mapping[str, MethodMetrics]) -> list[str]:
+    """Every column but the k-methods' other k: each family appears at its best k. Best AUROC first."""
+    others = {column for columns in k_families(list(results)).values() for _, column in columns}
+    best = {max((c for _, c in columns), key=lambda c: results[c].auroc) for columns in k_families(list(results)).values()}
+    return [name for name, _ in ranked(results) if name not in others or name in best]
+
+
+def display_name(name: str) -> str:
+    return name + MODEL_FREE if name in BLIND_COLUMNS else name
 
 
 def write_report(
@@ -40,24 +74,23 @@ def write_report(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {"meta": dict(meta), "methods": {name: r.to_dict() for name, r in ranked(results)}}
+    verdict = blind_verdict(results)
+    if verdict:
+        payload["model_free"] = {"columns": [n for n in BLIND_COLUMNS if n in results], "verdict": verdict}
     if buckets:
         payload["buckets"] = {label: {name: r.to_dict() for name, r in ranked(res)} for label, res in buckets.items()}
     metrics_path = directory / "metrics.json"
     metrics_path.write_text(json.dumps(payload, indent=2) + "\n")
     roc = plot_roc(directory / "roc.png", labels, columns, results)
     histograms = plot_histograms(directory / "histograms.png", labels, columns, results)
-    shown = [("ROC curves (linear and log-log axes)", roc), ("Scores of members and non-members", histograms), *figures]
-    markdown, page = write_documents(directory, meta, results, buckets, shown)
-    return [metrics_path, roc, histograms, markdown, page]
-
-
-def _matplotlib():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    shown = [("ROC curves (each k-method at its best k; linear and log-log axes)", roc), ("Scores of members and non-members", histograms)]
+    written = [metrics_path, roc, histograms]
+    if any(len(columns) > 1 for columns in k_families(list(results)).values()):
+        by_k = plot_auroc_by_k(directory / "auroc_by_k.png", results)
+        shown.append(("AUROC against k, with 95% CI bands", by_k))
+        written.append(by_k)
+    markdown, page = write_documents(directory, meta, results, buckets, [*shown, *figures])
+    return [*written, markdown, page]
 
 
 def _styles(plt, count: int) -> list[dict]:
@@ -67,15 +100,19 @@ def _styles(plt, count: int) -> list[dict]:
 
 
 def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]) -> Path:
-    plt = _matplotlib()
+    plt = pyplot()
     fig, (linear, loglog) = plt.subplots(1, 2, figsize=(15, 5.5))
-    order = ranked(results)
-    for style, (name, result) in zip(_styles(plt, len(order)), order):
+    order = shown_columns(results)
+    methods = [name for name in order if name not in BLIND_COLUMNS]
+    styles = dict(zip(methods, _styles(plt, len(methods))))
+    for model_free, name in enumerate(n for n in order if n in BLIND_COLUMNS):
+        styles[name] = dict(color=("0.35", "0.6")[model_free % 2], linestyle="--", linewidth=2)
+    for name in order:
         scores = np.asarray(columns[name], dtype=np.float64)
         finite = ~np.isnan(scores)
         fpr, tpr, _ = metrics.roc_curve(labels[finite], scores[finite])
-        linear.plot(fpr, tpr, label=f"{name} (AUROC {result.auroc:.3f})", **style)
-        loglog.plot(fpr, tpr, **style)
+        linear.plot(fpr, tpr, label=f"{display_name(name)} (AUROC {results[name].auroc:.3f})", **styles[name])
+        loglog.plot(fpr, tpr, **styles[name])
     for ax in (linear, loglog):
         ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
         ax.set_xlabel("false positive rate")
@@ -86,7 +123,7 @@ def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], 
     loglog.set_yscale("log")
     loglog.set_xlim(floor / 2, 1)
     loglog.set_ylim(floor / 2, 1)
-    first = order[0][1]
+    first = results[order[0]]
     linear.set_title(f"ROC ({first.n_members} members, {first.n_nonmembers} non-members)")
     loglog.set_title("ROC, log-log axes (the low-FPR regime)")
     fig.legend(loc="center left", bbox_to_anchor=(0.8, 0.5), fontsize=7, frameon=False)
@@ -96,10 +133,32 @@ def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], 
     return path
 
 
+def plot_auroc_by_k(path: Path, results: Mapping[str, MethodMetrics]) -> Path:
+    """A panel per k-method family: AUROC against k with its bootstrap 95% CI as a band."""
+    plt = pyplot()
+    families = {family: columns for family, columns in k_families(list(results)).items() if len(columns) > 1}
+    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4), squeeze=False, sharey=True)
+    for ax, (family, columns) in zip(axes.flat, families.items()):
+        ks = [k for k, _ in columns]
+        found = [results[c] for _, c in columns]
+        ax.fill_between(ks, [r.auroc_ci[0] for r in found], [r.auroc_ci[1] for r in found], alpha=0.25, label="95% CI")
+        ax.plot(ks, [r.auroc for r in found], marker="o", label="AUROC")
+        best = int(np.argmax([r.auroc for r in found]))
+        ax.annotate(f"best k {ks[best]:g}: {found[best].auroc:.3f}", (ks[best], found[best].auroc), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+        ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+        ax.set_ylim(top=1.06)  # room for the best k's label
+        ax.set_title(family)
+        ax.set_xlabel("k (fraction of tokens)")
+        ax.grid(alpha=0.3)
+    axes.flat[0].set_ylabel("AUROC")
+    axes.flat[0].legend(fontsize=8, loc="lower right")
+    return save_figure(fig, path)
+
+
 def plot_histograms(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]) -> Path:
-    """One panel per method, best AUROC first: the score distributions of members and non-members."""
-    plt = _matplotlib()
-    order = ranked(results)
+    """One panel per method (k-methods at their best k), best AUROC first: the score distributions of members and non-members."""
+    plt = pyplot()
+    order = [(name, results[name]) for name in shown_columns(results)]
     cols = min(5, len(order))
     rows = math.ceil(len(order) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False)
@@ -110,23 +169,20 @@ def plot_histograms(path: Path, labels: np.ndarray, columns: Mapping[str, np.nda
         bins = np.histogram_bin_edges(values, bins=30) if values.size and np.ptp(values) > 0 else 10
         for label, colour, legend in ((1, "tab:red", "members"), (0, "tab:blue", "non-members")):
             ax.hist(scores[finite & (labels == label)], bins=bins, alpha=0.55, color=colour, label=legend, density=True)
-        ax.set_title(f"{name}  (AUROC {result.auroc:.3f})", fontsize=9)
+        ax.set_title(f"{display_name(name)}  (AUROC {result.auroc:.3f})", fontsize=9)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(order):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle("score distributions (higher = more likely a member)", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _metric_rows(results: Mapping[str, MethodMetrics]) -> tuple[list[str], list[list[str]]]:
     levels = [metrics.fpr_key(level) for level in metrics.FPR_LEVELS]
     header = ["method", "AUROC", "95% CI", *(f"TPR@{k}FPR" for k in levels), "FPR@95%TPR"]
     rows = [
-        [name, f"{r.auroc:.3f}", f"[{r.auroc_ci[0]:.3f}, {r.auroc_ci[1]:.3f}]", *(f"{r.tpr_at_fpr[k]:.3f}" for k in levels), f"{r.fpr_at_95tpr:.3f}"]
+        [display_name(name), f"{r.auroc:.3f}", f"[{r.auroc_ci[0]:.3f}, {r.auroc_ci[1]:.3f}]", *(f"{r.tpr_at_fpr[k]:.3f}" for k in levels), f"{r.fpr_at_95tpr:.3f}"]
         for name, r in ranked(results)
     ]
     return header, rows
@@ -154,15 +210,20 @@ def write_documents(
     """report.md (figures linked beside it) and report.html (figures embedded: one file to send)."""
     first = next(iter(results.values()))
     summary = f"{first.n_members} members, {first.n_nonmembers} non-members, {first.n_excluded} excluded (nothing to score)"
+    verdict = blind_verdict(results)
     tables = [("Detection quality, best AUROC first", *_metric_rows(results))]
     if buckets:
         tables.append(("AUROC by text length in words (members+non-members per bucket)", *_bucket_rows(results, buckets)))
     settings = [[str(k), _setting(v)] for k, v in meta.items()]
 
     md = ["# mia-fast evaluation report", "", summary, ""]
+    if verdict:
+        md += [f"**{verdict}**" if verdict.startswith("WARNING") else verdict, ""]
     for title, header, rows in tables:
         md += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    if any(name in BLIND_COLUMNS for name in results):
+        md += [MODEL_FREE_NOTE, ""]
     for caption, path in figures:
         md += [f"## {caption}", "", f"![{caption}]({path.name})", ""]
     md += ["## Settings", "", "| setting | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in settings), ""]
@@ -174,12 +235,17 @@ def write_documents(
         cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
         return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{cells}</table>"
 
-    body = [f"<h1>mia-fast evaluation report</h1><p>{html.escape(summary)}</p>", *(html_table(*t) for t in tables)]
+    body = [f"<h1>mia-fast evaluation report</h1><p>{html.escape(summary)}</p>"]
+    if verdict:
+        body.append(f"<p class='{'warning' if verdict.startswith('WARNING') else 'note'}'>{html.escape(verdict)}</p>")
+    body += [html_table(*t) for t in tables]
+    if any(name in BLIND_COLUMNS for name in results):
+        body.append(f"<p>{html.escape(MODEL_FREE_NOTE)}</p>")
     for caption, path in figures:
         data = base64.b64encode(path.read_bytes()).decode()
         body.append(f"<h2>{html.escape(caption)}</h2><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>")
     body.append(html_table("Settings", ["setting", "value"], settings))
-    style = "body{font-family:sans-serif;max-width:1400px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}img{max-width:100%}"
+    style = "body{font-family:sans-serif;max-width:1400px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}img{max-width:100%}.warning{background:#fde2e1;border-left:6px solid #c0392b;padding:8px 12px;font-weight:bold}.note{background:#eef4fb;border-left:6px solid #2c6fbb;padding:8px 12px}"
     page = directory / "report.html"
     page.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>mia-fast report</title><style>{style}</style></head><body>{''.join(body)}</body></html>")
     return markdown, page
@@ -196,15 +262,18 @@ def _setting(value: Any) -> str:
 def format_table(results: Mapping[str, MethodMetrics]) -> str:
     """A fixed-width table sorted by AUROC, best first."""
     levels = [metrics.fpr_key(level) for level in metrics.FPR_LEVELS]
-    header = f"{'method':<16} {'AUROC':>6} {'95% CI':>15} " + " ".join(f"{'TPR@' + k:>10}" for k in levels) + f" {'FPR@95TPR':>10}"
+    width = max([16, *(len(display_name(name)) for name in results)])
+    header = f"{'method':<{width}} {'AUROC':>6} {'95% CI':>15} " + " ".join(f"{'TPR@' + k:>10}" for k in levels) + f" {'FPR@95TPR':>10}"
     lines = [header, "-" * len(header)]
     for name, r in ranked(results):
         ci = f"[{r.auroc_ci[0]:.3f}, {r.auroc_ci[1]:.3f}]"
         tprs = " ".join(f"{r.tpr_at_fpr[k]:>10.3f}" for k in levels)
-        lines.append(f"{name:<16} {r.auroc:>6.3f} {ci:>15} {tprs} {r.fpr_at_95tpr:>10.3f}")
+        lines.append(f"{display_name(name):<{width}} {r.auroc:>6.3f} {ci:>15} {tprs} {r.fpr_at_95tpr:>10.3f}")
     first = next(iter(results.values()), None)
     if first is not None:
         lines.append(f"members: {first.n_members}, non-members: {first.n_nonmembers}, excluded (unscorable): {first.n_excluded}")
+    if any(name in BLIND_COLUMNS for name in results):
+        lines += [MODEL_FREE_NOTE, blind_verdict(results) or ""]
     return "\n".join(lines)
 
 

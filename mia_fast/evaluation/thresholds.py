@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -51,6 +51,15 @@ class Threshold:
         if threshold.rule not in RULES or not isinstance(threshold.value, (int, float)):
             raise MiaFastError(f"{path}: malformed threshold file (rule {threshold.rule!r}, value {threshold.value!r})")
         return threshold
+
+    def check_use(self, source: str, settings: Mapping[str, Any], column: str | None = None) -> None:
+        """A threshold applies only to its own score column (``column``, when given), computed under the settings it was calibrated with."""
+        if column is not None and column != self.method:
+            raise MiaFastError(f"{source} is a threshold for {self.method}, not {column}; calibrate one for {column}")
+        mismatched = {k: (self.settings[k], v) for k, v in settings.items() if k in self.settings and self.settings[k] != v}
+        if mismatched:
+            details = ", ".join(f"{k}: calibrated with {a!r}, now {b!r}" for k, (a, b) in mismatched.items())
+            raise MiaFastError(f"{source} was calibrated under other scoring settings ({details}); scores would not be comparable")
 
 
 def calibrate(

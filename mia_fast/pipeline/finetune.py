@@ -33,13 +33,16 @@ def fine_tune(
     micro_batch: int | None = None,
     max_tokens: int | None = None,
     seed: int = 0,
+    ascent: bool = False,
     on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Fine-tunes ``loaded.model`` in place on ``texts``: causal LM loss over every token (the start
     token prepended as when scoring), AdamW at a constant learning rate without weight decay, gradients
     clipped to norm 1. Each optimizer step sees ``batch_size`` texts, run ``micro_batch`` at a time with
     the gradients accumulated (the mean of the micro-batches' mean losses). Texts are cut to
-    ``max_tokens`` tokens. Returns the loss of every step; raises TrainingDiverged on a NaN loss."""
+    ``max_tokens`` tokens. With ``ascent``, the loss is maximised instead (gradient ascent, the usual
+    unlearning baseline); the losses returned are still the true ones. Returns the loss of every step;
+    raises TrainingDiverged on a NaN loss."""
     model, device = loaded.model, loaded.device
     micro_batch = min(micro_batch or batch_size, batch_size)
     sequences = tokenize(loaded.tokenizer, list(texts), prepend_start=True)
@@ -50,28 +53,31 @@ def fine_tune(
     generator = np.random.default_rng(seed + 2)
     losses: list[float] = []
     model.train()
-    try:
-        for _ in range(epochs):
-            order = generator.permutation(len(sequences))
-            for start in range(0, len(order), batch_size):
-                step = order[start : start + batch_size]
-                parts = [step[i : i + micro_batch] for i in range(0, len(step), micro_batch)]
-                step_loss = 0.0
-                for part in parts:
-                    loss = _causal_lm_loss(model, [sequences[i] for i in part], pad, device) / len(parts)
-                    step_loss += float(loss.detach())
-                    if not math.isfinite(step_loss):
-                        raise TrainingDiverged(len(losses) + 1, [*losses, step_loss])
-                    loss.backward()
-                losses.append(step_loss)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                if on_step is not None:
-                    on_step(len(losses), losses[-1])
-    finally:
-        model.eval()
-        optimizer.zero_grad(set_to_none=True)
+    # Dropout draws from torch's global generator: seeded (and restored afterwards) so that a fine-tuning repeats exactly.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        try:
+            for _ in range(epochs):
+                order = generator.permutation(len(sequences))
+                for start in range(0, len(order), batch_size):
+                    step = order[start : start + batch_size]
+                    parts = [step[i : i + micro_batch] for i in range(0, len(step), micro_batch)]
+                    step_loss = 0.0
+                    for part in parts:
+                        loss = _causal_lm_loss(model, [sequences[i] for i in part], pad, device) / len(parts)
+                        step_loss += float(loss.detach())
+                        if not math.isfinite(step_loss):
+                            raise TrainingDiverged(len(losses) + 1, [*losses, step_loss])
+                        (-loss if ascent else loss).backward()
+                    losses.append(step_loss)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    if on_step is not None:
+                        on_step(len(losses), losses[-1])
+        finally:
+            model.eval()
+            optimizer.zero_grad(set_to_none=True)
     return losses
 
 

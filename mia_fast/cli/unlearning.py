@@ -1,0 +1,78 @@
+"""``mia-fast audit-unlearning``: which texts still look like members of a model after it "unlearned" them
+(Min-K% Prob, §7)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mia_fast.cli.options import (
+    add_input_options,
+    add_scoring_options,
+    input_name,
+    load_input,
+    refuse_nonempty,
+    score_into,
+    score_settings,
+    single_column,
+    stderr,
+)
+from mia_fast.evaluation.unlearning import DEFAULT_RATIO
+
+
+def add_command(name: str, parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Scores every text under the model before and after unlearning (each with its own tokenizer) and flags the "
+        "texts that still look like members of the model after: by a calibrated threshold on the after score, or "
+        "(default) when the after score kept at least --ratio of the before score. Meant for the texts that were "
+        "supposed to be unlearned: a text the model never saw keeps its score too."
+    )
+    add_input_options(parser)
+    models = parser.add_argument_group("models")
+    models.add_argument("--before", required=True, metavar="MODEL", help="the model before unlearning: hub name, directory or .gguf file")
+    models.add_argument("--after", required=True, metavar="MODEL", help="the model after unlearning: hub name, directory or .gguf file")
+    models.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    models.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
+    add_scoring_options(parser, methods=False)
+    audit = parser.add_argument_group("audit")
+    audit.add_argument("--method", required=True, help="one score column, e.g. mink_0.2 or loss")
+    audit.add_argument("--report", required=True, help="directory for audit.jsonl, groups.json, before_after.png, report.md and the scores")
+    rule = audit.add_mutually_exclusive_group()
+    rule.add_argument("--threshold", metavar="FILE", help="flag texts whose after score reaches this threshold ('mia-fast calibrate' on the model after)")
+    rule.add_argument("--ratio", type=float, help=f"flag texts whose after score kept at least this share of the before score (default {DEFAULT_RATIO}; "
+                                                  "mean log-probabilities only: loss, mink_K)")
+    parser.set_defaults(handler=command_audit_unlearning)
+
+
+def _with_model(args: argparse.Namespace, model: str) -> argparse.Namespace:
+    """The options with ``model`` as the one scoring model."""
+    return argparse.Namespace(**{**vars(args), "model": model, "gguf": None})
+
+
+def command_audit_unlearning(args: argparse.Namespace) -> None:
+    from mia_fast.data import read_scores
+    from mia_fast.evaluation.thresholds import Threshold
+    from mia_fast.evaluation.unlearning import RatioRule, ThresholdRule, audit_unlearning, format_table, write_audit_report
+
+    column = single_column(args.method)
+    report = Path(args.report)
+    refuse_nonempty(report, args.overwrite or args.resume, "--report")
+    if args.threshold:
+        threshold = Threshold.load(args.threshold)
+        threshold.check_use(args.threshold, score_settings(_with_model(args, args.after)), column)
+        rule = ThresholdRule(threshold, args.threshold)
+    else:
+        rule = RatioRule(column, DEFAULT_RATIO if args.ratio is None else args.ratio)
+    dataset = load_input(args)
+    args.methods, args.k = column, []
+    report.mkdir(parents=True, exist_ok=True)
+    scores = {}
+    for role, model in (("before", args.before), ("after", args.after)):
+        stderr(f"scoring {column} under the model {role} unlearning ({model})")
+        path = report / f"scores-{role}.jsonl"
+        score_into(_with_model(args, model), dataset, path)
+        scores[role] = read_scores(path, [column])[column]
+    audit = audit_unlearning(column, scores["before"], scores["after"], rule, args.before, args.after, dataset.groups)
+    paths = write_audit_report(report, audit, dataset.ids, dataset.labels, input_name(args))
+    print(format_table(audit))
+    stderr("wrote " + ", ".join(str(p) for p in paths))
