@@ -39,6 +39,7 @@ from mia_fast.pipeline.models import LoadedModel, load_model
 from mia_fast.pipeline.neighbors import NeighborSource
 from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Pass
 from mia_fast.pipeline.stats import TokenStats
+from mia_fast.pipeline.stats_cache import CacheOnlyEngine, open_cache
 
 UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
 DEFAULT_BLOCK_ROWS = 512
@@ -155,7 +156,8 @@ class Detector:
     probe or its directory (``mia-fast probe train``), for ``probe``, scored with its own normalisation
     or ``probe_normalization``. ``samia_samples`` is SaMIA's samples per text, ``pac_copies`` PAC's word-swapped copies
     per text, ``seed`` seeds both; ``gradnorm_norm`` (1, 2 or inf) and ``gradnorm_params`` (fnmatch patterns of parameter
-    names; default all) set the gradient norm.
+    names; default all) set the gradient norm. With ``stats_cache`` (a directory), every pass's TokenStats are kept
+    there (``mia_fast.pipeline.stats_cache``): texts scored before, with any methods, k or cap, need no forward pass.
     """
 
     def __init__(
@@ -182,6 +184,7 @@ class Detector:
         batch_tokens: int | None = None,
         max_length: int | None = None,
         backend: str = "auto",
+        stats_cache: str | os.PathLike | None = None,
     ) -> None:
         engine_options = dict(prepend_start=prepend_start, batch_tokens=batch_tokens, backend=backend)
 
@@ -191,6 +194,9 @@ class Detector:
         self.target = StatsEngine(loaded(model, gguf=gguf), max_length=max_length, **engine_options)
         self.reference = StatsEngine(loaded(ref_model), **engine_options) if ref_model is not None else None
         self.engines = {TARGET: self.target, **({REFERENCE: self.reference} if self.reference else {})}
+        if stats_cache is not None:
+            for engine in self.engines.values():
+                engine.use_cache(stats_cache, log=lambda message: print(message, file=sys.stderr))
         self.backend = self.target.backend
         loaded_target = self.target.loaded
         self.log_frequencies = (
@@ -209,6 +215,19 @@ class Detector:
             neighbors=neighbors, samia_samples=samia_samples, pac_copies=pac_copies, gradnorm_norm=gradnorm_norm,
             gradnorm_params=gradnorm_params, seed=seed,
         )
+
+    @classmethod
+    def from_stats_cache(cls, directory: str | os.PathLike, setting: str | None = None, **settings: Any) -> Detector:
+        """A detector that scores from a stats cache alone (``mia-fast rescore``): no model is loaded, nothing runs
+        forward, and a text or pass the cache does not hold is refused. ``setting`` picks one of the cache's
+        model settings (a folder name or its start) where it holds several; ``settings`` are method settings
+        of ``METHOD_SETTINGS`` (e.g. the prefixes of ``recall``)."""
+        detector = cls.__new__(cls)
+        detector.target = CacheOnlyEngine(open_cache(directory, setting, log=lambda message: print(message, file=sys.stderr)))
+        detector.reference, detector.engines = None, {TARGET: detector.target}
+        detector.backend, detector.log_frequencies, detector.probe = detector.target.backend, None, None
+        detector.method_options = method_options(DEFAULT_A, None, **settings)
+        return detector
 
     def token_stats(self, texts: Sequence[str]) -> TokenStats:
         """TokenStats of ``texts`` under the target model (save them to re-score without a forward pass)."""
@@ -275,7 +294,7 @@ class Detector:
             log_frequencies=self.log_frequencies,
             options=options,
             impl=self.backend,
-            device=self.target.loaded.device,
+            device=self.target.device,
         )
         columns = registry.score(inputs, requests)
         n_tokens = plain.lengths if plain is not None else self.scored_positions(cleaned)
@@ -327,7 +346,10 @@ class Detector:
         results = {}
         for p, indices in positions.items():
             result = computed[p.model, p.readout]
-            results[p] = result.take(indices) if isinstance(result, TokenStats) else result[indices]
+            if len(result) == len(indices) and indices == list(range(len(indices))):
+                results[p] = result  # every text its own unit, in order: nothing to gather
+            else:
+                results[p] = result.take(indices) if isinstance(result, TokenStats) else result[indices]
         return results
 
 

@@ -1,4 +1,4 @@
-"""``mia-fast``: ``score``, ``eval``, ``calibrate``, ``classify``, ``audit-unlearning``, ``demo``, ``freq`` and ``probe``.
+"""``mia-fast``: ``score``, ``rescore``, ``eval``, ``calibrate``, ``classify``, ``audit-unlearning``, ``dataset-inference``, ``demo``, ``freq`` and ``probe``.
 
 Only the chosen command's module is imported, and each imports the heavy libraries (torch,
 transformers, matplotlib) only when it runs, so ``mia-fast --help`` and ``mia-fast freq ...`` start
@@ -19,6 +19,7 @@ from mia_fast.errors import MiaFastError
 # command: (help, module that adds its options and handler)
 COMMANDS = {
     "score": ("score texts with every requested method", "mia_fast.cli.score"),
+    "rescore": ("score again from a stats cache alone: other methods, k or cap without a model or a forward pass", "mia_fast.cli.rescore"),
     "eval": ("score labelled texts and report AUROC / TPR@FPR per method", "mia_fast.cli.score"),
     "calibrate": ("pick a decision threshold for one method on a labelled validation set", "mia_fast.cli.audit"),
     "classify": ("flag texts with a calibrated threshold; contamination rate per document", "mia_fast.cli.audit"),

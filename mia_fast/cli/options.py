@@ -99,6 +99,7 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
     output.add_argument("--resume", action="store_true", help="continue an interrupted output")
     output.add_argument("--overwrite", action="store_true", help="replace an existing output")
     output.add_argument("--block-rows", type=int, default=512, help="rows scored and written per block")
+    output.add_argument("--stats-cache", metavar="DIR", help="keep every pass's token statistics in DIR (Parquet): a rerun with any methods, k or --a needs no forward pass for texts already there")
     output.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -170,7 +171,7 @@ def detector_options(args: argparse.Namespace) -> dict[str, Any]:
         gradnorm_norm=args.gradnorm_norm, gradnorm_params=args.gradnorm_params.split(",") if args.gradnorm_params else None,
         seed=args.method_seed, probe=args.probe, probe_normalization=args.probe_normalization,
         device=args.device, dtype=args.dtype, prepend_start=args.prepend_start, batch_tokens=args.batch_tokens,
-        max_length=args.max_length, backend=args.backend,
+        max_length=args.max_length, backend=args.backend, stats_cache=args.stats_cache,
     )
 
 

@@ -16,7 +16,6 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from mia_fast.errors import MiaFastError
-from mia_fast.ops.segments import segment_mean
 from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Pass
 from mia_fast.pipeline.stats import TokenStats
 
@@ -252,4 +251,4 @@ def _has(inputs: ScoringInputs, need: str) -> bool:
 
 def mean_loss(stats: TokenStats) -> np.ndarray:
     """Mean negative log-likelihood of each text's scored tokens (NaN for a text with none)."""
-    return -segment_mean(stats.logp, stats.offsets)
+    return -stats.mean_logp

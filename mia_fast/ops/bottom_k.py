@@ -8,7 +8,10 @@ from typing import Sequence
 import numpy as np
 
 from mia_fast.ops.impl import check_impl, kernel_device
-from mia_fast.ops.segments import segment_ids, to_device
+from mia_fast.ops.segments import to_device
+
+# Values sorted at once in the reference: a few tens of MB, so that a block stays near the caches.
+_BLOCK_CELLS = 1 << 22
 
 
 def bottom_k_counts(lengths: np.ndarray, ks: Sequence[float]) -> np.ndarray:
@@ -38,14 +41,32 @@ def bottom_k_means(
 
 
 def _sorted_bottom_k_means(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    # One segmented sort serves all k. Sums are taken per text (reduceat), not as differences of a
-    # running sum over all texts, where one huge value would wipe out every later text's digits.
+    # Texts are taken in order of length, a block at a time, each padded with NaN (sorted last) to its
+    # block's longest: a sort along rows of a 2-D block is many times faster than one segmented sort of
+    # everything. Sums run along each text's own row, so one huge value cannot wipe out other texts' digits.
     lengths = np.diff(offsets)
-    ordered = np.append(values[np.lexsort((values, segment_ids(offsets)))].astype(np.float64), 0.0)
-    scored = lengths > 0
     means = np.full(counts.shape, np.nan)
-    starts = offsets[:-1][scored]
-    for j in range(counts.shape[1]):
-        bounds = np.stack([starts, starts + counts[scored, j]], axis=1).ravel()
-        means[scored, j] = np.add.reduceat(ordered, bounds)[::2] / counts[scored, j]
+    order = np.argsort(lengths, kind="stable")
+    order = order[lengths[order] > 0]
+    start = 0
+    while start < len(order):
+        # As many rows as fit the budget at the width of the longest row the shortest one's budget would reach.
+        reach = min(start + _BLOCK_CELLS // int(lengths[order[start]]), len(order)) - 1
+        end = min(start + max(_BLOCK_CELLS // int(lengths[order[reach]]), 1), len(order))
+        rows = order[start:end]
+        row_lengths = lengths[rows]
+        width = int(row_lengths[-1])
+        first = int(offsets[rows[0]])
+        if row_lengths[0] == width and offsets[rows[-1]] - first == (len(rows) - 1) * width and np.all(np.diff(rows) == 1):
+            block = values[first : first + len(rows) * width].reshape(len(rows), width).copy()  # texts of one length, side by side
+        else:
+            row_starts = np.cumsum(row_lengths) - row_lengths
+            within = np.arange(int(row_lengths.sum())) - np.repeat(row_starts, row_lengths)
+            block = np.full((len(rows), width), np.nan, dtype=values.dtype)
+            block[np.repeat(np.arange(len(rows)), row_lengths), within] = values[np.repeat(offsets[rows], row_lengths) + within]
+        block.sort(axis=1)
+        sums = np.cumsum(block.astype(np.float64), axis=1)
+        picked = counts[rows]
+        means[rows] = np.take_along_axis(sums, picked - 1, axis=1) / picked
+        start = end
     return means

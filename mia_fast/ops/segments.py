@@ -14,9 +14,12 @@ def segment_ids(offsets: np.ndarray) -> np.ndarray:
 def segment_mean(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Mean of each text's values (float64); NaN for a text with no positions."""
     lengths = np.diff(offsets)
-    sums = np.bincount(segment_ids(offsets), weights=values.astype(np.float64), minlength=len(lengths))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(lengths > 0, sums / np.maximum(lengths, 1), np.nan)
+    scored = lengths > 0
+    means = np.full(len(lengths), np.nan)
+    if scored.any():
+        # Each nonempty text's sum runs from its start to the next nonempty text's start: the empty ones between hold nothing.
+        means[scored] = np.add.reduceat(values[: offsets[-1]], offsets[:-1][scored], dtype=np.float64) / lengths[scored]
+    return means
 
 
 def to_device(array: np.ndarray, dtype: np.dtype, device):

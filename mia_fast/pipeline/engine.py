@@ -11,6 +11,7 @@ model's own logits are reduced a chunk at a time.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Sequence
@@ -19,12 +20,14 @@ import numpy as np
 import torch
 
 from mia_fast.errors import MiaFastError
+from mia_fast.frequency.table import tokenizer_fingerprint
 from mia_fast.ops.impl import resolve_backend
 from mia_fast.ops.token_stats import linear_token_stats, token_stats
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.passes import GradientNormReadout, HiddenStatesReadout, Readout, SamplesReadout
 from mia_fast.pipeline.stats import TokenStats
+from mia_fast.pipeline.stats_cache import StatsCache, text_key
 from mia_fast.pipeline.tokenize import split_windows, tokenize
 
 # Token budget per forward batch. On CPU the forward is compute-bound and large padded batches
@@ -91,6 +94,29 @@ class StatsEngine:
         tokenizer = loaded.tokenizer
         self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
         self._context_ids: dict[str, list[int]] = {"": []}
+        self.cache: StatsCache | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.loaded.device
+
+    def cache_settings(self) -> dict[str, Any]:
+        """Everything that changes a token's statistics, for the stats cache: the same for the same model
+        wherever it is loaded from."""
+        loaded = self.loaded
+        return {
+            "weights": loaded.weights_fingerprint(), "tokenizer": tokenizer_fingerprint(loaded.tokenizer), "dtype": str(loaded.dtype),
+            "device": loaded.device.type, "prepend_start": self.prepend_start, "max_length": self.max_length, "backend": self.backend,
+            "fused_head": self.head is not None,
+        }
+
+    def use_cache(self, directory: str | os.PathLike, log: Callable[[str], None]) -> None:
+        """Keeps every TokenStats pass of this engine in a stats cache under ``directory``."""
+        self.cache = StatsCache(directory, self.cache_settings(), log)
+        others = self.cache.other_settings()
+        if others and not self.cache.root.exists():
+            log(f"stats cache {directory}: it holds the stats of {others} other model setting(s), none of this one "
+                f"({self.loaded.name}); texts are computed and added")
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         return tokenize(self.loaded.tokenizer, texts, self.prepend_start)
@@ -141,7 +167,28 @@ class StatsEngine:
         prefixes: Sequence[str] | None = None,
     ) -> TokenStats:
         """TokenStats of ``texts`` (each after its prefix in ``prefixes``, unscored), in input order.
-        ``on_tokenized`` receives the number of ids to run, ``on_progress`` the ids finished after each batch."""
+        ``on_tokenized`` receives the number of ids to run, ``on_progress`` the ids finished after each batch.
+        With a stats cache, only the texts it does not hold are run, and they are added to it."""
+        if self.cache is None:
+            return self._forward_stats(texts, on_tokenized, on_progress, prefixes)
+        prefixes = list(prefixes) if prefixes is not None else [""] * len(texts)
+        keys = [text_key(prefix, text) for prefix, text in zip(prefixes, texts)]
+        stats = None
+        while stats is None:  # again only when a shard was refused on reading: its texts are then missing
+            missing = self.cache.missing(keys)
+            if missing:
+                computed = self._forward_stats([texts[i] for i in missing], on_tokenized, on_progress, [prefixes[i] for i in missing])
+                self.cache.store([keys[i] for i in missing], computed)
+            stats = self.cache.stats(keys)
+        return stats
+
+    def _forward_stats(
+        self,
+        texts: Sequence[str],
+        on_tokenized: TokenCallback | None,
+        on_progress: TokenCallback | None,
+        prefixes: Sequence[str] | None,
+    ) -> TokenStats:
         rows = self._rows(texts, prefixes)
         if on_tokenized is not None:
             on_tokenized(sum(len(r.ids) for r in rows))

@@ -8,6 +8,7 @@ for the first time in that text. Texts are stored ragged: flat arrays plus ``off
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from mia_fast.errors import MiaFastError
 from mia_fast.ops.first_occurrence import first_occurrence_mask
-from mia_fast.ops.segments import segment_ids
+from mia_fast.ops.segments import segment_ids, segment_mean
 
 _FORMAT_VERSION = 1
 _FIELDS = ("target_ids", "logp", "mu", "var")
@@ -39,6 +40,12 @@ class TokenStats:
     def lengths(self) -> np.ndarray:
         """Number of scored positions of each text."""
         return np.diff(self.offsets)
+
+    @cached_property
+    def mean_logp(self) -> np.ndarray:
+        """Mean log-probability of each text's scored tokens (NaN for a text with none); computed once, as
+        loss, zlib, lowercase and the other likelihood methods all read it."""
+        return segment_mean(self.logp, self.offsets)
 
     @property
     def entropy(self) -> np.ndarray:
