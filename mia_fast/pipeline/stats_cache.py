@@ -54,7 +54,7 @@ def _checksum(keys: np.ndarray, lengths: np.ndarray, flat: Mapping[str, np.ndarr
 class StatsCache:
     """The cached TokenStats of one engine setting under ``directory`` (see the module docstring).
 
-    ``log`` receives one line per refused shard. ``hits`` and ``stored`` count texts read and written.
+    ``log`` receives one line per refused shard.
     """
 
     def __init__(self, directory: str | os.PathLike, settings: Mapping[str, Any], log: Callable[[str], None] = lambda message: None):
@@ -67,8 +67,6 @@ class StatsCache:
         self.root = self.base / self.setting_id
         self.log = log
         self._index: dict[bytes, tuple[Path, int, int]] | None = None  # key -> (shard, row, length)
-        self.hits = 0
-        self.stored = 0
 
     def other_settings(self) -> int:
         """How many other engine settings the directory holds stats for (a cache of another model says so)."""
@@ -137,7 +135,6 @@ class StatsCache:
                 target = np.repeat(offsets[picks], counts) + within
             for name in _STORED:
                 out[name][target] = arrays[name][source]
-        self.hits += len(keys)
         return TokenStats(offsets=offsets, target_ids=out["target_ids"].astype(np.int64), logp=out["logp"], mu=out["mu"], var=out["var"],
                           first_occurrence=out["first_occurrence"].view(bool))
 
@@ -180,7 +177,6 @@ class StatsCache:
         os.replace(staging, self.root / name)
         index = self._load_index()
         index.update((key, (self.root / name, row, int(length))) for row, (key, length) in enumerate(zip(keys, stats.lengths)))
-        self.stored += len(keys)
 
 
 def open_cache(directory: str | os.PathLike, setting: str | None = None, log: Callable[[str], None] = lambda message: None) -> StatsCache:
