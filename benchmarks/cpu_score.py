@@ -9,10 +9,13 @@ round so that machine noise hits the contenders alike; medians over the rounds a
 
 Contenders: the public Min-K%++ loop; ``Detector.score`` with loss, zlib, mink and minkpp at 10 k's
 (the engine of ``mia-fast score``); the same with the logit chunking of before the fix (16 MB of
-logits per head projection and per reduction); and the forward alone with the engine's batches.
-Writes ``results/cpu-score-<cores>core.json``.
+logits per head projection and per reduction); the forward alone with the engine's batches; and
+``score_file`` from a .jsonl of the texts to a scores file in blocks of 20 rows, with the next block read
+and tokenized and the last one written on their own threads (``overlap``) or all in turn on one thread
+(``sequential``, as before the overlap). Writes ``results/<--name>.json`` (default
+``cpu-score-<cores>core``).
 
-    python benchmarks/cpu_score.py [--models builtin,qwen-152k] [--rounds 3]
+    python benchmarks/cpu_score.py [--models builtin,qwen-152k] [--rounds 3] [--name NAME] [--contenders a,b]
 """
 
 from __future__ import annotations
@@ -22,19 +25,22 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from common import RESULTS, machine, pile_texts
 from reference_loop import public_loop_scores
 
-from mia_fast import Detector, LoadedModel
+from mia_fast import DataStream, Detector, LoadedModel, score_file
 from mia_fast.methods import DEFAULT_KS
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.models import load_tokenizer
 from mia_fast.pipeline.tokenize import split_windows
 
 METHODS = ["loss", "zlib", "mink", "minkpp"]
+FILE_BLOCK_ROWS = 20
 # The engine's CPU logit chunk before the fix: the head projected and the statistics reduced 16 MB at a time.
 CHUNK_BYTES_BEFORE_FIX = 16 << 20
 QWEN_0_5B_SHAPE = dict(
@@ -91,7 +97,25 @@ def with_chunking(engine, chunk_rows: int, stats_rows: int):
     return run
 
 
-def bench_model(name: str, rounds: int, batch_tokens: int | None) -> dict:
+def scoring_file(detector: Detector, texts: list[str], scratch: Path, overlap: bool):
+    """``score_file`` over a .jsonl of ``texts``, in blocks of FILE_BLOCK_ROWS rows, overlapped or not."""
+    data = scratch / "texts.jsonl"
+    if not data.exists():
+        data.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    options = dict(methods=METHODS, k=DEFAULT_KS, detector=detector, block_rows=FILE_BLOCK_ROWS, overwrite=True, progress=False)
+    return lambda: score_file(DataStream(data), scratch / "scores.jsonl", overlap=overlap, **options)
+
+
+# Ratios of median times: (name, numerator contender, denominator contender); reported where both ran.
+RATIOS = [
+    ("speedup_vs_public_loop", "public_loop", "mia_fast_score"),
+    ("speedup_vs_public_loop_before_fix", "public_loop", "mia_fast_score_before_fix"),
+    ("forward_only_vs_public_loop", "public_loop", "batched_forward_only"),
+    ("score_file_overlap_speedup", "score_file_sequential", "score_file_overlap"),
+]
+
+
+def bench_model(name: str, rounds: int, batch_tokens: int | None, scratch: Path, only: list[str] | None) -> dict:
     detector, texts = detector_and_texts(name, batch_tokens)
     engine = detector.target
     model, tokenizer = engine.loaded.model, engine.loaded.tokenizer
@@ -103,8 +127,14 @@ def bench_model(name: str, rounds: int, batch_tokens: int | None) -> dict:
         "mia_fast_score": lambda: detector.score(texts, methods=METHODS, k=DEFAULT_KS),
         "mia_fast_score_before_fix": lambda: before_fix(lambda: detector.score(texts, methods=METHODS, k=DEFAULT_KS)),
         "batched_forward_only": lambda: batched_forward(engine, texts),
+        "score_file_overlap": scoring_file(detector, texts, scratch, overlap=True),
+        "score_file_sequential": scoring_file(detector, texts, scratch, overlap=False),
     }
-    contenders["mia_fast_score"]()  # warm-up: first-call allocations and lazy init
+    unknown = set(only or ()) - set(contenders)
+    if unknown:
+        raise SystemExit(f"unknown contenders {sorted(unknown)}; choose from {', '.join(contenders)}")
+    contenders = {c: fn for c, fn in contenders.items() if not only or c in only}
+    detector.score(texts, methods=METHODS, k=DEFAULT_KS)  # warm-up: first-call allocations and lazy init
     times: dict[str, list[float]] = {c: [] for c in contenders}
     for round_index in range(rounds):
         for contender, fn in contenders.items():
@@ -122,9 +152,7 @@ def bench_model(name: str, rounds: int, batch_tokens: int | None) -> dict:
         "seconds": times,
         "median_seconds": median,
         "tokens_per_second": {c: scored_tokens / s for c, s in median.items()},
-        "speedup_vs_public_loop": median["public_loop"] / median["mia_fast_score"],
-        "speedup_vs_public_loop_before_fix": median["public_loop"] / median["mia_fast_score_before_fix"],
-        "forward_only_vs_public_loop": median["public_loop"] / median["batched_forward_only"],
+        **{ratio: median[a] / median[b] for ratio, a, b in RATIOS if a in median and b in median},
     }
 
 
@@ -133,20 +161,25 @@ def main() -> None:
     parser.add_argument("--models", default="builtin,qwen-152k")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-tokens", type=int, default=None)
+    parser.add_argument("--name", default=f"cpu-score-{os.cpu_count()}core", help="results file stem")
+    parser.add_argument("--contenders", help="comma-separated subset of the contenders (default all)")
     args = parser.parse_args()
 
-    results = {name: bench_model(name, args.rounds, args.batch_tokens) for name in args.models.split(",")}
+    with tempfile.TemporaryDirectory() as scratch:
+        only = args.contenders.split(",") if args.contenders else None
+        results = {name: bench_model(name, args.rounds, args.batch_tokens, Path(scratch), only) for name in args.models.split(",")}
     result = {"benchmark": "cpu_score", "machine": machine(), "dtype": "fp32", "methods": METHODS, "ks": list(DEFAULT_KS),
               "rounds": args.rounds, "models": results}
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"cpu-score-{os.cpu_count()}core.json"
+    path = RESULTS / f"{args.name}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     for name, r in results.items():
         print(f"{name} ({r['model']}, {r['scored_tokens']} tokens)")
         for contender, seconds in r["median_seconds"].items():
             print(f"  {contender:<28} {seconds:7.2f}s  {r['tokens_per_second'][contender]:8.0f} tok/s")
-        print(f"  vs public loop: {r['speedup_vs_public_loop']:.2f}x (before the fix {r['speedup_vs_public_loop_before_fix']:.2f}x, "
-              f"forward alone {r['forward_only_vs_public_loop']:.2f}x)")
+        for ratio, a, b in RATIOS:
+            if ratio in r:
+                print(f"  {ratio} ({a} / {b}): {r[ratio]:.3f}x")
     print(f"wrote {path}")
 
 

@@ -3,16 +3,18 @@ need once; ``score_file`` scores a dataset into a file block by block, resumably
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from mia_fast.data.files import Dataset, ResultWriter
+from mia_fast.data.files import Dataset, DataStream, ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
 from mia_fast.methods import registry
@@ -39,7 +41,7 @@ from mia_fast.pipeline.models import LoadedModel, load_model
 from mia_fast.pipeline.neighbors import NeighborSource
 from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Pass
 from mia_fast.pipeline.stats import TokenStats
-from mia_fast.pipeline.stats_cache import CacheOnlyEngine, open_cache
+from mia_fast.pipeline.stats_cache import CacheOnlyEngine, SavedStatsEngine, open_cache
 
 UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
 DEFAULT_BLOCK_ROWS = 512
@@ -222,10 +224,22 @@ class Detector:
         forward, and a text or pass the cache does not hold is refused. ``setting`` picks one of the cache's
         model settings (a folder name or its start) where it holds several; ``settings`` are method settings
         of ``METHOD_SETTINGS`` (e.g. the prefixes of ``recall``)."""
+        return cls._without_model(CacheOnlyEngine(open_cache(directory, setting, log=lambda message: print(message, file=sys.stderr))), settings)
+
+    @classmethod
+    def from_token_stats(cls, stats: str | os.PathLike | TokenStats, texts: Sequence[str], **settings: Any) -> Detector:
+        """A detector that scores ``texts`` from their saved TokenStats (:meth:`token_stats`, ``TokenStats.save``;
+        row i is text i) alone: methods reading only the plain pass (loss, zlib, mink, minkpp, and lowercase where a
+        text is its own lowercase copy). ``settings`` as in :meth:`from_stats_cache`."""
+        source = "the TokenStats" if isinstance(stats, TokenStats) else str(stats)
+        loaded = stats if isinstance(stats, TokenStats) else TokenStats.load(stats)
+        return cls._without_model(SavedStatsEngine(loaded, texts, source), settings)
+
+    @classmethod
+    def _without_model(cls, engine: CacheOnlyEngine | SavedStatsEngine, settings: dict[str, Any]) -> Detector:
         detector = cls.__new__(cls)
-        detector.target = CacheOnlyEngine(open_cache(directory, setting, log=lambda message: print(message, file=sys.stderr)))
-        detector.reference, detector.engines = None, {TARGET: detector.target}
-        detector.backend, detector.log_frequencies, detector.probe = detector.target.backend, None, None
+        detector.target, detector.reference, detector.engines = engine, None, {TARGET: engine}
+        detector.backend, detector.log_frequencies, detector.probe = engine.backend, None, None
         detector.method_options = method_options(DEFAULT_A, None, **settings)
         return detector
 
@@ -401,17 +415,21 @@ def _resume_windows(path: Path, online: OnlineSetting, rows: int) -> None:
 
 
 class _TokenProgress:
-    """A tqdm bar over tokens whose total starts as an estimate and is corrected as blocks are tokenized."""
+    """A tqdm bar over tokens. Its total is guessed from the input's size (characters of a dataset, bytes of a
+    file) until blocks are measured, then rescaled after each block by the tokens per byte so far, and corrected
+    as each block is tokenized."""
 
-    def __init__(self, estimated_tokens: int, rows: int, disable: bool):
+    def __init__(self, size: int, start: int, passes: int, disable: bool):
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=estimated_tokens, unit="tok", unit_scale=True, dynamic_ncols=True, disable=disable, file=sys.stderr)
-        self.rows_total, self.rows_done = rows, 0
+        self.size, self.start, self.passes = size, start, passes
+        total = max(1, passes * (size - start) // _CHARS_PER_TOKEN)
+        self.bar = tqdm(total=total, unit="tok", unit_scale=True, dynamic_ncols=True, disable=disable, file=sys.stderr)
+        self.rows_done = 0
         self.block_estimate = 0
 
-    def start_block(self, estimate: int) -> None:
-        self.block_estimate = estimate
+    def start_block(self, block: Dataset) -> None:
+        self.block_estimate = self.passes * block.size // _CHARS_PER_TOKEN
 
     def tokenized(self, tokens: int) -> None:
         self.bar.total = max(self.bar.n, self.bar.total - self.block_estimate + tokens)
@@ -421,16 +439,72 @@ class _TokenProgress:
     def advance(self, tokens: int) -> None:
         self.bar.update(tokens)
 
-    def rows(self, count: int) -> None:
-        self.rows_done += count
-        self.bar.set_postfix_str(f"{self.rows_done}/{self.rows_total} texts")
+    def finish_block(self, rows: int, position: int) -> None:
+        self.rows_done += rows
+        if position > self.start:
+            per_byte = self.bar.n / (position - self.start)
+            self.bar.total = max(self.bar.n, round(self.bar.n + per_byte * (self.size - position)))
+        self.bar.set_postfix_str(f"{self.rows_done} texts")
 
     def close(self) -> None:
         self.bar.close()
 
 
+@dataclass
+class _Block:
+    """Rows of the input to score: row ``first_row`` on, read from byte (or character) ``start`` to ``end``."""
+
+    first_row: int
+    rows: Dataset
+    start: int
+    end: int
+
+
+def _unscored_blocks(
+    blocks: Iterator[tuple[Dataset, int]], done: int, written_ids: Iterator[Any] | None, out: Path, data_name: str
+) -> Iterator[_Block]:
+    """The blocks after the first ``done`` rows, which are checked against the ids already written."""
+    row, position = 0, 0
+    for dataset, end in blocks:
+        count, skip = len(dataset.texts), max(min(done - row, len(dataset.texts)), 0)
+        if written_ids is not None and skip:
+            if [str(v) for v in itertools.islice(written_ids, skip)] != [str(v) for v in dataset.ids[:skip]]:
+                raise MiaFastError(f"{out} was written for other input rows (ids differ); not resuming")
+        if skip < count:
+            yield _Block(row + skip, dataset.rows(skip, count) if skip else dataset, position, end)
+        row, position = row + count, end
+    if row < done:
+        raise MiaFastError(f"{out} holds {done} rows but {data_name} only {row}; not the same input")
+
+
+class _InlineExecutor:
+    """Runs each job when it is submitted, on the calling thread."""
+
+    def __enter__(self) -> _InlineExecutor:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        return None
+
+    def submit(self, job: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(job(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
+
+def _read_ahead(blocks: Iterator[_Block], detector: Detector | None) -> _Block | None:
+    """The next block, tokenized for the detector's target model where there is one (runs on the read-ahead thread)."""
+    block = next(blocks, None)
+    if block is not None and detector is not None:
+        detector.target.tokenize_ahead(block.rows.texts)
+    return block
+
+
 def score_file(
-    dataset: Dataset,
+    dataset: Dataset | DataStream,
     out: str | os.PathLike,
     *,
     methods: Sequence[str] = DEFAULT_METHODS,
@@ -446,11 +520,17 @@ def score_file(
     data_name: str = "the input",
     log: Callable[[str], None] = lambda message: None,
     online: OnlineSetting | None = None,
+    overlap: bool = True,
     **detector_options: Any,
 ) -> Path:
-    """Scores ``dataset`` into ``out`` (.jsonl, .csv or .parquet) block by block, one row per text in
-    input order, each block appended and fsync'ed. With ``resume`` a killed run continues after its
-    last complete row; an existing output is never replaced without ``overwrite``.
+    """Scores ``dataset`` (in memory, or a :class:`DataStream` read block by block, so memory stays flat
+    whatever the file's size) into ``out`` (.jsonl, .csv or .parquet), one row per text in input order, each
+    block appended and fsync'ed. With ``resume`` a killed run continues after its last complete row; an
+    existing output is never replaced without ``overwrite``.
+
+    The next block is read and tokenized on one thread while a block is scored, and the scored block is
+    written on another: the model does not wait on either, and the scores are the same as one thread's
+    (``overlap=False`` does all three in turn on the calling thread).
 
     Everything that can be checked without a model is checked before one is loaded: the methods, the
     models and inputs they need, the output, and whether a resumed output belongs to this input. The
@@ -473,68 +553,81 @@ def score_file(
         models = [REFERENCE] if detector_options.get("ref_model") is not None else []
         has_frequencies = detector_options.get("frequencies") is not None
     registry.check_available(requests, options, models=models, has_frequencies=has_frequencies)
-    check_method_inputs(dataset.texts, options, registry.needs_of(requests))
+    needs = registry.needs_of(requests)
     pooled = [r.method.name for r in requests if r.method.pooled(options)]
-    if pooled and block_rows < len(dataset.texts):
-        block_rows = len(dataset.texts)
-        log(f"{', '.join(pooled)} standardises over all the texts scored together: scoring {len(dataset.texts)} rows in one block")
+    blocks = dataset.blocks(sys.maxsize if pooled else block_rows)
+    first, first_end = next(blocks)
+    check_method_inputs(first.texts, options, needs)
+    if pooled and len(first.texts) > block_rows:
+        log(f"{', '.join(pooled)} standardises over all the texts scored together: scoring {len(first.texts)} rows in one block")
     windows_out = windows_path(out)
     if online is not None and windows_out.exists() and not (resume or overwrite):
         raise MiaFastError(f"{windows_out} exists; pass --resume to continue it or --overwrite to replace it")
-    writer = ResultWriter(out, output_columns(dataset, requests, id_field, label_field, online is not None), resume=resume, overwrite=overwrite)
-    if writer.done_rows > len(dataset.texts):
-        raise MiaFastError(f"{out} holds {writer.done_rows} rows but {data_name} only {len(dataset.texts)}; not the same input")
-    if writer.done_rows and dataset.ids is not None:
-        written = [str(v) for v in writer.written_column(id_field)]
-        if written != [str(v) for v in dataset.ids[: writer.done_rows]]:
-            raise MiaFastError(f"{out} was written for other input rows (ids differ); not resuming")
-    if pooled and 0 < writer.done_rows < len(dataset.texts):
-        raise MiaFastError(f"{out} holds {writer.done_rows} of {len(dataset.texts)} rows, but {', '.join(pooled)} must score all rows "
+    writer = ResultWriter(out, output_columns(first, requests, id_field, label_field, online is not None), resume=resume, overwrite=overwrite)
+    done = writer.done_rows
+    if pooled and 0 < done < len(first.texts):
+        raise MiaFastError(f"{out} holds {done} of {len(first.texts)} rows, but {', '.join(pooled)} must score all rows "
                            "together; pass --overwrite to start again")
     windows_writer = None
     if online is not None:
         if resume:
-            _resume_windows(windows_out, online, writer.done_rows)
-        windows_writer = ResultWriter(windows_out, _windows_columns(dataset, id_field), resume=resume, overwrite=overwrite)
-    if writer.done_rows == len(dataset.texts):
-        writer.close()
+            _resume_windows(windows_out, online, done)
+        windows_writer = ResultWriter(windows_out, _windows_columns(first, id_field), resume=resume, overwrite=overwrite)
+    written_ids = iter(writer.written_column(id_field)) if done and first.ids is not None else None
+    unscored = _unscored_blocks(itertools.chain([(first, first_end)], blocks), done, written_ids, out, data_name)
+
+    def write(block: _Block, scores: Scores) -> None:
+        if windows_writer is not None:
+            windows_writer.write(_window_rows(block, scores.online, id_field))
+        writer.write(_rows(block, scores, id_field, label_field))
+
+    bar = None
+    executor = (lambda name: ThreadPoolExecutor(1, name)) if overlap else (lambda name: _InlineExecutor())
+    with executor("mia-fast-read") as reading, executor("mia-fast-write") as writing:
+        upcoming = reading.submit(_read_ahead, unscored, None)
+        written = None
+        try:
+            while (block := upcoming.result()) is not None:
+                if bar is None:
+                    if done:
+                        log(f"resuming {out} after {done} rows")
+                    detector = detector or Detector(**detector_options)
+                    requests = detector.requests(methods, k)
+                    passes = len(registry.passes_of(requests, detector.options(a)))
+                    bar = _TokenProgress(dataset.size, block.start, passes, disable=not progress)
+                    # The first call copies the tokenizer for the read-ahead thread: done here, before that thread runs.
+                    detector.target.tokenize_ahead(block.rows.texts)
+                upcoming = reading.submit(_read_ahead, unscored, detector)
+                check_method_inputs(block.rows.texts, options, needs)
+                bar.start_block(block.rows)
+                scores = detector.score_requests(block.rows.texts, requests, a, bar.tokenized, bar.advance, online)
+                if written is not None:
+                    written.result()
+                written = writing.submit(write, block, scores)
+                bar.finish_block(len(block.rows.texts), block.end)
+            if written is not None:
+                written.result()
+        finally:  # leaving the executors waits for the block being written: what was scored is kept
+            if bar is not None:
+                bar.close()
+    writer.close()
+    if bar is None:
         log(f"{out}: all {writer.done_rows} rows already scored")
         return out
-    if writer.done_rows:
-        log(f"resuming {out} after {writer.done_rows} rows")
-
-    detector = detector or Detector(**detector_options)
-    requests = detector.requests(methods, k)
-    passes = len(registry.passes_of(requests, detector.options(a)))
-    remaining = range(writer.done_rows, len(dataset.texts))
-    estimate = lambda rows: passes * sum(len(dataset.texts[i]) for i in rows) // _CHARS_PER_TOKEN
-    bar = _TokenProgress(estimate(remaining), len(remaining), disable=not progress)
-    try:
-        for start in range(writer.done_rows, len(dataset.texts), block_rows):
-            block = range(start, min(start + block_rows, len(dataset.texts)))
-            bar.start_block(estimate(block))
-            scores = detector.score_requests([dataset.texts[i] for i in block], requests, a, bar.tokenized, bar.advance, online)
-            if windows_writer is not None:
-                windows_writer.write(_window_rows(dataset, block, scores.online, id_field))
-            writer.write(_rows(dataset, block, scores, id_field, label_field))
-            bar.rows(len(block))
-    finally:
-        bar.close()
-    writer.close()
     unscorable = sum(1 for w in writer.written_column("warning") if w not in (None, ""))
     if unscorable:
         log(f"warning: {unscorable} texts could not be scored; their scores are NaN, see the 'warning' column")
     return out
 
 
-def _rows(dataset: Dataset, block: range, scores: Scores, id_field: str, label_field: str) -> list[dict]:
-    rows = []
-    for j, i in enumerate(block):
+def _rows(block: _Block, scores: Scores, id_field: str, label_field: str) -> list[dict]:
+    rows, data = [], block.rows
+    for j in range(len(data.texts)):
         row: dict = {}
-        if dataset.ids is not None:
-            row[id_field] = dataset.ids[i]
-        if dataset.labels is not None:
-            row[label_field] = dataset.labels[i]
+        if data.ids is not None:
+            row[id_field] = data.ids[j]
+        if data.labels is not None:
+            row[label_field] = data.labels[j]
         row["n_tokens"] = int(scores.n_tokens[j])
         row.update({name: float(values[j]) for name, values in scores.items()})
         if scores.online is not None:
@@ -547,12 +640,11 @@ def _rows(dataset: Dataset, block: range, scores: Scores, id_field: str, label_f
     return rows
 
 
-def _window_rows(dataset: Dataset, block: range, online: OnlineScores, id_field: str) -> list[dict]:
-    rows = []
-    for j, i in enumerate(block):
-        windows = online.windows[j]
+def _window_rows(block: _Block, online: OnlineScores, id_field: str) -> list[dict]:
+    rows, data = [], block.rows
+    for j, windows in enumerate(online.windows):
         rows.append({
-            "row": i, **({id_field: dataset.ids[i]} if dataset.ids is not None else {}), "method": online.setting.method,
+            "row": block.first_row + j, **({id_field: data.ids[j]} if data.ids is not None else {}), "method": online.setting.method,
             "window": online.setting.window, "stride": online.setting.stride, "starts": windows.starts.tolist(),
             "ends": windows.ends.tolist(), "scores": windows.scores.tolist(),
         })

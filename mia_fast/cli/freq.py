@@ -32,6 +32,8 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
     build.add_argument("--workers", type=int, help="tokenizer threads (default: one per core)")
     build.add_argument("--vocab-size", type=int, help="the model's vocabulary size when its output head is larger than the tokenizer")
     build.add_argument("--skip-bad-records", action="store_true", help="skip and count lines that are not valid UTF-8 or JSON or lack the text field (default: stop)")
+    build.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="count each file in a Ray task of its own (--workers threads each, default 1) "
+                       "on a Ray started here or the cluster at ADDRESS (pip install 'mia-fast[ray]')")
     counting_options(build)
 
     tokens = actions.add_parser("build-tokens", help="count pre-tokenized files: raw uint16/uint32 streams, .npy, Megatron .bin/.idx")
@@ -81,11 +83,17 @@ def command_build(args: argparse.Namespace) -> None:
     checkpoints = out.with_name(out.name + ".partial")
     if args.overwrite:
         shutil.rmtree(checkpoints, ignore_errors=True)
+    if args.ray is not None:
+        from mia_fast.cluster import build_on_ray, require_ray
+
+        require_ray()
+        build, options = build_on_ray, {"address": args.ray or None, "threads": args.workers or 1}
+    else:
+        build, options = build_from_text, {"workers": args.workers}
     tokenizer = load_tokenizer(args.tokenizer)
-    report = build_from_text(
+    report = build(
         args.sources, tokenizer, mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc, text_field=args.text_field,
-        workers=args.workers, vocab_size=args.vocab_size, skip_bad_records=args.skip_bad_records,
-        checkpoint_dir=checkpoints, progress=not args.quiet,
+        vocab_size=args.vocab_size, skip_bad_records=args.skip_bad_records, checkpoint_dir=checkpoints, progress=not args.quiet, **options,
     )
     report.table.save(out, overwrite=args.overwrite)
     shutil.rmtree(checkpoints, ignore_errors=True)

@@ -32,7 +32,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=floats, default=floats(FEATURE_KS), help=f"fractions for mink/minkpp (default {FEATURE_KS})")
     add_model_options(parser)
     add_scoring_options(parser, methods=False)
-    parser.set_defaults(neighbor_model=WORD_DROP, neighbor_count=FEATURE_NEIGHBORS, handler=command_dataset_inference)
+    parser.set_defaults(neighbor_field=None, neighbor_model=WORD_DROP, neighbor_count=FEATURE_NEIGHBORS, handler=command_dataset_inference)
 
 
 def command_dataset_inference(args: argparse.Namespace) -> None:

@@ -134,10 +134,12 @@ def model_name(args: argparse.Namespace) -> str:
     return args.gguf or args.model or DEFAULT_MODEL_NAME
 
 
-def load_input(args: argparse.Namespace, require_labels: bool = False):
-    """DATA, or a benchmark suite (from the hub, or from DATA in its layout), cut to --max-words."""
-    from mia_fast.data import load_suite, read_dataset
-    from mia_fast.data.text import truncate_words
+def load_input(args: argparse.Namespace, require_labels: bool = False, stream: bool = False):
+    """DATA, or a benchmark suite (from the hub, or from DATA in its layout), cut to --max-words. With ``stream``
+    a DATA file is read block by block as it is scored (a DataStream), unless --neighbor-field needs every
+    row's neighbours at hand."""
+    from mia_fast.data import DataStream, load_suite, read_dataset
+    from mia_fast.data.files import cut_to_words
 
     if args.suite:
         dataset = load_suite(args.suite, args.split, args.config, files=args.data)
@@ -147,16 +149,13 @@ def load_input(args: argparse.Namespace, require_labels: bool = False):
         raise MiaFastError("give DATA (a file of texts) or --suite NAME")
     elif args.split or args.config:
         raise MiaFastError("--split and --config select within a --suite")
+    elif stream and not args.neighbor_field:
+        return DataStream(args.data, args.text_field, args.id_field, args.label_field, require_labels=require_labels,
+                          group_field=args.group_field, max_words=args.max_words)
     else:
         dataset = read_dataset(args.data, args.text_field, args.id_field, args.label_field, require_labels=require_labels,
                                group_field=args.group_field, neighbor_field=args.neighbor_field)
-    if args.max_words is not None:
-        if args.max_words < 1:
-            raise MiaFastError(f"--max-words must be positive, got {args.max_words}")
-        dataset.texts = [truncate_words(t, args.max_words) for t in dataset.texts]
-        if dataset.neighbors is not None:
-            dataset.neighbors = [tuple(truncate_words(n, args.max_words) for n in listed) for listed in dataset.neighbors]
-    return dataset
+    return cut_to_words(dataset, args.max_words) if args.max_words is not None else dataset
 
 
 def detector_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -179,9 +178,9 @@ def neighbor_source(args: argparse.Namespace, dataset):
     """The neighbours of --neighbor-field, or the generator of --neighbor-model (None without either)."""
     from mia_fast.pipeline import neighbors
 
-    if dataset.neighbors is not None and args.neighbor_model:
+    if args.neighbor_field and args.neighbor_model:
         raise MiaFastError("give --neighbor-field or --neighbor-model, not both")
-    if dataset.neighbors is not None:
+    if args.neighbor_field:
         return neighbors.Neighbors.of_texts(dataset.texts, dataset.neighbors)
     if args.neighbor_model:
         require_positive(args, "neighbor_count")

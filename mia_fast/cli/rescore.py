@@ -1,4 +1,4 @@
-"""``mia-fast rescore``: scores from a stats cache alone, with any methods, k or cap, and no model."""
+"""``mia-fast rescore``: scores from a stats cache, or a saved TokenStats file, alone, with any methods, k or cap, and no model."""
 
 from __future__ import annotations
 
@@ -6,17 +6,21 @@ import argparse
 from pathlib import Path
 
 from mia_fast.cli.options import add_input_options, floats
+from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import DEFAULT_A, DEFAULT_GAMMA, DEFAULT_KS, DEFAULT_METHODS
 
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Scores DATA from the token statistics a 'mia-fast score --stats-cache DIR' run kept: no model is loaded and "
-        "nothing runs forward. Methods that read token statistics (loss, zlib, mink, minkpp, lowercase, recall, "
-        "conrecall) work when their passes are in the cache; the others need the model."
+        "Scores DATA from the token statistics a 'mia-fast score --stats-cache DIR' run kept, or from a TokenStats "
+        "file (Detector.token_stats(texts).save) of DATA's texts in order: no model is loaded and nothing runs "
+        "forward. Methods that read token statistics (loss, zlib, mink, minkpp, lowercase, recall, conrecall) work "
+        "when their passes are in the cache (a TokenStats file holds the plain pass only); the others need the model."
     )
     add_input_options(parser)
-    parser.add_argument("--stats-cache", required=True, metavar="DIR", help="the cache written by 'mia-fast score --stats-cache DIR'")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--stats-cache", metavar="DIR", help="the cache written by 'mia-fast score --stats-cache DIR'")
+    source.add_argument("--stats", metavar="FILE.npz", help="TokenStats of DATA's texts, in order (Detector.token_stats(texts).save(FILE))")
     parser.add_argument("--setting", help="where the cache holds several model settings: the folder name (or its start) of one")
     parser.add_argument("--out", required=True, help="scores: .jsonl, .csv or .parquet (one row per input row, in order)")
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated methods (or mink_0.2 ...)")
@@ -39,7 +43,13 @@ def command_rescore(args: argparse.Namespace) -> None:
 
     dataset = load_input(args)
     prefixes = {name: read_texts(getattr(args, name), args.text_field) if getattr(args, name) else None for name in ("prefix_nonmembers", "prefix_members")}
-    detector = Detector.from_stats_cache(args.stats_cache, args.setting, conrecall_gamma=args.conrecall_gamma, **prefixes)
+    settings = dict(conrecall_gamma=args.conrecall_gamma, **prefixes)
+    if args.stats:
+        if args.setting:
+            raise MiaFastError("--setting picks a model setting of a --stats-cache; a --stats file holds one")
+        detector = Detector.from_token_stats(args.stats, dataset.texts, **settings)
+    else:
+        detector = Detector.from_stats_cache(args.stats_cache, args.setting, **settings)
     score_file(
         dataset, Path(args.out), methods=args.methods.split(","), k=args.k, a=args.a, detector=detector, resume=args.resume,
         overwrite=args.overwrite, block_rows=args.block_rows, id_field=args.id_field, label_field=args.label_field,

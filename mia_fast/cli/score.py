@@ -10,11 +10,14 @@ from mia_fast.cli.options import (
     add_input_options,
     add_model_options,
     add_scoring_options,
+    detector_options,
     input_name,
     ints,
     load_input,
     model_name,
+    neighbor_source,
     score_into,
+    stderr,
 )
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD
@@ -31,6 +34,11 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
                             "window (online_max, online_start, online_end, online_text) and every window's score goes to OUT_STEM.windows.jsonl")
         online.add_argument("--online-stride", type=int, metavar="S", help="scored tokens between window starts (default W // 2)")
         online.add_argument("--online-method", help=f"loss, mink_<k> or minkpp_<k> (default {DEFAULT_ONLINE_METHOD})")
+        cluster = parser.add_argument_group("Ray cluster (pip install 'mia-fast[ray]')")
+        cluster.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="score on Ray: a Ray started here, or the cluster at ADDRESS "
+                             "(host:port, ray://host:10001 or auto); shards and their manifest go to OUT.shards/")
+        cluster.add_argument("--ray-workers", type=int, metavar="N", help="model actors (default: one per GPU, or one per node without GPUs)")
+        cluster.add_argument("--shard-rows", type=int, metavar="S", help="rows per shard, a multiple of --block-rows (default 8 blocks)")
         parser.set_defaults(handler=command_score)
         return
     parser.add_argument("--report", help="directory for metrics.json, figures, report.md and report.html")
@@ -44,7 +52,30 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_score(args: argparse.Namespace) -> None:
-    score_into(args, load_input(args), Path(args.out))
+    if args.ray is not None:
+        score_with_ray(args)
+        return
+    if args.ray_workers is not None or args.shard_rows is not None:
+        raise MiaFastError("--ray-workers and --shard-rows need --ray")
+    score_into(args, load_input(args, stream=True), Path(args.out))
+
+
+def score_with_ray(args: argparse.Namespace) -> None:
+    """``score --ray``: the data file in shards, scored by model actors on Ray (mia_fast.cluster)."""
+    from mia_fast import cluster
+
+    cluster.require_ray()
+    cluster.check_address(args.ray)
+    if args.online is not None:
+        raise MiaFastError("--online is not available with --ray; score without --ray")
+    if args.suite or args.neighbor_field:
+        raise MiaFastError("--ray reads DATA in shards: give a data file, without --suite or --neighbor-field")
+    data = load_input(args, stream=True)
+    cluster.score_on_ray(
+        data, Path(args.out), address=args.ray or None, workers=args.ray_workers, shard_rows=args.shard_rows, methods=args.methods.split(","),
+        k=args.k, a=args.a, resume=args.resume, overwrite=args.overwrite, block_rows=args.block_rows, id_field=args.id_field,
+        label_field=args.label_field, progress=not args.quiet, log=stderr, neighbors=neighbor_source(args, data), **detector_options(args),
+    )
 
 
 def command_eval(args: argparse.Namespace) -> None:

@@ -4,6 +4,7 @@ from mia_fast.data.files import (
     INPUT_SUFFIXES,
     OUTPUT_SUFFIXES,
     Dataset,
+    DataStream,
     ResultWriter,
     parse_label,
     read_dataset,
@@ -14,6 +15,6 @@ from mia_fast.data.files import (
 from mia_fast.data.suites import SUITES, load_suite
 
 __all__ = [
-    "INPUT_SUFFIXES", "OUTPUT_SUFFIXES", "SUITES", "Dataset", "ResultWriter", "load_suite", "parse_label", "read_dataset",
+    "INPUT_SUFFIXES", "OUTPUT_SUFFIXES", "SUITES", "Dataset", "DataStream", "ResultWriter", "load_suite", "parse_label", "read_dataset",
     "read_rows", "read_scores", "read_texts",
 ]

@@ -12,18 +12,22 @@ import io
 import json
 import math
 import os
+import sys
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from mia_fast.data.readers import BadRecord, decode_json_record, iter_lines, iter_parquet
+from mia_fast.data.text import truncate_words
 from mia_fast.errors import MiaFastError
 
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".csv", ".parquet")
 OUTPUT_SUFFIXES = (".jsonl", ".csv", ".parquet")
+# Rows of a staged .parquet output converted at a time, so that memory stays flat whatever the output's size.
+PARQUET_CONVERSION_ROWS = 8192
 # Label encodings seen in the field's datasets, mapped to 1 = member, 0 = non-member.
 _LABEL_WORDS = {
     "0": 0, "1": 1, "0.0": 0, "1.0": 1, "true": 1, "false": 0,
@@ -39,6 +43,26 @@ class Dataset:
     groups: list[str] | None = None  # e.g. the book of each BookMIA snippet, for per-document rates
     neighbors: list[tuple[str, ...]] | None = None  # perturbed copies of each text, for the neighbour attack
 
+    @property
+    def size(self) -> int:
+        """Characters of text, the measure of progress through a dataset in memory (a DataStream counts bytes)."""
+        return sum(map(len, self.texts))
+
+    def rows(self, start: int, stop: int) -> Dataset:
+        """Rows [start, stop) as a Dataset of their own."""
+        cut = lambda values: None if values is None else values[start:stop]
+        return Dataset(cut(self.texts), cut(self.ids), cut(self.labels), cut(self.groups), cut(self.neighbors))
+
+    def blocks(self, rows: int) -> Iterator[tuple[Dataset, int]]:
+        """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the characters of text up to its end."""
+        if not self.texts:
+            raise MiaFastError("the dataset holds no rows")
+        done = 0
+        for start in range(0, len(self.texts), rows):
+            block = self.rows(start, start + rows)
+            done += block.size
+            yield block, done
+
 
 def _suffix(path: Path, allowed: Sequence[str], what: str) -> str:
     name = path.name.lower()
@@ -48,41 +72,147 @@ def _suffix(path: Path, allowed: Sequence[str], what: str) -> str:
     raise MiaFastError(f"{path}: unsupported {what} format; use one of {', '.join(allowed)}")
 
 
-def read_rows(path: str | os.PathLike) -> list[tuple[int, dict]]:
-    """(line or row number, record) for every record of a data file."""
+@dataclass(frozen=True)
+class RowPosition:
+    """Where a run of rows starts in a data file: the 0-based index of its first row, that row's line (or row)
+    number, and for plain .jsonl and .csv the byte offset of its first line (None: read from the start and skip)."""
+
+    row: int
+    number: int
+    offset: int | None = None
+
+
+def _input_path(path: str | os.PathLike) -> tuple[Path, str]:
     path = Path(path)
     suffix = _suffix(path, INPUT_SUFFIXES, "input")
     if not path.is_file():
         raise MiaFastError(f"{path}: no such file")
+    return path, suffix
+
+
+def iter_rows(path: str | os.PathLike, start: RowPosition | None = None) -> Iterator[tuple[int, dict, int]]:
+    """(line or row number, record, bytes of the file read so far) of every record of a data file from ``start``
+    on, read lazily: one line, or one parquet row group, in memory at a time (a .json array is read whole)."""
+    path, suffix = _input_path(path)
+    return _guarded(path, _records(path, suffix, start or RowPosition(0, 0)))
+
+
+def _guarded(path: Path, records: Iterator[tuple[int, dict, int]]) -> Iterator[tuple[int, dict, int]]:
     try:
-        if suffix == ".parquet":
-            return [(number, record) for number, record, _ in iter_parquet(path)]
-        if suffix.startswith(".jsonl"):
-            return _read_jsonl(path)
-        opener = gzip.open if suffix.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8", newline="") as f:
-            if suffix == ".csv":
-                return list(enumerate(csv.DictReader(f), start=2))
-            return _read_json(path, f)
+        yield from records
+    except MiaFastError:
+        raise
     except (UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
         raise MiaFastError(f"{path}: cannot read: {exc}") from None
     except Exception as exc:  # pyarrow and csv raise their own error types on corrupt files
-        if isinstance(exc, MiaFastError):
-            raise
         raise MiaFastError(f"{path}: cannot read: {exc}") from None
 
 
-def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    rows = []
-    for line_number, line, _ in iter_lines(path):
+def _records(path: Path, suffix: str, start: RowPosition) -> Iterator[tuple[int, dict, int]]:
+    if suffix == ".parquet":
+        yield from iter_parquet(path, first_row=start.row)
+    elif suffix.startswith(".jsonl"):
+        yield from _skip(_jsonl_records(path, start), start)
+    elif suffix.startswith(".csv"):
+        yield from _skip(_csv_records(path, start), start)
+    else:
+        opener = gzip.open if suffix.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            records = _read_json(path, f)
+        size = path.stat().st_size
+        yield from ((number, record, size) for number, record in records[start.row :])
+
+
+def _skip(records: Iterator[tuple[int, dict, int]], start: RowPosition) -> Iterator[tuple[int, dict, int]]:
+    """The records from ``start.row`` on: reached by seeking where ``start`` has an offset, else by reading past them."""
+    skip = 0 if start.offset is not None else start.row
+    for index, record in enumerate(records):
+        if index >= skip:
+            yield record
+
+
+def _jsonl_records(path: Path, start: RowPosition) -> Iterator[tuple[int, dict, int]]:
+    first_line = start.number if start.offset is not None else 1
+    for line_number, line, position in iter_lines(path, start.offset or 0, first_line):
         if not line.strip():
             continue
         try:
-            rows.append((line_number, decode_json_record(line)))
+            yield line_number, decode_json_record(line), position
         except BadRecord as bad:
             reason = f"malformed JSON: {bad.detail}" if bad.kind == "json" else str(bad)
             raise MiaFastError(f"{path}:{line_number}: {reason}") from None
-    return rows
+
+
+def _csv_records(path: Path, start: RowPosition) -> Iterator[tuple[int, dict, int]]:
+    """Rows numbered as a spreadsheet does (the header is row 1); a quoted field may span lines."""
+    position = 0
+
+    def decoded(lines: Iterator[tuple[int, bytes, int]]) -> Iterator[str]:
+        nonlocal position
+        for _, line, position in lines:
+            yield line.decode("utf-8")
+
+    header = next(csv.reader(decoded(iter_lines(path))), None)
+    if header is None:
+        return
+    if start.offset is None:
+        rows, first = csv.DictReader(decoded(iter_lines(path))), 2
+    else:
+        rows, first = csv.DictReader(decoded(iter_lines(path, start.offset)), fieldnames=header), start.number
+    for number, record in enumerate(rows, start=first):
+        yield number, record, position
+
+
+def row_positions(path: str | os.PathLike, every: int) -> tuple[list[RowPosition], int]:
+    """The positions of rows 0, every, 2·every, … of a data file, and its number of rows, from one streaming
+    read. Plain .jsonl and .csv positions carry byte offsets, so a reader can start there without reading
+    what comes before."""
+    if every < 1:
+        raise MiaFastError(f"rows per shard must be positive, got {every}")
+    path, suffix = _input_path(path)
+    positions, rows = [], 0
+    if suffix == ".jsonl":
+        previous_end = 0
+        for line_number, line, position in _guarded(path, iter_lines(path)):
+            if line.strip():
+                if rows % every == 0:
+                    positions.append(RowPosition(rows, line_number, previous_end))
+                rows += 1
+            previous_end = position
+        return positions, rows
+    if suffix == ".csv":
+        starts = (RowPosition(row, row + 2, offset) for row, offset in enumerate(_guarded(path, _csv_row_starts(path))))
+    else:
+        starts = (RowPosition(row, number) for row, (number, _, _) in enumerate(iter_rows(path)))
+    for position in starts:
+        if position.row % every == 0:
+            positions.append(position)
+        rows += 1
+    return positions, rows
+
+
+def _csv_row_starts(path: Path) -> Iterator[int]:
+    """The byte offset where each data row of a csv file starts (a quoted field may span lines; blank lines are
+    not rows, as csv.DictReader reads them)."""
+    end = 0
+
+    def lines() -> Iterator[str]:
+        nonlocal end
+        for _, line, end in iter_lines(path):
+            yield line.decode("utf-8")
+
+    reader = csv.reader(lines())
+    next(reader, None)
+    row_start = end
+    for row in reader:
+        if row:
+            yield row_start
+        row_start = end
+
+
+def read_rows(path: str | os.PathLike) -> list[tuple[int, dict]]:
+    """(line or row number, record) for every record of a data file."""
+    return [(number, record) for number, record, _ in iter_rows(path)]
 
 
 def _read_json(path: Path, f: io.TextIOBase) -> list[tuple[int, dict]]:
@@ -93,6 +223,98 @@ def _read_json(path: Path, f: io.TextIOBase) -> list[tuple[int, dict]]:
     if not isinstance(document, list) or not all(isinstance(r, dict) for r in document):
         raise MiaFastError(f"{path}: expected a JSON array of objects")
     return list(enumerate(document, start=1))
+
+
+class DataStream:
+    """The rows of a data file as consecutive Datasets of a few rows each, read lazily, so memory holds one
+    block whatever the file's size. Texts are cut to ``max_words`` words. With ``start`` (see
+    :func:`row_positions`) and ``limit``, only ``limit`` rows from that position are read.
+
+    Whether the file has ids, labels and groups is decided by its first block; a later row that breaks
+    that rule stops the read with its line number.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        text_field: str = "text",
+        id_field: str | None = "id",
+        label_field: str | None = "label",
+        *,
+        require_labels: bool = False,
+        group_field: str | None = None,
+        neighbor_field: str | None = None,
+        max_words: int | None = None,
+        start: RowPosition | None = None,
+        limit: int | None = None,
+    ) -> None:
+        self.path, _ = _input_path(path)
+        if max_words is not None and max_words < 1:
+            raise MiaFastError(f"--max-words must be positive, got {max_words}")
+        self.fields = {"text": text_field, "id": id_field, "label": label_field, "group": group_field, "neighbors": neighbor_field}
+        self.require_labels = require_labels
+        self.max_words = max_words
+        self.start = start or RowPosition(0, 0)
+        self.limit = limit
+
+    @property
+    def size(self) -> int:
+        """Bytes of the file, for progress against the bytes read."""
+        return self.path.stat().st_size
+
+    def blocks(self, rows: int) -> Iterator[tuple[Dataset, int]]:
+        """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the bytes of the file read by its end."""
+        present: dict[str, bool] = {}
+        chunk: list[tuple[int, dict]] = []
+        read = 0
+        for number, record, position in iter_rows(self.path, self.start):
+            chunk.append((number, record))
+            read += 1
+            if len(chunk) == rows or read == self.limit:
+                yield self._dataset(chunk, present), position
+                chunk = []
+            if read == self.limit:
+                return
+        if chunk:
+            yield self._dataset(chunk, present), self.size
+        elif not read:
+            raise MiaFastError(f"{self.path}: the file holds no rows")
+
+    def _dataset(self, rows: list[tuple[int, dict]], present: dict[str, bool]) -> Dataset:
+        path, fields = self.path, self.fields
+        texts = [_row_text(path, number, record, fields["text"]) for number, record in rows]
+        ids, labels, groups = (_column(path, rows, fields[name], present) for name in ("id", "label", "group"))
+        if labels is not None:
+            labels = [_row_label(path, number, value) for (number, _), value in zip(rows, labels)]
+        elif self.require_labels:
+            raise MiaFastError(f"{path}: no {fields['label']!r} field; evaluation needs 0/1 labels (pick the field with --label-field)")
+        if fields["group"] and groups is None:
+            raise MiaFastError(f"{path}: no {fields['group']!r} field for --group-field")
+        neighbors = [_neighbor_list(path, number, record, fields["neighbors"]) for number, record in rows] if fields["neighbors"] else None
+        dataset = Dataset(texts=texts, ids=ids, labels=labels, groups=None if groups is None else [str(g) for g in groups], neighbors=neighbors)
+        return cut_to_words(dataset, self.max_words) if self.max_words is not None else dataset
+
+
+def cut_to_words(dataset: Dataset, max_words: int) -> Dataset:
+    """The dataset with every text (and neighbour text) cut to its first ``max_words`` words."""
+    if max_words < 1:
+        raise MiaFastError(f"--max-words must be positive, got {max_words}")
+    neighbors = dataset.neighbors
+    if neighbors is not None:
+        neighbors = [tuple(truncate_words(n, max_words) for n in listed) for listed in neighbors]
+    return replace(dataset, texts=[truncate_words(t, max_words) for t in dataset.texts], neighbors=neighbors)
+
+
+def _row_text(path: Path, number: int, record: dict, field: str) -> str:
+    if field not in record:
+        present = ", ".join(map(str, record)) or "none"
+        raise MiaFastError(f"{path}: row at line {number} has no {field!r} field (fields: {present}); pick one with --text-field")
+    text = record[field]
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise MiaFastError(f"{path}: row at line {number}: {field!r} is a {type(text).__name__}, not a string")
+    return text
 
 
 def read_dataset(
@@ -106,31 +328,9 @@ def read_dataset(
 ) -> Dataset:
     """Reads texts, plus ids, labels and groups where the file has those fields, and with
     ``neighbor_field`` each row's list of neighbour texts."""
-    rows = read_rows(path)
-    if not rows:
-        raise MiaFastError(f"{path}: the file holds no rows")
-    texts = []
-    for number, record in rows:
-        if text_field not in record:
-            present = ", ".join(map(str, record)) or "none"
-            raise MiaFastError(f"{path}: row at line {number} has no {text_field!r} field (fields: {present}); pick one with --text-field")
-        text = record[text_field]
-        if text is None:
-            text = ""
-        if not isinstance(text, str):
-            raise MiaFastError(f"{path}: row at line {number}: {text_field!r} is a {type(text).__name__}, not a string")
-        texts.append(text)
-    ids = _column(rows, id_field)
-    labels = _column(rows, label_field)
-    if labels is not None:
-        labels = [_row_label(path, number, value) for (number, _), value in zip(rows, labels)]
-    elif require_labels:
-        raise MiaFastError(f"{path}: no {label_field!r} field; evaluation needs 0/1 labels (pick the field with --label-field)")
-    groups = _column(rows, group_field)
-    if group_field and groups is None:
-        raise MiaFastError(f"{path}: no {group_field!r} field for --group-field")
-    neighbors = [_neighbor_list(path, number, record, neighbor_field) for number, record in rows] if neighbor_field else None
-    return Dataset(texts=texts, ids=ids, labels=labels, groups=None if groups is None else [str(g) for g in groups], neighbors=neighbors)
+    stream = DataStream(path, text_field, id_field, label_field, require_labels=require_labels, group_field=group_field,
+                        neighbor_field=neighbor_field)
+    return next(stream.blocks(sys.maxsize))[0]
 
 
 def _neighbor_list(path: str | os.PathLike, number: int, record: dict, field: str) -> tuple[str, ...]:
@@ -162,13 +362,16 @@ def read_scores(path: str | os.PathLike, columns: Sequence[str]) -> dict[str, np
     return {c: np.array([np.nan if r[c] in (None, "") else float(r[c]) for r in records]) for c in columns}
 
 
-def _column(rows: list[tuple[int, dict]], field: str | None) -> list[Any] | None:
-    if not field or not any(field in record for _, record in rows):
+def _column(path: Path, rows: list[tuple[int, dict]], field: str | None, present: dict[str, bool]) -> list[Any] | None:
+    """The field's values, or None where the file has no such field; ``present`` remembers that across blocks."""
+    if not field:
         return None
-    missing = next((number for number, record in rows if field not in record), None)
-    if missing is not None:
-        raise MiaFastError(f"row at line {missing} has no {field!r} field while other rows do")
-    return [record[field] for _, record in rows]
+    has = present.setdefault(field, any(field in record for _, record in rows))
+    stray = next((number for number, record in rows if (field in record) != has), None)
+    if stray is not None:
+        rule = "has no {!r} field while other rows do" if has else "has the {!r} field while earlier rows do not"
+        raise MiaFastError(f"{path}: row at line {stray} " + rule.format(field))
+    return [record[field] for _, record in rows] if has else None
 
 
 def parse_label(value: Any) -> int:
@@ -263,16 +466,18 @@ class ResultWriter:
 
         return pq.ParquetFile(self.path).metadata.num_rows
 
-    def written_column(self, name: str) -> list[Any]:
-        """A column of the rows written so far (to check that a resumed output matches the input)."""
+    def written_column(self, name: str) -> Iterator[Any]:
+        """A column of the rows written so far, read lazily (to check that a resumed output matches the input)."""
         if self.complete:
             import pyarrow.parquet as pq
 
-            return pq.read_table(self.path, columns=[name]).column(name).to_pylist()
+            yield from pq.read_table(self.path, columns=[name]).column(name).to_pylist()
+            return
         with open(self.stage, encoding="utf-8", newline="") as f:
             if self.format == "csv":
-                return [row[name] for row in csv.DictReader(f)]
-            return [json.loads(line)[name] for line in f if line.strip()]
+                yield from (row[name] for row in csv.DictReader(f))
+            else:
+                yield from (json.loads(line)[name] for line in f if line.strip())
 
     def write(self, rows: Sequence[dict[str, Any]]) -> None:
         with open(self.stage, "a", encoding="utf-8", newline="") as f:
@@ -287,6 +492,20 @@ class ResultWriter:
             os.fsync(f.fileno())
         self.done_rows += len(rows)
 
+    def _staged_tables(self, rows: int = PARQUET_CONVERSION_ROWS) -> Iterator[Any]:
+        import pyarrow as pa
+
+        with open(self.stage, encoding="utf-8") as f:
+            records: list[dict] = []
+            for line in f:
+                if line.strip():
+                    records.append(json.loads(line))
+                if len(records) == rows:
+                    yield pa.Table.from_pylist(records)
+                    records = []
+            if records:
+                yield pa.Table.from_pylist(records)
+
     def close(self) -> None:
         """Finishes the output; for parquet, converts the staged rows and removes the stage."""
         if self.format != "parquet" or self.complete:
@@ -294,11 +513,14 @@ class ResultWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        with open(self.stage, encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
-        table = pa.Table.from_pylist(records) if records else pa.table({c: [] for c in self.columns})
         staging = self.path.with_name(self.path.name + ".tmp")
-        pq.write_table(table, staging)
+        # Two passes over the staged rows, a few thousand at a time: one for the column types (a column that is
+        # empty in the first rows and text later is text), one to write.
+        schemas = [table.schema for table in self._staged_tables()]
+        schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.table({c: [] for c in self.columns}).schema
+        with pq.ParquetWriter(staging, schema) as parquet:
+            for table in self._staged_tables():
+                parquet.write_table(table.select(schema.names).cast(schema))
         os.replace(staging, self.path)
         self.stage.unlink()
         self.complete = True

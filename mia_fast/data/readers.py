@@ -22,11 +22,16 @@ class BadRecord(ValueError):
         self.detail = detail
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, bytes, int]]:
-    """(line number, raw line, bytes of the file read so far) of a plain or gzip-compressed text file."""
+def iter_lines(path: Path, offset: int = 0, first_line: int = 1) -> Iterator[tuple[int, bytes, int]]:
+    """(line number, raw line, bytes of the file read so far) of a plain or gzip-compressed text file, from byte
+    ``offset`` of a plain file on (numbering its first line ``first_line``)."""
+    compressed = path.name.lower().endswith(".gz")
+    if offset and compressed:
+        raise ValueError("a gzip-compressed file is read from its start")
     with open(path, "rb") as raw:
-        lines = gzip.GzipFile(fileobj=raw) if path.name.lower().endswith(".gz") else raw
-        for number, line in enumerate(lines, start=1):
+        raw.seek(offset)
+        lines = gzip.GzipFile(fileobj=raw) if compressed else raw
+        for number, line in enumerate(lines, start=first_line):
             yield number, line, raw.tell()
 
 
@@ -44,16 +49,25 @@ def decode_json_record(line: bytes) -> dict[str, Any]:
     return record
 
 
-def iter_parquet(path: Path, columns: Sequence[str] | None = None) -> Iterator[tuple[int, dict[str, Any], int]]:
-    """(row number, record, approximate bytes read so far) of a parquet file, one row group in memory at a time."""
+def iter_parquet(
+    path: Path, columns: Sequence[str] | None = None, first_row: int = 0
+) -> Iterator[tuple[int, dict[str, Any], int]]:
+    """(row number, record, approximate bytes read so far) of a parquet file from row ``first_row`` (0-based) on,
+    one row group in memory at a time; the row groups before it are skipped unread."""
     import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(path)
     size, groups, row = path.stat().st_size, parquet.num_row_groups, 0
     for group in range(groups):
-        for record in parquet.read_row_group(group, columns=list(columns) if columns else None).to_pylist():
-            row += 1
-            yield row, record, size * (group + 1) // groups
+        group_rows = parquet.metadata.row_group(group).num_rows
+        if row + group_rows <= first_row:
+            row += group_rows
+            continue
+        records = parquet.read_row_group(group, columns=list(columns) if columns else None).to_pylist()
+        skip = max(first_row - row, 0)
+        for number, record in enumerate(records[skip:], start=row + skip + 1):
+            yield number, record, size * (group + 1) // groups
+        row += group_rows
 
 
 def parquet_columns(path: Path) -> list[str]:

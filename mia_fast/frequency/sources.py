@@ -52,7 +52,7 @@ BATCH_CHARS = 1 << 20
 # Ids per native counting call on token files, so the progress bar moves on multi-GB files.
 TOKEN_CHUNK = 1 << 27
 _NPY_MAGIC = b"\x93NUMPY"
-_EXAMPLES = 5
+BAD_EXAMPLES = 5  # bad records quoted in a build report
 
 
 def _suffix(path: Path, suffixes: Sequence[str]) -> str | None:
@@ -99,7 +99,7 @@ class BadRecords:
         if not self.skip:
             raise MiaFastError(f"{where}: {reason} (skip such records with --skip-bad-records)")
         self.count += 1
-        if len(self.examples) < _EXAMPLES:
+        if len(self.examples) < BAD_EXAMPLES:
             self.examples.append(f"{where}: {reason}")
 
 
@@ -273,18 +273,12 @@ def build_from_text(
     ``vocab_size`` defaults to the tokenizer's; give the model's when its output head is larger.
     With ``checkpoint_dir`` every finished shard (input file) is kept there, and a rerun skips it.
     """
-    check_counting_options(mode, max_tokens_per_doc)
+    settings = text_build_settings(tokenizer, mode=mode, max_tokens_per_doc=max_tokens_per_doc, text_field=text_field, vocab_size=vocab_size)
     files = expand_sources(sources)
-    own_vocab = tokenizer_vocab_size(tokenizer)
-    vocab_size = vocab_size or own_vocab
-    if vocab_size < own_vocab:
-        raise MiaFastError(f"vocab_size {vocab_size} is smaller than the tokenizer's {own_vocab} ids")
     workers = workers or os.cpu_count() or 1
-    fingerprint = tokenizer_fingerprint(tokenizer)
-    settings = {"tokenizer_fingerprint": fingerprint, "vocab_size": vocab_size, "mode": mode,
-                "max_tokens_per_doc": max_tokens_per_doc, "text_field": text_field}
+    fingerprint = settings["tokenizer_fingerprint"]
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
-    counter = BatchCounter(counting_tokenizer(tokenizer), vocab_size, mode, max_tokens_per_doc)
+    counter = BatchCounter(counting_tokenizer(tokenizer), settings["vocab_size"], mode, max_tokens_per_doc)
     bad = BadRecords(skip=skip_bad_records)
     started = time.perf_counter()
     total_bytes = sum(p.stat().st_size for p in files)
@@ -311,6 +305,30 @@ def build_from_text(
     if table.tokens == 0:
         raise MiaFastError(f"the corpus ({len(files)} file(s)) holds no tokens to count")
     return BuildReport(table, bad.count, bad.examples, resumed, time.perf_counter() - started, total_bytes)
+
+
+def text_build_settings(
+    tokenizer: Any, *, mode: str = "occurrence", max_tokens_per_doc: int | None = None, text_field: str = "text", vocab_size: int | None = None,
+) -> dict[str, Any]:
+    """Everything a text build's table depends on besides its sources (checked here): what a resumed build
+    must share with the one it continues, and what every shard of a distributed build is counted with."""
+    check_counting_options(mode, max_tokens_per_doc)
+    own_vocab = tokenizer_vocab_size(tokenizer)
+    vocab_size = vocab_size or own_vocab
+    if vocab_size < own_vocab:
+        raise MiaFastError(f"vocab_size {vocab_size} is smaller than the tokenizer's {own_vocab} ids")
+    return {"tokenizer_fingerprint": tokenizer_fingerprint(tokenizer), "vocab_size": vocab_size, "mode": mode,
+            "max_tokens_per_doc": max_tokens_per_doc, "text_field": text_field}
+
+
+def count_text_file(path: Path, tokenizer: Any, settings: dict[str, Any], *, workers: int = 1, skip_bad_records: bool = False) -> tuple[FrequencyTable, BadRecords]:
+    """One corpus file counted on its own with ``settings`` (:func:`text_build_settings`), and its bad records: one shard
+    of a build, whose table is ``FrequencyTable.merge`` of its files' tables in order."""
+    counter = BatchCounter(counting_tokenizer(tokenizer), settings["vocab_size"], settings["mode"], settings["max_tokens_per_doc"])
+    bad = BadRecords(skip=skip_bad_records)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mia-fast-tokenize") as pool:
+        table = _count_text_shard(path, settings["text_field"], bad, pool, counter, workers, settings["tokenizer_fingerprint"], _Progress(0, False))
+    return table, bad
 
 
 def _count_text_shard(

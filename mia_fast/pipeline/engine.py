@@ -11,6 +11,7 @@ model's own logits are reduced a chunk at a time.
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -94,6 +95,8 @@ class StatsEngine:
         tokenizer = loaded.tokenizer
         self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
         self._context_ids: dict[str, list[int]] = {"": []}
+        self._ahead: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {})
+        self._ahead_tokenizer = None
         self.cache: StatsCache | None = None
 
     @property
@@ -119,7 +122,21 @@ class StatsEngine:
                 f"({self.loaded.name}); texts are computed and added")
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        return tokenize(self.loaded.tokenizer, texts, self.prepend_start)
+        """The ids of each text: those tokenized ahead by :meth:`tokenize_ahead`, the others now."""
+        older, newer = self._ahead
+        ids = [newer.get(text) or older.get(text) for text in texts]
+        missing = [i for i, found in enumerate(ids) if found is None]
+        for i, found in zip(missing, tokenize(self.loaded.tokenizer, [texts[i] for i in missing], self.prepend_start)):
+            ids[i] = found
+        return ids
+
+    def tokenize_ahead(self, texts: Sequence[str]) -> None:
+        """Tokenizes texts before they are scored, on another thread than the one scoring (so the forward of one
+        block runs while the next is tokenized). It has a tokenizer of its own: a fast tokenizer is not safe to
+        call from two threads at once. The texts of the latest two calls are kept: the block being scored and the next."""
+        if self._ahead_tokenizer is None:
+            self._ahead_tokenizer = copy.deepcopy(self.loaded.tokenizer)
+        self._ahead = (self._ahead[1], dict(zip(texts, tokenize(self._ahead_tokenizer, texts, self.prepend_start))))
 
     def context_ids(self, prefix: str) -> list[int]:
         """The ids of a prefix, tokenized like a text; it may fill at most half the window."""
@@ -192,13 +209,23 @@ class StatsEngine:
         rows = self._rows(texts, prefixes)
         if on_tokenized is not None:
             on_tokenized(sum(len(r.ids) for r in rows))
-        results: list[dict[str, np.ndarray] | None] = [None] * len(rows)
+        # Each batch's statistics stay on the device until the last batch is queued: one host sync per pass, so
+        # a GPU never waits for the host to build the next batch.
+        order: list[int] = []
+        outputs: list[tuple[torch.Tensor, ...]] = []
         for batch in plan_batches([len(r.ids) for r in rows], self.batch_tokens):
-            batch_rows = [rows[i] for i in batch]
-            for i, stats in zip(batch, self._run_batch(batch_rows)):
-                results[i] = stats
+            order.extend(batch)
+            outputs.append(self._run_batch([rows[i] for i in batch]))
             if on_progress is not None:
-                on_progress(sum(len(r.ids) for r in batch_rows))
+                on_progress(sum(len(rows[i].ids) for i in batch))
+        if outputs:
+            logp, mu, var = (torch.cat(parts).cpu().numpy() for parts in zip(*outputs))
+        else:
+            logp = mu = var = np.zeros(0, np.float32)
+        targets = [np.asarray(rows[i].ids[rows[i].first_scored :], dtype=np.int64) for i in order]
+        results: list[dict[str, np.ndarray]] = [{}] * len(rows)
+        for i, t, lp, m, v in zip(order, targets, *(np.split(a, np.cumsum([len(t) for t in targets])[:-1]) for a in (logp, mu, var))):
+            results[i] = {"target_ids": t, "logp": lp, "mu": m, "var": v}
         per_text: list[list[dict[str, np.ndarray]]] = [[] for _ in texts]
         for row, stats in zip(rows, results):
             per_text[row.text_index].append(stats)
@@ -211,36 +238,33 @@ class StatsEngine:
         for row, ids in enumerate(rows):
             input_ids[row, : len(ids)] = torch.tensor(ids)
             attention_mask[row, : len(ids)] = 1
-        return input_ids.to(self.loaded.device), attention_mask.to(self.loaded.device)
+        return self._to_device(input_ids), self._to_device(attention_mask)
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host tensor on the model's device; to a GPU from pinned memory without waiting for the copy."""
+        if self.loaded.device.type != "cuda":
+            return tensor
+        return tensor.pin_memory().to(self.loaded.device, non_blocking=True)
 
     @torch.inference_mode()
-    def _run_batch(self, rows: list[_Row]) -> list[dict[str, np.ndarray]]:
+    def _run_batch(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """log p(target), vocabulary mean and variance of log p at every scored position of the rows, in order, on the device."""
         input_ids, attention_mask = self._padded([r.ids for r in rows])
         width = input_ids.shape[1]
         # Position p predicts the id at p + 1: score targets ids[first_scored:] of each row.
         flat_index = np.concatenate([row * width + np.arange(r.first_scored - 1, len(r.ids) - 1) for row, r in enumerate(rows)])
-        targets = [r.ids[r.first_scored :] for r in rows]
-        device = self.loaded.device
-        flat_targets = torch.tensor([t for row in targets for t in row], dtype=torch.long, device=device)
-        index = torch.from_numpy(flat_index).to(device)
+        flat_targets = self._to_device(torch.tensor([t for r in rows for t in r.ids[r.first_scored :]], dtype=torch.long))
+        index = self._to_device(torch.from_numpy(flat_index))
 
         if self.head is not None:
             hidden = self.loaded.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
-            outputs = linear_token_stats(
+            return linear_token_stats(
                 selected, self.head.weight, flat_targets, self.head.bias, chunk_rows=self.chunk_rows,
                 stats_rows=self.stats_rows, impl=self.backend,
             )
-        else:
-            logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
-            outputs = self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, flat_targets)
-        logp, mu, var = (part.cpu().numpy() for part in outputs)
-        flat_targets_np = flat_targets.cpu().numpy()
-        split_at = np.cumsum([len(t) for t in targets])[:-1]
-        return [
-            {"target_ids": t, "logp": lp, "mu": m, "var": v}
-            for t, lp, m, v in zip(*(np.split(a, split_at) for a in (flat_targets_np, logp, mu, var)))
-        ]
+        logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, flat_targets)
 
     def _reduce_logits(self, rows: torch.Tensor, index: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(logp, mu, var) of the selected rows of the model's own logits, a chunk at a time."""

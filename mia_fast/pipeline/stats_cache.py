@@ -213,6 +213,9 @@ class CacheOnlyEngine:
     def __init__(self, cache: StatsCache):
         self.cache = cache
 
+    def tokenize_ahead(self, texts: Sequence[str]) -> None:
+        """Nothing to prepare: cached stats need no tokenizer."""
+
     def run(self, readout: Readout, texts: Sequence[str], prefixes: Sequence[str] | None = None, on_tokenized=None, on_progress=None) -> TokenStats:
         if not isinstance(readout, TokenStatsReadout):
             raise MiaFastError(f"a cache holds token statistics only; a method reading {type(readout).__name__} needs the model: use 'mia-fast score'")
@@ -226,6 +229,38 @@ class CacheOnlyEngine:
                 raise MiaFastError(f"{len(missing)} pass(es) of these texts are not in the stats cache {self.cache.root} (e.g. of {example!r}); "
                                    "score them there first with 'mia-fast score --stats-cache' and the same methods")
             stats = self.cache.stats(keys)
+        if on_progress is not None:
+            on_progress(int(stats.lengths.sum()))
+        return stats
+
+
+class SavedStatsEngine:
+    """Serves the plain pass of texts from a TokenStats file (``TokenStats.save``) whose row i holds text i of
+    ``texts``: no model is loaded and nothing runs forward, so any other pass, or a text not among ``texts``,
+    is refused."""
+
+    backend = "torch"
+    device = None
+
+    def __init__(self, stats: TokenStats, texts: Sequence[str], source: str):
+        if len(stats.lengths) != len(texts):
+            raise MiaFastError(f"{source} holds the stats of {len(stats.lengths)} texts but the input has {len(texts)}; "
+                               "give the texts it was computed from, in the same order")
+        self.stats, self.source = stats, source
+        self.rows = {text: i for i, text in reversed(list(enumerate(texts)))}
+
+    def tokenize_ahead(self, texts: Sequence[str]) -> None:
+        """Nothing to prepare: saved stats need no tokenizer."""
+
+    def run(self, readout: Readout, texts: Sequence[str], prefixes: Sequence[str] | None = None, on_tokenized=None, on_progress=None) -> TokenStats:
+        if not isinstance(readout, TokenStatsReadout) or any(prefixes or ()):
+            raise MiaFastError(f"{self.source} holds the plain pass only; methods with other passes need a stats cache "
+                               "('mia-fast score --stats-cache DIR') or the model")
+        missing = next((text for text in texts if text not in self.rows), None)
+        if missing is not None:
+            raise MiaFastError(f"{self.source} holds the plain pass of the input's texts only, not of {missing[:60]!r} "
+                               "(a method's transformed copy of a text needs a stats cache or the model)")
+        stats = self.stats.take([self.rows[text] for text in texts])
         if on_progress is not None:
             on_progress(int(stats.lengths.sum()))
         return stats
