@@ -186,9 +186,7 @@ class _ShardJob:
     detector_options: dict[str, Any]
 
     def stream(self, shard: _Shard) -> DataStream:
-        data, names = self.data, self.data.fields
-        return DataStream(data.path, names["text"], names["id"], names["label"], require_labels=data.require_labels, group_field=names["group"],
-                          neighbor_field=names["neighbors"], max_words=data.max_words, start=shard.start, limit=shard.rows)
+        return self.data.part(shard.start, shard.rows)
 
     def score(self, shard: _Shard, detector: Any) -> None:
         """Scores one shard into its file: under its hidden name (continued after its last block if a killed

@@ -6,6 +6,7 @@ most the block in flight; ``resume`` keeps every complete row already written an
 
 from __future__ import annotations
 
+import copy
 import csv
 import gzip
 import io
@@ -256,6 +257,12 @@ class DataStream:
         self.max_words = max_words
         self.start = start or RowPosition(0, 0)
         self.limit = limit
+
+    def part(self, start: RowPosition, limit: int) -> DataStream:
+        """The same stream of ``limit`` rows from ``start`` on (a shard of the file)."""
+        part = copy.copy(self)
+        part.start, part.limit = start, limit
+        return part
 
     @property
     def size(self) -> int:
