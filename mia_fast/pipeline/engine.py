@@ -26,6 +26,7 @@ from mia_fast.ops.impl import resolve_backend
 from mia_fast.ops.token_stats import linear_token_stats, token_stats
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.models import LoadedModel
+from mia_fast.pipeline.packed import PackedDecoder, packed_unsupported
 from mia_fast.pipeline.passes import GradientNormReadout, HiddenStatesReadout, Readout, SamplesReadout
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import StatsCache, text_key
@@ -91,6 +92,10 @@ class StatsEngine:
         self.stats_rows = max(1, chunk_bytes // (4 * loaded.vocab_size))
         self.chunk_rows = max(self.stats_rows, MIN_HEAD_ROWS)
         self.head = loaded.plain_linear_head() if use_hidden_states else None
+        # On CPU a Llama-family model runs pad-free with fused, reordered copies of its weights (made at the first
+        # pass, and again whenever the model's weights have changed since).
+        self.packs = self.head is not None and loaded.device.type == "cpu" and packed_unsupported(loaded.model, max_length) is None
+        self._packed: PackedDecoder | None = None
         self.backend = resolve_backend(backend, loaded.device)
         tokenizer = loaded.tokenizer
         self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
@@ -110,7 +115,7 @@ class StatsEngine:
         return {
             "weights": loaded.weights_fingerprint(), "tokenizer": tokenizer_fingerprint(loaded.tokenizer), "dtype": str(loaded.dtype),
             "device": loaded.device.type, "prepend_start": self.prepend_start, "max_length": self.max_length, "backend": self.backend,
-            "fused_head": self.head is not None,
+            "fused_head": self.head is not None, "packed": self.packs,
         }
 
     def use_cache(self, directory: str | os.PathLike, log: Callable[[str], None]) -> None:
@@ -213,9 +218,10 @@ class StatsEngine:
         # a GPU never waits for the host to build the next batch.
         order: list[int] = []
         outputs: list[tuple[torch.Tensor, ...]] = []
-        for batch in plan_batches([len(r.ids) for r in rows], self.batch_tokens):
+        run_batch = self._run_packed if self.packs else self._run_batch
+        for batch in plan_batches([len(r.ids) for r in rows], self.batch_tokens, packed=self.packs):
             order.extend(batch)
-            outputs.append(self._run_batch([rows[i] for i in batch]))
+            outputs.append(run_batch([rows[i] for i in batch]))
             if on_progress is not None:
                 on_progress(sum(len(rows[i].ids) for i in batch))
         if outputs:
@@ -265,6 +271,18 @@ class StatsEngine:
             )
         logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
         return self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, flat_targets)
+
+    @torch.inference_mode()
+    def _run_packed(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As :meth:`_run_batch`, with the rows packed end to end through the :class:`PackedDecoder`."""
+        if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
+            self._packed = PackedDecoder(self.loaded.model)
+        lengths = [len(r.ids) for r in rows]
+        starts = np.cumsum([0, *lengths[:-1]])
+        index = np.concatenate([start + np.arange(r.first_scored - 1, len(r.ids) - 1) for start, r in zip(starts, rows)])
+        hidden = self._packed.hidden(torch.tensor([t for r in rows for t in r.ids]), lengths)
+        targets = torch.tensor([t for r in rows for t in r.ids[r.first_scored :]], dtype=torch.long)
+        return self._packed.token_stats(hidden.index_select(0, torch.from_numpy(index)), targets)
 
     def _reduce_logits(self, rows: torch.Tensor, index: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(logp, mu, var) of the selected rows of the model's own logits, a chunk at a time."""

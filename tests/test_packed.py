@@ -1,0 +1,223 @@
+"""The pad-free forward (pipeline.packed) and the streamed head statistics (ops.token_stats.StreamedTokenStats):
+each against the model's own forward and against an fp64 definition, over odd shapes and each dtype."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from conftest import random_sentence
+from hypothesis import strategies as st
+
+from mia_fast.ops.token_stats import StreamedTokenStats, token_stats_torch
+from mia_fast.pipeline.batching import plan_batches
+from mia_fast.pipeline.engine import StatsEngine
+from mia_fast.pipeline.models import load_model
+from mia_fast.pipeline.packed import PackedDecoder, packed_unsupported
+
+ARCHITECTURES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),  # q, k and v carry biases
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": None}),
+}
+
+
+def tiny_decoder(kind: str, seed: int = 0, heads: int = 4, kv_heads: int = 2, head_dim: int = 8, **extra) -> torch.nn.Module:
+    import transformers
+
+    config_name, model_name, defaults = ARCHITECTURES[kind]
+    config = getattr(transformers, config_name)(
+        vocab_size=97, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64, **{**defaults, **extra},
+    )
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(config).eval()
+    with torch.no_grad():  # biases and norm weights away from their 0 / 1 start, so a misplaced one shows
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                parameter.normal_(1.0 if "norm" in name else 0.0, 0.3)
+    return model
+
+
+def own_hidden(model: torch.nn.Module, rows: list[list[int]]) -> torch.Tensor:
+    with torch.inference_mode():
+        return torch.cat([model.base_model(input_ids=torch.tensor([ids])).last_hidden_state[0].float() for ids in rows])
+
+
+def random_rows(lengths: list[int], seed: int = 0) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 97, (n,), generator=generator).tolist() for n in lengths]
+
+
+@pytest.mark.parametrize("kind", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 4), (6, 1)])
+def test_packed_hidden_states_equal_the_model_forward(kind, heads, kv_heads):
+    model = tiny_decoder(kind, heads=heads, kv_heads=kv_heads)
+    rows = random_rows([17, 1, 40, 5, 17, 2])  # odd lengths, a single token, ties
+    packed = PackedDecoder(model).hidden(torch.tensor([i for r in rows for i in r]), [len(r) for r in rows])
+    expected = own_hidden(model, rows)
+    assert packed.dtype == torch.float32
+    torch.testing.assert_close(packed, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_rope_scaling_follows_the_model():
+    model = tiny_decoder("llama", rope_scaling={"rope_type": "linear", "factor": 2.0})
+    rows = random_rows([30, 9])
+    packed = PackedDecoder(model).hidden(torch.tensor([i for r in rows for i in r]), [len(r) for r in rows])
+    torch.testing.assert_close(packed, own_hidden(model, rows), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_bf16_is_closer_to_fp32_than_the_model_bf16_forward():
+    model = tiny_decoder("llama", seed=3)
+    rows = random_rows([48, 31, 12], seed=1)
+    reference = own_hidden(model, rows).double()
+    model_bf16 = tiny_decoder("llama", seed=3).to(torch.bfloat16)
+    packed = PackedDecoder(model_bf16).hidden(torch.tensor([i for r in rows for i in r]), [len(r) for r in rows])
+    ours = (packed.double() - reference).abs().mean()
+    theirs = (own_hidden(model_bf16, rows).double() - reference).abs().mean()
+    assert ours < theirs
+
+
+def test_packed_leaves_the_model_as_it_was():
+    model = tiny_decoder("qwen2")
+    before = {name: p.detach().clone() for name, p in model.state_dict().items()}
+    PackedDecoder(model)
+    for name, p in model.state_dict().items():
+        assert torch.equal(p, before[name]), name
+
+
+def test_unsupported_models_say_why():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    assert "gpt2" in packed_unsupported(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)), 64)
+    assert packed_unsupported(tiny_decoder("llama"), 64) is None
+    windowed = tiny_decoder("mistral", sliding_window=16)
+    assert "sliding-window" in packed_unsupported(windowed, 64)
+    assert packed_unsupported(windowed, 16) is None
+
+
+def test_engine_packs_llama_on_cpu_and_scores_as_the_padded_forward(tiny_model_dir):
+    rng = random.Random(5)
+    texts = ["", "a", *(random_sentence(rng, rng.randint(2, 60)) for _ in range(20))]  # some beyond the 64-id context
+    loaded = load_model(str(tiny_model_dir))
+    packed = StatsEngine(loaded, batch_tokens=200)
+    padded = StatsEngine(loaded, batch_tokens=200)
+    padded.packs = False
+    assert packed.packs and packed.cache_settings()["packed"]
+    a, b = packed.compute(texts), padded.compute(texts)
+    assert a.lengths.tolist() == b.lengths.tolist()
+    np.testing.assert_array_equal(a.target_ids, b.target_ids)
+    for name in ("logp", "mu", "var"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-5, atol=1e-5)
+
+
+def test_engine_follows_weights_changed_after_its_first_pass(tiny_model_dir):
+    """A model fine-tuned in place after a first score (the demo, the unlearning audit) is scored as it is now."""
+    texts = ["the quick brown fox jumps over the lazy dog", "all that glitters is not gold"]
+    loaded = load_model(str(tiny_model_dir))
+    engine = StatsEngine(loaded)
+    before = engine.compute(texts).logp
+    with torch.no_grad():
+        for parameter in loaded.model.parameters():
+            parameter.mul_(1.01)
+    after = engine.compute(texts).logp
+    fresh = StatsEngine(loaded).compute(texts).logp
+    assert np.abs(after - before).max() > 1e-3
+    np.testing.assert_array_equal(after, fresh)
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(1, 300), max_size=40), budget=st.integers(1, 1000))
+def test_packed_batches_hold_the_budget_and_every_row_once(lengths, budget):
+    batches = plan_batches(lengths, budget, packed=True)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) == 1 or sum(lengths[i] for i in batch) <= budget
+
+
+# ---- streamed statistics ----
+
+
+def fp64_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    lp = torch.log_softmax(logits.double(), -1)
+    p = lp.exp()
+    live = p > 0  # a masked id (-inf) adds nothing, not 0 * inf
+    mu = torch.where(live, p * lp, 0.0).sum(-1)
+    var = torch.where(live, p * (lp - mu.unsqueeze(-1)).square(), 0.0).sum(-1)
+    return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), mu, var
+
+
+def streamed(logits: torch.Tensor, targets: torch.Tensor, chunk: int, native: bool) -> tuple[torch.Tensor, ...]:
+    stats = StreamedTokenStats(targets, native=native)
+    for start in range(0, logits.shape[1], chunk):
+        stats.add(logits[:, start : start + chunk].clone(), start)
+    return stats.result()
+
+
+def awkward_logits(rows: int, vocab: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    torch.manual_seed(seed)
+    logits = torch.randn(rows, vocab) * 4
+    if rows > 3:
+        logits[0] = torch.randn(vocab) * 1e-3  # nearly flat
+        logits[1, vocab // 2] = 60.0  # peaked, its max in a late chunk
+        logits[2] = 30.0 + torch.randn(vocab) * 0.5  # far from zero
+        logits[3, : vocab // 3] = -float("inf")  # a whole chunk or more masked out
+    return logits.to(dtype)
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows,vocab,chunk", [(1, 1, 1), (7, 1001, 256), (33, 4099, 4096), (5, 3000, 7), (64, 5000, 5000)])
+def test_streamed_stats_match_fp64(native, dtype, rows, vocab, chunk):
+    logits = awkward_logits(rows, vocab, dtype)
+    targets = torch.randint(0, vocab, (rows,))
+    if rows > 3:
+        targets[3] = vocab - 1  # a live target in a row with masked logits
+    expected = fp64_stats(logits.float(), targets)
+    for got, want in zip(streamed(logits, targets, chunk, native), expected):
+        assert got.dtype == torch.float32 and torch.isfinite(got).all()
+        np.testing.assert_allclose(got.double(), want, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_streamed_stats_are_no_less_accurate_than_the_eager_reference(dtype):
+    logits = awkward_logits(64, 49152, dtype, seed=5)
+    targets = torch.randint(0, 49152, (64,))
+    exact = fp64_stats(logits.float(), targets)
+    eager = token_stats_torch(logits, targets)
+    native = streamed(logits, targets, 4096, native=True)
+    for ours, theirs, want in zip(native, eager, exact):
+        assert (ours.double() - want).abs().max() <= max(1.5 * (theirs.double() - want).abs().max(), 1e-6)
+
+
+def test_native_state_is_checked():
+    from mia_fast import _native
+
+    logits = np.zeros((4, 8), np.float32)
+    targets = np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match="state must be"):
+        _native.merge_logit_chunk(logits, 0, targets, np.zeros((5, 3)), 1)
+    with pytest.raises(ValueError, match="targets must be"):
+        _native.merge_logit_chunk(logits, 0, np.zeros(3, np.int64), np.zeros((5, 4)), 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        _native.merge_logit_chunk(logits[:, ::2], 0, targets, np.zeros((5, 4)), 1)
+    with pytest.raises(TypeError, match="float32"):
+        _native.merge_logit_chunk(logits.astype(np.float64), 0, targets, np.zeros((5, 4)), 1)
+
+
+def test_native_threads_change_nothing():
+    logits = awkward_logits(37, 2000, torch.float32, seed=2)
+    targets = torch.randint(0, 2000, (37,))
+    results, original = [], torch.get_num_threads()
+    for threads in (1, 2, 5):
+        torch.set_num_threads(threads)
+        try:
+            results.append(streamed(logits, targets, 512, native=True))
+        finally:
+            torch.set_num_threads(original)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
