@@ -86,13 +86,14 @@ def detector_and_texts(name: str, batch_tokens: int | None) -> tuple[Detector, l
 
 
 def with_chunking(engine, chunk_rows: int, stats_rows: int):
+    """The padded model forward with the logit chunking of before the fix (not the packed forward of now)."""
     def run(fn):
-        saved = engine.chunk_rows, engine.stats_rows
-        engine.chunk_rows, engine.stats_rows = chunk_rows, stats_rows
+        saved = engine.chunk_rows, engine.stats_rows, engine.packs
+        engine.chunk_rows, engine.stats_rows, engine.packs = chunk_rows, stats_rows, False
         try:
             return fn()
         finally:
-            engine.chunk_rows, engine.stats_rows = saved
+            engine.chunk_rows, engine.stats_rows, engine.packs = saved
 
     return run
 

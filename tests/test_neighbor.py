@@ -34,7 +34,7 @@ def test_formula_on_hand_built_stats_with_ragged_and_missing_neighbours():
 def test_equals_hand_computed_losses_and_runs_each_distinct_sequence_once(tiny_model_dir):
     detector = Detector(str(tiny_model_dir), neighbors=Neighbors.of_texts(TEXTS, NEIGHBORS))
     model, engine = detector.target.loaded.model, detector.target
-    sequences = count_sequences(model)
+    sequences = count_sequences(engine)
     got = detector.score(TEXTS, methods=["loss", "neighbor"])
     # 2 texts + 4 neighbours, one of which is the other scored text: 5 distinct sequences.
     assert sequences[0] == 5
@@ -53,7 +53,7 @@ def test_equals_hand_computed_losses_and_runs_each_distinct_sequence_once(tiny_m
 def test_every_pass_of_the_prefix_and_neighbour_methods_runs_once(tiny_model_dir):
     neighbors = [[f"{t} indeed", f"so {t}", f"{t} again"] for t in TEXTS]
     detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX, neighbors=Neighbors.of_texts(TEXTS, neighbors))
-    sequences = count_sequences(detector.target.loaded.model)
+    sequences = count_sequences(detector.target)
     scores = detector.score(TEXTS, methods=["recall", "conrecall", "neighbor", "loss", "mink", "minkpp"], k=[0.2])
     # Per text: one plain pass (loss, mink, minkpp), one per prefix (recall shares conrecall's), one per neighbour.
     assert sequences[0] == len(TEXTS) * (1 + 2 + 3)

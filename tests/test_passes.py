@@ -28,17 +28,26 @@ def loaded(tiny_model_dir):
     return load_model(str(tiny_model_dir))
 
 
-def count_forwards(model) -> list[int]:
-    calls = [0]
-    model.base_model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
-    return calls
+def count_forwards(engine) -> list[int]:
+    """Forward batches of TokenStats the engine runs (packed or padded)."""
+    return _count(engine, lambda rows: 1)
 
 
-def count_sequences(model) -> list[int]:
-    """Sequences (batch rows) the model's body has run on."""
-    rows = [0]
-    model.base_model.register_forward_hook(lambda _module, _args, output: rows.__setitem__(0, rows[0] + output[0].shape[0]))
-    return rows
+def count_sequences(engine) -> list[int]:
+    """Sequences (batch rows) the engine's model runs on for TokenStats."""
+    return _count(engine, len)
+
+
+def _count(engine, measure) -> list[int]:
+    total = [0]
+    run_batch = engine._run_batch
+
+    def counted(rows):
+        total[0] += measure(rows)
+        return run_batch(rows)
+
+    engine._run_batch = counted
+    return total
 
 
 def stats_of(*texts: list[float]) -> TokenStats:
@@ -53,7 +62,7 @@ def stats_of(*texts: list[float]) -> TokenStats:
 
 def test_lowercase_pass_of_lowercase_texts_costs_no_forward(tiny_model_dir):
     detector = Detector(str(tiny_model_dir), batch_tokens=64)
-    calls = count_forwards(detector.target.loaded.model)
+    calls = count_forwards(detector.target)
     lower = [t.lower() for t in CORPUS]
     detector.score(lower, methods=["loss"])
     loss_alone = calls[0]
@@ -235,7 +244,7 @@ def test_conrecall_formula_on_hand_built_stats():
 
 def test_conrecall_equals_hand_computed_conditional_likelihoods_and_shares_recalls_pass(tiny_model_dir):
     detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX)
-    sequences = count_sequences(detector.target.loaded.model)
+    sequences = count_sequences(detector.target)
     texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be"]
     got = detector.score(texts, methods=["loss", "recall", "conrecall"])
     assert sequences[0] == 3 * len(texts)  # plain, non-member prefix, member prefix; recall's prefix pass serves conrecall too

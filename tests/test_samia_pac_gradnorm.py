@@ -121,7 +121,7 @@ def test_polarized_distance_and_pac_on_hand_built_stats():
 def test_pac_equals_hand_computed_log_probs_and_runs_each_copy_once(tiny_model_dir):
     detector = Detector(str(tiny_model_dir), pac_copies=3)
     model, engine = detector.target.loaded.model, detector.target
-    sequences = count_sequences(model)
+    sequences = count_sequences(engine)
     texts = [*TEXTS, "alone"]
     got = detector.score(texts, methods=["pac", "loss"])["pac"]
     # One forward per distinct text among the texts and their copies: the one-word text's copies are

@@ -218,10 +218,9 @@ class StatsEngine:
         # a GPU never waits for the host to build the next batch.
         order: list[int] = []
         outputs: list[tuple[torch.Tensor, ...]] = []
-        run_batch = self._run_packed if self.packs else self._run_batch
         for batch in plan_batches([len(r.ids) for r in rows], self.batch_tokens, packed=self.packs):
             order.extend(batch)
-            outputs.append(run_batch([rows[i] for i in batch]))
+            outputs.append(self._run_batch([rows[i] for i in batch]))
             if on_progress is not None:
                 on_progress(sum(len(rows[i].ids) for i in batch))
         if outputs:
@@ -274,7 +273,7 @@ class StatsEngine:
 
     @torch.inference_mode()
     def _run_packed(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """As :meth:`_run_batch`, with the rows packed end to end through the :class:`PackedDecoder`."""
+        """:meth:`_run_batch` with the rows packed end to end through the :class:`PackedDecoder`."""
         if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
             self._packed = PackedDecoder(self.loaded.model)
         lengths = [len(r.ids) for r in rows]
