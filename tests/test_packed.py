@@ -129,6 +129,28 @@ def test_engine_follows_weights_changed_after_its_first_pass(tiny_model_dir):
     np.testing.assert_array_equal(after, fresh)
 
 
+_ENGINES: dict = {}
+
+
+@settings(max_examples=10, deadline=None)
+@given(budget=st.integers(1, 400), order=st.permutations(range(12)))
+def test_a_text_scores_the_same_bits_whatever_it_is_batched_with(tiny_model_dir, budget, order):
+    """The products do not depend on the rows beside a row and the attention runs one sequence at a time, so
+    the batch budget and the company a text keeps change no bit of its statistics (a threshold calibrated
+    on some texts then holds exactly for the same texts scored among others)."""
+    if "engine" not in _ENGINES:
+        rng = random.Random(7)
+        _ENGINES["texts"] = [random_sentence(rng, rng.randint(1, 50)) for _ in range(12)]
+        _ENGINES["engine"] = StatsEngine(load_model(str(tiny_model_dir)))
+        _ENGINES["alone"] = [_ENGINES["engine"].compute([t]) for t in _ENGINES["texts"]]
+    engine, texts = _ENGINES["engine"], _ENGINES["texts"]
+    engine.batch_tokens = budget
+    together = engine.compute([texts[i] for i in order])
+    for position, i in enumerate(order):
+        for name in ("logp", "mu", "var"):
+            np.testing.assert_array_equal(together.text(position)[name], _ENGINES["alone"][i].text(0)[name])
+
+
 @settings(max_examples=25, deadline=None)
 @given(lengths=st.lists(st.integers(1, 300), max_size=40), budget=st.integers(1, 1000))
 def test_packed_batches_hold_the_budget_and_every_row_once(lengths, budget):

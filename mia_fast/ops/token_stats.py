@@ -8,6 +8,7 @@ route loses ~1e-5 in mu); the Triton kernel keeps the same quantities in one str
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from mia_fast.ops.impl import check_impl
@@ -109,8 +110,6 @@ class StreamedTokenStats:
         self.core = core
         n, device = len(targets), targets.device
         if core is not None:
-            import numpy as np
-
             self.target_ids = targets.to(torch.int64).contiguous().numpy()
             self.state = np.zeros((5, n))  # max, weight, centred mean, second moment, target logit
             self.state[0] = -np.inf
@@ -157,8 +156,6 @@ class StreamedTokenStats:
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.core is not None:
-            import numpy as np
-
             top, weight, mean, m2, target_logit = self.state
             log_weight = np.log(weight)
             return tuple(torch.from_numpy(v.astype(np.float32)) for v in (target_logit - top - log_weight, mean - log_weight, m2 / weight))

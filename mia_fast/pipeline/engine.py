@@ -251,9 +251,13 @@ class StatsEngine:
             return tensor
         return tensor.pin_memory().to(self.loaded.device, non_blocking=True)
 
-    @torch.inference_mode()
     def _run_batch(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """log p(target), vocabulary mean and variance of log p at every scored position of the rows, in order, on the device."""
+        return self._run_packed(rows) if self.packs else self._run_padded(rows)
+
+    @torch.inference_mode()
+    def _run_padded(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_run_batch` through the model's own forward, the rows right-padded to the longest."""
         input_ids, attention_mask = self._padded([r.ids for r in rows])
         width = input_ids.shape[1]
         # Position p predicts the id at p + 1: score targets ids[first_scored:] of each row.

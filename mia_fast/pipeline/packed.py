@@ -1,9 +1,9 @@
 """A pad-free forward of Llama-family decoders (llama, mistral, qwen2) for scoring: the final hidden states
-of many sequences at once, each exactly as the model alone would give them.
+of many sequences at once, each as the model alone would give it (in fp32 within 1e-5 of its own forward).
 
 Why not the model's own forward: on a CPU the forward is all matrix products, and three things cost
 there. Padding: a batch's rows are packed end to end, so every product runs on real tokens only (the
-attention alone sees a padded view, where a causal mask never reads the padding). Small products:
+attention runs one sequence at a time). Small products:
 q, k and v are one product and gate and up another, with the weights concatenated once. Weight layout:
 on CPU every weight is reordered once into oneDNN's blocked layout (measured 1.1-1.3x faster products
 than ``F.linear`` on the same weights). In bf16 the residual stream, the norms and the rotary embedding
@@ -14,6 +14,7 @@ torch's fp32 flash attention is faster than its bf16 one at these sizes, and exa
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -133,51 +134,45 @@ class PackedDecoder:
         a move to another dtype changes it, and the copies made from the model are then stale."""
         return tuple((id(p), p._version) for p in model.parameters())
 
+    def _inverse_rms(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.rsqrt(x.square().mean(-1, keepdim=True).add_(self.eps))
+
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMS norm in fp32, rounded to the model's dtype once, for the next product."""
-        scale = torch.rsqrt(x.square().mean(-1, keepdim=True).add_(self.eps))
-        return (x * scale).mul_(weight).to(self.dtype)
+        return (x * self._inverse_rms(x)).mul_(weight).to(self.dtype)
 
     @torch.inference_mode()
     def hidden(self, ids: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
-        device = ids.device
-        total, rows, width = int(ids.shape[0]), len(lengths), max(lengths)
-        starts = torch.tensor([0, *lengths], device=device).cumsum(0)[:-1]
-        lengths_t = torch.tensor(list(lengths), device=device)
-        positions = torch.arange(total, device=device) - starts.repeat_interleave(lengths_t)
-        # Where each packed token sits in the padded [rows, width] view of the attention, and back.
-        padded_slot = torch.arange(rows, device=device).repeat_interleave(lengths_t) * width + positions
-        gather = torch.zeros(rows * width, dtype=torch.long, device=device)
-        gather[padded_slot] = torch.arange(total, device=device)
-
+        total = int(ids.shape[0])
+        starts = [0, *itertools.accumulate(lengths)][:-1]
+        positions = torch.cat([torch.arange(n, device=ids.device) for n in lengths])
         x = self.embed(ids).float()
         half = self.head_dim // 2
         cos, sin = self.rotary(x, positions.unsqueeze(0))
         turn = torch.complex(cos[0, :, :half].float(), sin[0, :, :half].float()).unsqueeze(1)
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attended = torch.empty(total, self.heads, self.head_dim, device=ids.device)
 
         def rotate(t: torch.Tensor) -> torch.Tensor:
             pairs = torch.view_as_complex(t.float().unflatten(-1, (half, 2)))
             return torch.view_as_real(pairs * turn).flatten(-2)
 
-        def padded(t: torch.Tensor, heads: int) -> torch.Tensor:
-            return t.index_select(0, gather).view(rows, width, heads, self.head_dim).transpose(1, 2)
-
         for layer in self.layers:
             qkv = layer.qkv(self._norm(x, layer.input_norm))
-            q = rotate(qkv[:, :q_size].view(total, self.heads, self.head_dim))
-            k = rotate(qkv[:, q_size : q_size + kv_size].view(total, self.kv_heads, self.head_dim))
-            v = qkv[:, q_size + kv_size :].float().view(total, self.kv_heads, self.head_dim)
-            attended = F.scaled_dot_product_attention(
-                padded(q, self.heads), padded(k, self.kv_heads), padded(v, self.kv_heads),
-                is_causal=True, enable_gqa=self.kv_heads != self.heads,
-            )
-            attended = attended.transpose(1, 2).reshape(rows * width, q_size).index_select(0, padded_slot)
-            x.add_(layer.out(attended.to(self.dtype)))
+            q = rotate(qkv[:, :q_size].view(total, self.heads, self.head_dim)).transpose(0, 1)
+            k = rotate(qkv[:, q_size : q_size + kv_size].view(total, self.kv_heads, self.head_dim)).transpose(0, 1)
+            v = qkv[:, q_size + kv_size :].float().view(total, self.kv_heads, self.head_dim).transpose(0, 1)
+            # One sequence at a time: its attention then never depends on what else is in the batch (the products
+            # do not either), so a text scores the same bits whatever it is batched with.
+            for start, n in zip(starts, lengths):
+                part = slice(start, start + n)
+                attended[part] = F.scaled_dot_product_attention(
+                    q[:, part], k[:, part], v[:, part], is_causal=True, enable_gqa=self.kv_heads != self.heads,
+                ).transpose(0, 1)
+            x.add_(layer.out(attended.view(total, q_size).to(self.dtype)))
             gate, up = layer.gate_up(self._norm(x, layer.post_norm)).chunk(2, dim=-1)
             x.add_(layer.down(F.silu(gate).mul_(up)))
-        scale = torch.rsqrt(x.square().mean(-1, keepdim=True).add_(self.eps))
-        return x.mul_(scale).mul_(self.final_norm)
+        return x.mul_(self._inverse_rms(x)).mul_(self.final_norm)
 
     @torch.inference_mode()
     def token_stats(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
