@@ -1,5 +1,6 @@
 """Checks on the built-in SmolLM2-135M and real text from ../shared/data (skipped where either is missing)."""
 
+import copy
 import importlib.util
 
 import numpy as np
@@ -41,22 +42,25 @@ def test_parity_with_public_minkpp_loop(detector, wiki_texts):
     (minkpp_1.0) the two differ by up to ~3e-5 absolute; there we also require ours to be, on
     average over the texts, at least as close as the public loop to the same loop run on fp64 logits.
 
-    Text by text that comparison is not stable across CPUs: our logits come from the base model and
-    the head applied to 2-D chunks, theirs from the full forward, and the two GEMMs round differently
-    (on an AVX-512 Xeon a few near-tied bottom-10% selections flip, up to 8e-6 the other way; on the
-    AVX2 EPYC none did). So text by text ours may be at most 2e-5 farther, well inside the atol.
+    The ground truth is the public loop on an fp64 copy of the model, body included: our body (the packed
+    forward, fused and reordered products) and theirs (the model's own forward) round differently in
+    fp32, so a truth that kept their fp32 body would favour them. On average over the texts ours is the
+    closer (on the Zen 4 EPYC: 2.6e-6 against 5.6e-6 at k = 0.1, 4.5e-7 against 8.5e-6 at k = 1.0), but text
+    by text near-tied bottom-10% selections flip either way (there up to 3.8e-5 the other way on one text at
+    k = 0.1; 8e-6 on an AVX-512 Xeon before the packed forward), so ours may be at most 5e-5 farther, inside
+    the parity tolerance.
     """
     loaded = detector.target.loaded
     ours = detector.score(wiki_texts, methods=["loss", "zlib", "mink", "minkpp"], k=KS)
     theirs = public_loop_scores(loaded.model, loaded.tokenizer, wiki_texts, KS)
-    truth = public_loop_scores(loaded.model, loaded.tokenizer, wiki_texts, KS, upcast_logits=True)
+    truth = public_loop_scores(copy.deepcopy(loaded.model).double(), loaded.tokenizer, wiki_texts, KS, upcast_logits=True)
     for column in ours:
         got, public, exact = ours[column], np.asarray(theirs[column]), np.asarray(truth[column])
         if column.startswith("minkpp"):
             np.testing.assert_allclose(got, public, rtol=1e-4, atol=3e-5, err_msg=column)
             ours_error, public_error = np.abs(got - exact), np.abs(public - exact)
             assert ours_error.mean() <= public_error.mean(), column
-            assert (ours_error <= public_error + 2e-5).all(), column
+            assert (ours_error <= public_error + 5e-5).all(), column
         else:
             np.testing.assert_allclose(got, public, rtol=1e-4, err_msg=column)
 
