@@ -29,8 +29,14 @@ SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
 def passages(count: int, words: int) -> tuple[list[str], np.ndarray]:
     """Up to ``count`` passages of ``words`` words, taken from the subsets in turn (then from those that have more); and each one's subset index."""
     cut: list[tuple[str, int]] = []
-    pools = [[" ".join(doc.split()[i : i + words]) for doc in pile_texts(name, n=5000, max_words=None) for i in range(0, len(doc.split()) - words + 1, words)]
-             for name in SUBSETS]
+    pools = [
+        [
+            " ".join(doc.split()[i : i + words])
+            for doc in pile_texts(name, n=5000, max_words=None)
+            for i in range(0, len(doc.split()) - words + 1, words)
+        ]
+        for name in SUBSETS
+    ]
     for group in zip_longest(*pools):
         cut.extend((text, subset) for subset, text in enumerate(group) if text is not None)
         if len(cut) >= count:
@@ -46,7 +52,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     texts, subsets = passages(args.texts, args.words)
-    splits = {"iid": np.random.default_rng(0).permutation(np.arange(len(texts)) % 2), "leaky": (subsets < 2).astype(int)}
+    splits = {
+        "iid": np.random.default_rng(0).permutation(np.arange(len(texts)) % 2),
+        "leaky": (subsets < 2).astype(int),
+    }
     results = {}
     for name, labels in splits.items():
         seconds = []
@@ -54,13 +63,25 @@ def main() -> None:
             started = time.perf_counter()
             scores = blind_scores(texts, labels)
             seconds.append(time.perf_counter() - started)
-        results[name] = {"seconds_median": float(np.median(seconds)), "seconds": seconds,
-                         "auroc": {column: metrics.auroc(labels, values) for column, values in scores.items()}}
-        print(f"{name}: {len(texts)} texts of {args.words} words, {np.median(seconds):.1f} s (median of {args.rounds}); "
-              + ", ".join(f"{c} AUROC {a:.3f}" for c, a in results[name]["auroc"].items()), flush=True)
+        results[name] = {
+            "seconds_median": float(np.median(seconds)),
+            "seconds": seconds,
+            "auroc": {column: metrics.auroc(labels, values) for column, values in scores.items()},
+        }
+        print(
+            f"{name}: {len(texts)} texts of {args.words} words, {np.median(seconds):.1f} s (median of {args.rounds}); "
+            + ", ".join(f"{c} AUROC {a:.3f}" for c, a in results[name]["auroc"].items()),
+            flush=True,
+        )
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"blind-{os.cpu_count()}core.json"
-    path.write_text(json.dumps({"benchmark": "blind", "machine": machine(), "texts": len(texts), "words": args.words, "results": results}, indent=2) + "\n")
+    path.write_text(
+        json.dumps(
+            {"benchmark": "blind", "machine": machine(), "texts": len(texts), "words": args.words, "results": results},
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {path}")
 
 

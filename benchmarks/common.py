@@ -10,11 +10,15 @@ from pathlib import Path
 
 import torch
 
-SHARED_DATA = Path(os.environ.get("MIA_FAST_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+SHARED_DATA = Path(
+    os.environ.get("MIA_FAST_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
+)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def pile_texts(subset: str = "wikipedia_en", n: int = 100, max_words: int | None = 100, root: Path = SHARED_DATA) -> list[str]:
+def pile_texts(
+    subset: str = "wikipedia_en", n: int = 100, max_words: int | None = 100, root: Path = SHARED_DATA
+) -> list[str]:
     """The first ``n`` texts of a pile_test subset under ``root``, each cut to its first ``max_words`` words."""
     path = root / "pile_test" / f"{subset}.jsonl.gz"
     texts = []

@@ -51,7 +51,9 @@ def interleaved_corpus(per_subset: int) -> list[str]:
 def reference_counts(tokenizer, vocab_size: int, skip: int, docs: int) -> np.ndarray:
     """Token counts of documents skip .. skip + docs of every subset: none of them is in the experiment's corpus."""
     texts = [t for name in SUBSETS for t in pile_texts(name, n=skip + docs, max_words=None)[skip:]]
-    ids = np.concatenate([np.asarray(i, dtype=np.int64) for i in tokenizer(texts, add_special_tokens=False)["input_ids"]])
+    ids = np.concatenate(
+        [np.asarray(i, dtype=np.int64) for i in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    )
     return count_token_ids(ids, vocab_size)
 
 
@@ -68,12 +70,21 @@ def plot(path: Path, runs: list[dict], shown: list[str]) -> None:
         fig, ax = plt.subplots(figsize=(6.4, 0.32 * len(ordered) + 1.4))
         lows, highs = zip(*(run["auroc_ci"][c] for c in ordered))
         values = [run["auroc"][c] for c in ordered]
-        ax.barh(ordered, values, xerr=[[v - lo for v, lo in zip(values, lows)], [hi - v for v, hi in zip(values, highs)]],
-                color="tab:blue", alpha=0.75, capsize=3)
+        ax.barh(
+            ordered,
+            values,
+            xerr=[[v - lo for v, lo in zip(values, lows)], [hi - v for v, hi in zip(values, highs)]],
+            color="tab:blue",
+            alpha=0.75,
+            capsize=3,
+        )
         ax.axvline(0.5, color="grey", linestyle=":", linewidth=1)
         ax.set_xlim(0, 1)
         ax.set_xlabel("AUROC with 95% bootstrap CI (members vs held-out non-members)")
-        ax.set_title(f"lr {run['learning_rate']:g}, {run['epochs']} epoch(s): {run['members']} + {run['nonmembers']} texts", fontsize=10)
+        ax.set_title(
+            f"lr {run['learning_rate']:g}, {run['epochs']} epoch(s): {run['members']} + {run['nonmembers']} texts",
+            fontsize=10,
+        )
         ax.grid(axis="x", alpha=0.3)
     else:
         epochs = sorted({r["epochs"] for r in runs})
@@ -81,7 +92,12 @@ def plot(path: Path, runs: list[dict], shown: list[str]) -> None:
         for ax, epoch in zip(axes[0], epochs):
             chosen = sorted((r for r in runs if r["epochs"] == epoch), key=lambda r: r["learning_rate"])
             for column, marker in zip(shown, "osD^v<>pPX*hH8d" * 2):
-                ax.plot([r["learning_rate"] for r in chosen], [r["auroc"][column] for r in chosen], marker=marker, label=column)
+                ax.plot(
+                    [r["learning_rate"] for r in chosen],
+                    [r["auroc"][column] for r in chosen],
+                    marker=marker,
+                    label=column,
+                )
             ax.set_xscale("log")
             ax.set_xlabel("learning rate")
             ax.set_title(f"{epoch} epoch(s) of fine-tuning on the members")
@@ -102,9 +118,24 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--methods", default=METHODS, help=f"comma-separated (default {METHODS})")
-    parser.add_argument("--neighbor-count", type=int, default=DEFAULT_NEIGHBORS, help=f"for neighbor: word-drop neighbours per text (default {DEFAULT_NEIGHBORS})")
-    parser.add_argument("--samia-samples", type=int, default=DEFAULT_SAMIA_SAMPLES, help=f"for samia: samples per text (default {DEFAULT_SAMIA_SAMPLES})")
-    parser.add_argument("--freq-docs", type=int, default=500, help="for dcpdd: documents per subset counted for its frequencies (default 500)")
+    parser.add_argument(
+        "--neighbor-count",
+        type=int,
+        default=DEFAULT_NEIGHBORS,
+        help=f"for neighbor: word-drop neighbours per text (default {DEFAULT_NEIGHBORS})",
+    )
+    parser.add_argument(
+        "--samia-samples",
+        type=int,
+        default=DEFAULT_SAMIA_SAMPLES,
+        help=f"for samia: samples per text (default {DEFAULT_SAMIA_SAMPLES})",
+    )
+    parser.add_argument(
+        "--freq-docs",
+        type=int,
+        default=500,
+        help="for dcpdd: documents per subset counted for its frequencies (default 500)",
+    )
     parser.add_argument("--tag", help="suffix of the result files, so a run with other methods keeps the default's")
     parser.add_argument("--reports", type=Path, default=Path(tempfile.gettempdir()) / "mia-fast-contamination")
     args = parser.parse_args()
@@ -114,7 +145,9 @@ def main() -> None:
     per_subset = max(64, args.texts)
     corpus = interleaved_corpus(per_subset)
     base = load_model(device="cpu", dtype="fp32")
-    counts = reference_counts(base.tokenizer, base.vocab_size, per_subset, args.freq_docs) if "dcpdd" in methods else None
+    counts = (
+        reference_counts(base.tokenizer, base.vocab_size, per_subset, args.freq_docs) if "dcpdd" in methods else None
+    )
     untouched = copy.deepcopy(base.model.state_dict())
     runs = []
     for epochs in args.epochs:
@@ -123,28 +156,55 @@ def main() -> None:
             loaded = LoadedModel(base.model, base.tokenizer, base.name, base.device, base.dtype)
             started = time.perf_counter()
             experiment, results = run_experiment(
-                loaded, corpus, args.reports / f"lr{lr:g}-ep{epochs}", FineTuning(epochs, lr, 8, args.max_tokens, args.seed),
-                texts=args.texts, methods=methods, corpus_name="pile_test (4 subsets)", bootstrap=1000, frequencies=counts,
+                loaded,
+                corpus,
+                args.reports / f"lr{lr:g}-ep{epochs}",
+                FineTuning(epochs, lr, 8, args.max_tokens, args.seed),
+                texts=args.texts,
+                methods=methods,
+                corpus_name="pile_test (4 subsets)",
+                bootstrap=1000,
+                frequencies=counts,
                 neighbors=WordDropNeighbors(args.neighbor_count, seed=args.seed) if "neighbor" in methods else None,
                 method_settings={"samia_samples": args.samia_samples},
             )
             run = {
-                "learning_rate": lr, "epochs": epochs, "members": len(experiment.members), "nonmembers": len(experiment.nonmembers),
-                "first_loss": experiment.losses[0], "last_loss": experiment.losses[-1], "seconds": time.perf_counter() - started,
+                "learning_rate": lr,
+                "epochs": epochs,
+                "members": len(experiment.members),
+                "nonmembers": len(experiment.nonmembers),
+                "first_loss": experiment.losses[0],
+                "last_loss": experiment.losses[-1],
+                "seconds": time.perf_counter() - started,
                 "seconds_score": experiment.seconds["score"],
                 "auroc": {name: r.auroc for name, r in results.items()},
                 "auroc_ci": {name: r.auroc_ci for name, r in results.items()},
                 "tpr_at_1%_fpr": {name: r.tpr_at_fpr["1%"] for name, r in results.items()},
             }
             runs.append(run)
-            print(f"lr {lr:g}, {epochs} epoch(s): loss {run['first_loss']:.3f} -> {run['last_loss']:.3f}; "
-                  + ", ".join(f"{c} {run['auroc'][c]:.3f}" for c in shown), flush=True)
+            print(
+                f"lr {lr:g}, {epochs} epoch(s): loss {run['first_loss']:.3f} -> {run['last_loss']:.3f}; "
+                + ", ".join(f"{c} {run['auroc'][c]:.3f}" for c in shown),
+                flush=True,
+            )
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / (f"contamination-{os.cpu_count()}core" + (f"-{args.tag}" if args.tag else ""))
-    settings = {"methods": methods, "texts": args.texts, "max_tokens": args.max_tokens, "seed": args.seed, "batch_size": 8, "corpus": "pile_test (4 subsets)", "model": base.name,
-                "neighbors": f"{args.neighbor_count} word-drop", "samia_samples": args.samia_samples,
-                **({"freq_docs_per_subset": args.freq_docs, "freq_tokens": int(counts.sum())} if counts is not None else {})}
-    stem.with_suffix(".json").write_text(json.dumps({"benchmark": "contamination", "machine": machine(), "settings": settings, "runs": runs}, indent=2) + "\n")
+    settings = {
+        "methods": methods,
+        "texts": args.texts,
+        "max_tokens": args.max_tokens,
+        "seed": args.seed,
+        "batch_size": 8,
+        "corpus": "pile_test (4 subsets)",
+        "model": base.name,
+        "neighbors": f"{args.neighbor_count} word-drop",
+        "samia_samples": args.samia_samples,
+        **({"freq_docs_per_subset": args.freq_docs, "freq_tokens": int(counts.sum())} if counts is not None else {}),
+    }
+    stem.with_suffix(".json").write_text(
+        json.dumps({"benchmark": "contamination", "machine": machine(), "settings": settings, "runs": runs}, indent=2)
+        + "\n"
+    )
     plot(stem.with_suffix(".png"), runs, shown)
     print(f"wrote {stem}.json and {stem}.png")
 

@@ -44,8 +44,15 @@ FILE_BLOCK_ROWS = 20
 # The engine's CPU logit chunk before the fix: the head projected and the statistics reduced 16 MB at a time.
 CHUNK_BYTES_BEFORE_FIX = 16 << 20
 QWEN_0_5B_SHAPE = dict(
-    hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-    vocab_size=151936, max_position_embeddings=32768, rope_theta=1_000_000.0, tie_word_embeddings=True,
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    vocab_size=151936,
+    max_position_embeddings=32768,
+    rope_theta=1_000_000.0,
+    tie_word_embeddings=True,
 )
 
 
@@ -80,13 +87,16 @@ def detector_and_texts(name: str, batch_tokens: int | None) -> tuple[Detector, l
 
         torch.manual_seed(0)
         model = Qwen2ForCausalLM(Qwen2Config(**QWEN_0_5B_SHAPE)).eval()
-        loaded = LoadedModel(model, load_tokenizer("default"), "random Qwen2.5-0.5B shape (V=151936)", torch.device("cpu"), torch.float32)
+        loaded = LoadedModel(
+            model, load_tokenizer("default"), "random Qwen2.5-0.5B shape (V=151936)", torch.device("cpu"), torch.float32
+        )
         return Detector(loaded, **options), pile_texts("pubmed_abstracts", n=20, max_words=None)
     raise SystemExit(f"unknown model {name!r}; choose builtin or qwen-152k")
 
 
 def with_chunking(engine, chunk_rows: int, stats_rows: int):
     """The padded model forward with the logit chunking of before the fix (not the packed forward of now)."""
+
     def run(fn):
         saved = engine.chunk_rows, engine.stats_rows, engine.packs
         engine.chunk_rows, engine.stats_rows, engine.packs = chunk_rows, stats_rows, False
@@ -103,7 +113,9 @@ def scoring_file(detector: Detector, texts: list[str], scratch: Path, overlap: b
     data = scratch / "texts.jsonl"
     if not data.exists():
         data.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
-    options = dict(methods=METHODS, k=DEFAULT_KS, detector=detector, block_rows=FILE_BLOCK_ROWS, overwrite=True, progress=False)
+    options = dict(
+        methods=METHODS, k=DEFAULT_KS, detector=detector, block_rows=FILE_BLOCK_ROWS, overwrite=True, progress=False
+    )
     return lambda: score_file(DataStream(data), scratch / "scores.jsonl", overlap=overlap, **options)
 
 
@@ -148,8 +160,10 @@ def bench_model(name: str, rounds: int, batch_tokens: int | None, scratch: Path,
         "texts": len(texts),
         "scored_tokens": scored_tokens,
         "batch_tokens": engine.batch_tokens,
-        "chunking": {"after_fix": {"head_rows": engine.chunk_rows, "stats_rows": engine.stats_rows},
-                     "before_fix": {"head_rows": old_rows, "stats_rows": old_rows}},
+        "chunking": {
+            "after_fix": {"head_rows": engine.chunk_rows, "stats_rows": engine.stats_rows},
+            "before_fix": {"head_rows": old_rows, "stats_rows": old_rows},
+        },
         "seconds": times,
         "median_seconds": median,
         "tokens_per_second": {c: scored_tokens / s for c, s in median.items()},
@@ -168,9 +182,19 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as scratch:
         only = args.contenders.split(",") if args.contenders else None
-        results = {name: bench_model(name, args.rounds, args.batch_tokens, Path(scratch), only) for name in args.models.split(",")}
-    result = {"benchmark": "cpu_score", "machine": machine(), "dtype": "fp32", "methods": METHODS, "ks": list(DEFAULT_KS),
-              "rounds": args.rounds, "models": results}
+        results = {
+            name: bench_model(name, args.rounds, args.batch_tokens, Path(scratch), only)
+            for name in args.models.split(",")
+        }
+    result = {
+        "benchmark": "cpu_score",
+        "machine": machine(),
+        "dtype": "fp32",
+        "methods": METHODS,
+        "ks": list(DEFAULT_KS),
+        "rounds": args.rounds,
+        "models": results,
+    }
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{args.name}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")

@@ -51,9 +51,17 @@ def main() -> None:
     if not args.reuse:
         loaded = load_model(device="cpu", dtype="fp32")
         run_experiment(
-            loaded, interleaved_corpus(max(64, args.texts)), args.reports, FineTuning(args.epochs, args.lr, 8, args.max_tokens, args.seed),
-            texts=args.texts, methods=FEATURES, ks=KS, corpus_name="pile_test (4 subsets)", bootstrap=200,
-            neighbors=WordDropNeighbors(args.neighbor_count, seed=args.seed), blind=False,
+            loaded,
+            interleaved_corpus(max(64, args.texts)),
+            args.reports,
+            FineTuning(args.epochs, args.lr, 8, args.max_tokens, args.seed),
+            texts=args.texts,
+            methods=FEATURES,
+            ks=KS,
+            corpus_name="pile_test (4 subsets)",
+            bootstrap=200,
+            neighbors=WordDropNeighbors(args.neighbor_count, seed=args.seed),
+            blind=False,
         )
     features = [c for r in resolve_methods(FEATURES, KS) for c in r.columns]
     rows = [json.loads(line) for line in (args.reports / "scores.jsonl").read_text().splitlines()]
@@ -67,18 +75,47 @@ def main() -> None:
         result = dataset_inference(members, nonmembers, used, seed=args.seed)
         variants[variant] = result
         print(f"{variant}: {result.summary()}")
-        for name, test in (("planted vs held-out", result.test), ("non-member half vs half", result.false_positive_check)):
+        for name, test in (
+            ("planted vs held-out", result.test),
+            ("non-member half vs half", result.false_positive_check),
+        ):
             print(f"  {name}: " + "  ".join(f"{n}: {p:.3g}" for n, p in zip(test.sizes, test.p_values)))
-    best = {name: payload["methods"][name] for name in ("ref", max((n for n in payload["methods"] if n != "ref"), key=lambda n: payload["methods"][n]["auroc"]))}
+    best = {
+        name: payload["methods"][name]
+        for name in (
+            "ref",
+            max((n for n in payload["methods"] if n != "ref"), key=lambda n: payload["methods"][n]["auroc"]),
+        )
+    }
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"dataset-inference-{os.cpu_count()}core"
     meta = payload["meta"]
-    settings = {"texts": meta["texts"], "members": int(labels.sum()), "nonmembers": int(len(labels) - labels.sum()), "learning_rate": meta["learning_rate"],
-                "epochs": meta["epochs"], "max_tokens": meta["max_tokens"], "neighbors": meta["neighbors"], "seed": meta["seed"],
-                "first_loss": meta["first_loss"], "last_loss": meta["last_loss"], "features": features,
-                "single_feature_auroc": {name: {"auroc": m["auroc"], "auroc_ci": m["auroc_ci"]} for name, m in best.items()}}
-    stem.with_suffix(".json").write_text(json.dumps({"benchmark": "dataset_inference", "machine": machine(), "settings": settings,
-                                                     "variants": {name: r.to_dict() for name, r in variants.items()}}, indent=2) + "\n")
+    settings = {
+        "texts": meta["texts"],
+        "members": int(labels.sum()),
+        "nonmembers": int(len(labels) - labels.sum()),
+        "learning_rate": meta["learning_rate"],
+        "epochs": meta["epochs"],
+        "max_tokens": meta["max_tokens"],
+        "neighbors": meta["neighbors"],
+        "seed": meta["seed"],
+        "first_loss": meta["first_loss"],
+        "last_loss": meta["last_loss"],
+        "features": features,
+        "single_feature_auroc": {name: {"auroc": m["auroc"], "auroc_ci": m["auroc_ci"]} for name, m in best.items()},
+    }
+    stem.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "benchmark": "dataset_inference",
+                "machine": machine(),
+                "settings": settings,
+                "variants": {name: r.to_dict() for name, r in variants.items()},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     plot_p_values(stem.with_suffix(".png"), variants["every feature"])
     print(f"wrote {stem}.json and {stem}.png")
 

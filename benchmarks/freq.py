@@ -95,16 +95,25 @@ def bench_tokens(workdir: Path, gib: float, n_rounds: int, threads: int) -> dict
         ids = np.memmap(path, dtype=dtype, mode="r")
         n = len(ids)
         sample = ids[:PUBLIC_LOOP_TOKENS].tolist()
-        median = rounds({
-            "mia_fast_build_tokens": lambda: build_from_tokens([path], vocab_size=vocab, dtype=dtype, threads=threads),
-            "numpy_bincount": lambda: np.bincount(np.memmap(path, dtype=dtype, mode="r"), minlength=vocab),
-            "read_only": lambda: read_bandwidth(path, threads),
-        }, n_rounds)
+        median = rounds(
+            {
+                "mia_fast_build_tokens": lambda: build_from_tokens(
+                    [path], vocab_size=vocab, dtype=dtype, threads=threads
+                ),
+                "numpy_bincount": lambda: np.bincount(np.memmap(path, dtype=dtype, mode="r"), minlength=vocab),
+                "read_only": lambda: read_bandwidth(path, threads),
+            },
+            n_rounds,
+        )
         public_seconds = timed(lambda: public_count_loop(sample, vocab)) * n / len(sample)
         ours = median["mia_fast_build_tokens"]
         results[dtype] = {
-            "vocab_size": vocab, "tokens": n, "bytes": path.stat().st_size, "threads": threads,
-            "median_seconds": median, "public_loop_seconds_extrapolated": public_seconds,
+            "vocab_size": vocab,
+            "tokens": n,
+            "bytes": path.stat().st_size,
+            "threads": threads,
+            "median_seconds": median,
+            "public_loop_seconds_extrapolated": public_seconds,
             "tokens_per_second": {name: n / s for name, s in median.items()} | {"public_loop": n / public_seconds},
             "read_bandwidth_bytes_per_second": path.stat().st_size / median["read_only"],
             "speedup_vs_bincount": median["numpy_bincount"] / ours,
@@ -161,7 +170,11 @@ def public_text_loop(path: Path, tokenizer, documents: int) -> dict[str, float]:
             counts[token] += 1
     counting = time.perf_counter() - started
     tokens = sum(map(len, encoded))
-    return {"tokens": tokens, "tokens_per_second": tokens / (encoding + counting), "tokenizing_share": encoding / (encoding + counting)}
+    return {
+        "tokens": tokens,
+        "tokens_per_second": tokens / (encoding + counting),
+        "tokenizing_share": encoding / (encoding + counting),
+    }
 
 
 def bench_text(workdir: Path, mib: int, n_rounds: int, workers: int) -> dict:
@@ -182,9 +195,13 @@ def bench_text(workdir: Path, mib: int, n_rounds: int, workers: int) -> dict:
     tokens = result_tokens["build"]
     assert tokens == result_tokens["tokenize"], "counting and tokenizing alone saw different tokens"
     return {
-        "bytes": size, "tokens": tokens, "workers": workers, "tokenizer": "built-in SmolLM2-135M",
+        "bytes": size,
+        "tokens": tokens,
+        "workers": workers,
+        "tokenizer": "built-in SmolLM2-135M",
         "median_seconds": median,
-        "tokens_per_second": {name: tokens / s for name, s in median.items()} | {"public_loop": public["tokens_per_second"]},
+        "tokens_per_second": {name: tokens / s for name, s in median.items()}
+        | {"public_loop": public["tokens_per_second"]},
         "megabytes_per_second": {name: size / s / 1e6 for name, s in median.items()},
         "counting_overhead_vs_tokenizing": median["mia_fast_build"] / median["tokenize_only"] - 1,
         "speedup_vs_public_loop": tokens / median["mia_fast_build"] / public["tokens_per_second"],
@@ -198,7 +215,12 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=1.0, help="size of each generated token file")
     parser.add_argument("--text-mib", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "mia-fast-bench", help="where the generated inputs are kept")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "mia-fast-bench",
+        help="where the generated inputs are kept",
+    )
     parser.add_argument("--only", choices=["tokens", "text"], help="run one half")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -214,13 +236,17 @@ def main() -> None:
         result = json.loads(out.read_text()) | result
     out.write_text(json.dumps(result, indent=2) + "\n")
     for dtype, r in result.get("pre_tokenized", {}).items():
-        print(f"{dtype}: {r['tokens_per_second']['mia_fast_build_tokens'] / 1e6:.0f}M tok/s, {r['speedup_vs_bincount']:.1f}x bincount, "
-              f"{r['speedup_vs_public_loop']:.0f}x public loop, {r['fraction_of_read_bandwidth']:.0%} of read bandwidth "
-              f"({r['read_bandwidth_bytes_per_second'] / 1e9:.1f} GB/s)")
+        print(
+            f"{dtype}: {r['tokens_per_second']['mia_fast_build_tokens'] / 1e6:.0f}M tok/s, {r['speedup_vs_bincount']:.1f}x bincount, "
+            f"{r['speedup_vs_public_loop']:.0f}x public loop, {r['fraction_of_read_bandwidth']:.0%} of read bandwidth "
+            f"({r['read_bandwidth_bytes_per_second'] / 1e9:.1f} GB/s)"
+        )
     if "text" in result:
         t = result["text"]
-        print(f"text: {t['tokens_per_second']['mia_fast_build'] / 1e6:.2f}M tok/s, counting adds {t['counting_overhead_vs_tokenizing']:+.1%} "
-              f"over tokenizing alone, {t['speedup_vs_public_loop']:.1f}x the public loop")
+        print(
+            f"text: {t['tokens_per_second']['mia_fast_build'] / 1e6:.2f}M tok/s, counting adds {t['counting_overhead_vs_tokenizing']:+.1%} "
+            f"over tokenizing alone, {t['speedup_vs_public_loop']:.1f}x the public loop"
+        )
     print(f"wrote {out}")
 
 

@@ -71,8 +71,20 @@ def mutated_index(data: bytes) -> bytes:
 
 def refusal_kind(message: str) -> int:
     """Distinct branches per refusal reason give libFuzzer a signal for reaching new checks."""
-    for kind, words in enumerate(("not a Megatron", "version", "dtype code", "truncated", "after its arrays",
-                                  "negative length", "overflow", "starts at byte", "document index", "last document")):
+    for kind, words in enumerate(
+        (
+            "not a Megatron",
+            "version",
+            "dtype code",
+            "truncated",
+            "after its arrays",
+            "negative length",
+            "overflow",
+            "starts at byte",
+            "document index",
+            "last document",
+        )
+    ):
         if words in message:
             return kind
     raise AssertionError(f"refusal with an unexpected message: {message}")

@@ -19,17 +19,18 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 if "--smoke" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import numpy as np
 import torch
-
 from common import RESULTS, SHARED_DATA, machine, pile_texts
+from reference_loop import public_loop_scores
+
 from mia_fast import Detector, LoadedModel, kernels
 from mia_fast.frequency.build import count_token_ids
 from mia_fast.kernels import token_stats
@@ -38,28 +39,57 @@ from mia_fast.ops.bottom_k import bottom_k_counts, bottom_k_means
 from mia_fast.ops.first_occurrence import capped_first_occurrence_mean
 from mia_fast.ops.token_stats import linear_token_stats, token_stats_torch
 from mia_fast.pipeline.stats import TokenStats
-from reference_loop import public_loop_scores
 
 SECTIONS = ("token_stats", "fused", "aggregation", "end_to_end")
 ONE_PASS_METHODS = ["loss", "zlib", "mink", "minkpp", "dcpdd"]
 LLAMA_3_2_1B = dict(
-    hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-    vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    vocab_size=128256,
+    max_position_embeddings=131072,
+    rope_theta=500000.0,
+    tie_word_embeddings=True,
 )
 TINY_LLAMA = dict(
-    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-    vocab_size=1000, max_position_embeddings=256, tie_word_embeddings=True,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=1000,
+    max_position_embeddings=256,
+    tie_word_embeddings=True,
 )
 FULL = dict(
-    stats_rows=[2048, 8192, 32768], stats_vocab=[32000, 50304, 128256, 151936],
-    fused_hidden=[2048, 4096], fused_vocab=[128256, 151936], fused_rows=[4096, 32768],
-    fused_chunk_mb=[64, 256, 1024], aggregation_tokens=10_000_000, model=LLAMA_3_2_1B,
-    e2e_texts=512, e2e_words=400, longest_start=4096, reps=10,
+    stats_rows=[2048, 8192, 32768],
+    stats_vocab=[32000, 50304, 128256, 151936],
+    fused_hidden=[2048, 4096],
+    fused_vocab=[128256, 151936],
+    fused_rows=[4096, 32768],
+    fused_chunk_mb=[64, 256, 1024],
+    aggregation_tokens=10_000_000,
+    model=LLAMA_3_2_1B,
+    e2e_texts=512,
+    e2e_words=400,
+    longest_start=4096,
+    reps=10,
 )
 SMOKE = dict(
-    stats_rows=[33], stats_vocab=[1000, 5003], fused_hidden=[32], fused_vocab=[1000], fused_rows=[77],
-    fused_chunk_mb=[0.05], aggregation_tokens=5_000, model=TINY_LLAMA, e2e_texts=6, e2e_words=30,
-    longest_start=64, reps=1,
+    stats_rows=[33],
+    stats_vocab=[1000, 5003],
+    fused_hidden=[32],
+    fused_vocab=[1000],
+    fused_rows=[77],
+    fused_chunk_mb=[0.05],
+    aggregation_tokens=5_000,
+    model=TINY_LLAMA,
+    e2e_texts=6,
+    e2e_words=30,
+    longest_start=64,
+    reps=1,
 )
 
 
@@ -139,7 +169,11 @@ def measure(fn: Callable[[], object], device: torch.device, reps: int) -> dict:
 
 
 def report(label: str, contenders: dict[str, dict]) -> None:
-    print(f"{label}: " + ", ".join(f"{name} {r['ms']:.3f} ms" if "ms" in r else f"{name} OOM" for name, r in contenders.items()), file=sys.stderr)
+    print(
+        f"{label}: "
+        + ", ".join(f"{name} {r['ms']:.3f} ms" if "ms" in r else f"{name} OOM" for name, r in contenders.items()),
+        file=sys.stderr,
+    )
 
 
 def copy_bandwidth(device: torch.device, nbytes: int, reps: int) -> float:
@@ -203,7 +237,9 @@ def fused_row(n: int, weight: torch.Tensor, chunk_mb: list[float], reps: int) ->
     }
     for mb in chunk_mb:
         chunk_rows = max(1, int(mb * 2**20) // (vocab * 2))
-        contenders[f"fused_chunk_{mb}MB"] = partial(linear_token_stats, hidden, weight, targets, chunk_rows=chunk_rows, impl="triton")
+        contenders[f"fused_chunk_{mb}MB"] = partial(
+            linear_token_stats, hidden, weight, targets, chunk_rows=chunk_rows, impl="triton"
+        )
     row = {"n": n, "hidden": hidden_size, "vocab": vocab}
     row["max_abs_diff_fused_vs_matmul_then_kernel"] = max_abs_errors(
         contenders[f"fused_chunk_{chunk_mb[0]}MB"](), token_stats(hidden @ weight.T, targets)
@@ -234,7 +270,9 @@ def synthetic_stats(n_tokens: int, vocab: int, seed: int = 0) -> TokenStats:
         mu=-rng.uniform(0.5, 6.0, n).astype(np.float32),
         var=rng.uniform(0.1, 8.0, n).astype(np.float32),
     )
-    return TokenStats.from_texts([dict(zip(arrays, parts)) for parts in zip(*(np.split(a, split) for a in arrays.values()))])
+    return TokenStats.from_texts(
+        [dict(zip(arrays, parts)) for parts in zip(*(np.split(a, split) for a in arrays.values()))]
+    )
 
 
 def bench_aggregation(config: dict, device: torch.device) -> dict:
@@ -242,20 +280,34 @@ def bench_aggregation(config: dict, device: torch.device) -> dict:
     stats = synthetic_stats(config["aggregation_tokens"], vocab)
     log_f = np.log(np.random.default_rng(1).dirichlet(np.ones(vocab)))
     counts = bottom_k_counts(stats.lengths, DEFAULT_KS)
-    on_device = {name: torch.from_numpy(np.ascontiguousarray(a)).to(device) for name, a in
-                 dict(logp=stats.logp, ids=stats.target_ids, first=stats.first_occurrence, offsets=stats.offsets,
-                      counts=counts, log_f=log_f).items()}
+    on_device = {
+        name: torch.from_numpy(np.ascontiguousarray(a)).to(device)
+        for name, a in dict(
+            logp=stats.logp,
+            ids=stats.target_ids,
+            first=stats.first_occurrence,
+            offsets=stats.offsets,
+            counts=counts,
+            log_f=log_f,
+        ).items()
+    }
     contenders = {
         "bottom_k_10ks_numpy": lambda: bottom_k_means(stats.logp, stats.offsets, DEFAULT_KS),
-        "bottom_k_10ks_kernel": lambda: kernels.bottom_k_means(on_device["logp"], on_device["offsets"], on_device["counts"]),
-        "dcpdd_numpy": lambda: capped_first_occurrence_mean(stats.target_ids, stats.logp, stats.first_occurrence, stats.offsets, log_f, 0.01),
+        "bottom_k_10ks_kernel": lambda: kernels.bottom_k_means(
+            on_device["logp"], on_device["offsets"], on_device["counts"]
+        ),
+        "dcpdd_numpy": lambda: capped_first_occurrence_mean(
+            stats.target_ids, stats.logp, stats.first_occurrence, stats.offsets, log_f, 0.01
+        ),
         "dcpdd_kernel": lambda: kernels.capped_first_occurrence_mean(
             on_device["ids"], on_device["logp"], on_device["first"], on_device["offsets"], on_device["log_f"], 0.01
         ),
     }
     result = {"tokens": int(stats.offsets[-1]), "texts": len(stats), "vocab": vocab}
     result["max_abs_diff_kernel_vs_numpy"] = {
-        "bottom_k": float(np.abs(contenders["bottom_k_10ks_kernel"]().cpu().numpy() - contenders["bottom_k_10ks_numpy"]()).max()),
+        "bottom_k": float(
+            np.abs(contenders["bottom_k_10ks_kernel"]().cpu().numpy() - contenders["bottom_k_10ks_numpy"]()).max()
+        ),
         "dcpdd": float(np.abs(contenders["dcpdd_kernel"]().cpu().numpy() - contenders["dcpdd_numpy"]()).max()),
     }
     result["contenders"] = {
@@ -283,8 +335,10 @@ def random_model(model_config: dict, texts: list[str], device: torch.device) -> 
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=min(32000, model_config["vocab_size"]), special_tokens=["<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=min(32000, model_config["vocab_size"]),
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     core.train_from_iterator(texts, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="</s>")
@@ -296,7 +350,9 @@ def random_model(model_config: dict, texts: list[str], device: torch.device) -> 
     return LoadedModel(model=model, tokenizer=tokenizer, name="random Llama", device=device, dtype=dtype)
 
 
-def longest_scorable(score_one: Callable[[str, int], object], long_ids: list[int], tokenizer, start: int, limit: int) -> dict:
+def longest_scorable(
+    score_one: Callable[[str, int], object], long_ids: list[int], tokenizer, start: int, limit: int
+) -> dict:
     """Doubles the length of one text from ``start`` tokens until it no longer fits (or reaches ``limit``)."""
     longest, length = None, start
     while length <= min(limit, len(long_ids)):
@@ -329,7 +385,12 @@ def bench_end_to_end(config: dict, device: torch.device, data: Path) -> dict:
         "torch_reference": lambda: detectors["torch"].score(texts, ONE_PASS_METHODS, DEFAULT_KS),
         "public_loop": lambda: public_loop_scores(loaded.model, tokenizer, texts, DEFAULT_KS),
     }
-    result = {"model": config["model"], "texts": len(texts), "scored_tokens": scored_tokens, "methods": ONE_PASS_METHODS}
+    result = {
+        "model": config["model"],
+        "texts": len(texts),
+        "scored_tokens": scored_tokens,
+        "methods": ONE_PASS_METHODS,
+    }
     kernel_scores, reference_scores = contenders["kernels"](), contenders["torch_reference"]()
     result["max_rel_diff_kernels_vs_reference"] = max(
         float(np.max(np.abs(kernel_scores[c] - reference_scores[c]) / np.maximum(np.abs(reference_scores[c]), 1e-12)))
@@ -346,12 +407,19 @@ def bench_end_to_end(config: dict, device: torch.device, data: Path) -> dict:
     limit = loaded.context_length
     longest = {}
     for backend, name in (("triton", "kernels"), ("torch", "torch_reference")):
+
         def score_one(text: str, length: int, backend=backend) -> None:
-            Detector(loaded, backend=backend, prepend_start=False, max_length=length).score([text], ["loss", "mink", "minkpp"], [0.2])
+            Detector(loaded, backend=backend, prepend_start=False, max_length=length).score(
+                [text], ["loss", "mink", "minkpp"], [0.2]
+            )
 
         longest[name] = longest_scorable(score_one, long_ids, tokenizer, config["longest_start"], limit)
     longest["public_loop"] = longest_scorable(
-        lambda text, _: public_loop_scores(loaded.model, tokenizer, [text], [0.2]), long_ids, tokenizer, config["longest_start"], limit
+        lambda text, _: public_loop_scores(loaded.model, tokenizer, [text], [0.2]),
+        long_ids,
+        tokenizer,
+        config["longest_start"],
+        limit,
     )
     result["longest_text"] = longest
     print(f"longest text: {longest}", file=sys.stderr)
@@ -363,11 +431,20 @@ def goals(result: dict) -> dict:
     checks: dict[str, dict] = {}
 
     def check(name: str, measured: float, goal: float, at_least: bool = True) -> None:
-        checks[name] = {"measured": measured, "goal": goal, "at_least": at_least, "met": measured >= goal if at_least else measured <= goal}
+        checks[name] = {
+            "measured": measured,
+            "goal": goal,
+            "at_least": at_least,
+            "met": measured >= goal if at_least else measured <= goal,
+        }
 
     rows = [r for r in result.get("token_stats", []) if r["vocab"] >= 50000 and "ms" in r["contenders"]["kernel"]]
     if rows:
-        check("token_stats_fraction_of_copy_bandwidth", min(r["contenders"]["kernel"]["fraction_of_copy_bandwidth"] for r in rows), 0.85)
+        check(
+            "token_stats_fraction_of_copy_bandwidth",
+            min(r["contenders"]["kernel"]["fraction_of_copy_bandwidth"] for r in rows),
+            0.85,
+        )
         for rival, target in (("eager", 5.0), ("compile", 1.5)):
             speedups = [r["kernel_speedup"][rival] for r in rows if rival in r["kernel_speedup"]]
             if speedups:
@@ -396,7 +473,11 @@ def plot(result: dict, path: Path) -> None:
     rows = result.get("token_stats", [])
     for name, marker in (("kernel", "o"), ("compile", "s"), ("eager", "^"), ("torch_reference", "x")):
         for n, style in zip(sorted({r["n"] for r in rows}), ("-", "--", ":")):
-            points = [(r["vocab"], r["contenders"][name]["GBps"]) for r in rows if r["n"] == n and "GBps" in r["contenders"].get(name, {})]
+            points = [
+                (r["vocab"], r["contenders"][name]["GBps"])
+                for r in rows
+                if r["n"] == n and "GBps" in r["contenders"].get(name, {})
+            ]
             if points:
                 axes[0].plot(*zip(*points), marker=marker, linestyle=style, label=f"{name} N={n}")
     if "copy_bandwidth_bps" in result:
@@ -414,15 +495,29 @@ def plot(result: dict, path: Path) -> None:
         axes[1].set(xlabel="ms", title=f"head + stats, N={largest['n']} H={largest['hidden']} V={largest['vocab']}")
         for y, gib in enumerate(peak):
             if not np.isnan(gib):
-                axes[1].annotate(f"{gib:.2f} GiB extra", (0, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7, color="w")
+                axes[1].annotate(
+                    f"{gib:.2f} GiB extra",
+                    (0, y),
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                    va="center",
+                    fontsize=7,
+                    color="w",
+                )
 
     e2e = result.get("end_to_end")
     if e2e:
         names = list(e2e["contenders"])
-        axes[2].bar(names, [e2e["contenders"][k]["tokens_per_second"] for k in names], color=["tab:green", "tab:orange", "tab:red"])
+        axes[2].bar(
+            names,
+            [e2e["contenders"][k]["tokens_per_second"] for k in names],
+            color=["tab:green", "tab:orange", "tab:red"],
+        )
         axes[2].set(ylabel="scored tokens / s", title=f"all one-pass methods, {e2e['scored_tokens']} tokens")
     where = result["machine"].get("gpu", result["machine"]["cpu"])
-    fig.suptitle(f"mia-fast kernels on {where}" + (" (interpreter smoke run: times mean nothing)" if result["smoke"] else ""))
+    fig.suptitle(
+        f"mia-fast kernels on {where}" + (" (interpreter smoke run: times mean nothing)" if result["smoke"] else "")
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -438,7 +533,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU under the Triton interpreter")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {', '.join(SECTIONS)}")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile contender")
-    parser.add_argument("--data", type=Path, default=SHARED_DATA, help="folder holding pile_test/ (the end-to-end texts)")
+    parser.add_argument(
+        "--data", type=Path, default=SHARED_DATA, help="folder holding pile_test/ (the end-to-end texts)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     sections = [s for s in args.only.split(",") if s]
@@ -446,7 +543,9 @@ def main() -> None:
         parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type != "cuda" and not args.smoke:
-        parser.error("no CUDA device: the kernels run on the CPU only in the interpreter, so only --smoke is meaningful here")
+        parser.error(
+            "no CUDA device: the kernels run on the CPU only in the interpreter, so only --smoke is meaningful here"
+        )
     config = SMOKE if args.smoke else FULL
 
     result: dict = {"benchmark": "kernels", "smoke": args.smoke, "machine": machine(), "torch": torch.__version__}
@@ -466,7 +565,9 @@ def main() -> None:
     result["goals"] = {} if args.smoke else goals(result)
     for name, check in result["goals"].items():
         relation = ">=" if check["at_least"] else "<="
-        print(f"goal {name}: {check['measured']:.3g} ({relation} {check['goal']:g} wanted) -> {'met' if check['met'] else 'NOT met'}")
+        print(
+            f"goal {name}: {check['measured']:.3g} ({relation} {check['goal']:g} wanted) -> {'met' if check['met'] else 'NOT met'}"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"kernels-{device_slug(device)}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")

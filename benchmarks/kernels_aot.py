@@ -53,35 +53,83 @@ def cases() -> list[dict]:
     for dtype in ("bf16", "fp16", "fp32"):
         for vocab in (1000, 151936):  # below and above MAX_BLOCK_V: both launch configurations
             block, warps = token_stats.token_stats_launch(vocab)
-            types = {"logits_ptr": f"*{dtype}", "row_stride": "i32", "targets_ptr": "*i64", "logp_ptr": "*fp32",
-                     "mu_ptr": "*fp32", "var_ptr": "*fp32", "vocab_size": "i32", "ignore_index": "i32"}
-            found.append(dict(kernel=kernel, types=types, constexprs={"BLOCK_V": block, "TINY": 1e-30}, warps=warps,
-                              config=f"{dtype} logits, BLOCK_V={block}"))
+            types = {
+                "logits_ptr": f"*{dtype}",
+                "row_stride": "i32",
+                "targets_ptr": "*i64",
+                "logp_ptr": "*fp32",
+                "mu_ptr": "*fp32",
+                "var_ptr": "*fp32",
+                "vocab_size": "i32",
+                "ignore_index": "i32",
+            }
+            found.append(
+                dict(
+                    kernel=kernel,
+                    types=types,
+                    constexprs={"BLOCK_V": block, "TINY": 1e-30},
+                    warps=warps,
+                    config=f"{dtype} logits, BLOCK_V={block}",
+                )
+            )
     kernel = aggregate._bottom_k_means_kernel
     for n_ks in (1, 2, 4, 8, 10):  # 10: the default k's
         block_l, block_k = aggregate.bottom_k_blocks(n_ks)
-        types = {"values_ptr": "*fp32", "offsets_ptr": "*i64", "counts_ptr": "*i64", "means_ptr": "*fp64", "n_ks": "i32"}
-        found.append(dict(kernel=kernel, types=types, constexprs={"BLOCK_L": block_l, "BLOCK_K": block_k}, warps=4,
-                          config=f"{n_ks} k's: BLOCK_L={block_l}, BLOCK_K={block_k}"))
+        types = {
+            "values_ptr": "*fp32",
+            "offsets_ptr": "*i64",
+            "counts_ptr": "*i64",
+            "means_ptr": "*fp64",
+            "n_ks": "i32",
+        }
+        found.append(
+            dict(
+                kernel=kernel,
+                types=types,
+                constexprs={"BLOCK_L": block_l, "BLOCK_K": block_k},
+                warps=4,
+                config=f"{n_ks} k's: BLOCK_L={block_l}, BLOCK_K={block_k}",
+            )
+        )
     kernel = aggregate._capped_first_mean_kernel
-    types = {"ids_ptr": "*i64", "logp_ptr": "*fp32", "first_ptr": "*i8", "offsets_ptr": "*i64",
-             "log_frequencies_ptr": "*fp64", "means_ptr": "*fp64", "cap": "fp32"}
-    found.append(dict(kernel=kernel, types=types, constexprs={"BLOCK_L": aggregate.BLOCK_POSITIONS}, warps=4,
-                      config=f"BLOCK_L={aggregate.BLOCK_POSITIONS}"))
+    types = {
+        "ids_ptr": "*i64",
+        "logp_ptr": "*fp32",
+        "first_ptr": "*i8",
+        "offsets_ptr": "*i64",
+        "log_frequencies_ptr": "*fp64",
+        "means_ptr": "*fp64",
+        "cap": "fp32",
+    }
+    found.append(
+        dict(
+            kernel=kernel,
+            types=types,
+            constexprs={"BLOCK_L": aggregate.BLOCK_POSITIONS},
+            warps=4,
+            config=f"BLOCK_L={aggregate.BLOCK_POSITIONS}",
+        )
+    )
     return found
 
 
 def kernel_names() -> set[str]:
     """Every kernel (a @triton.jit function named ``*_kernel``) in mia_fast.kernels."""
-    return {name for module in (token_stats, aggregate) for name, value in vars(module).items()
-            if isinstance(value, triton.runtime.JITFunction) and name.endswith("_kernel")}
+    return {
+        name
+        for module in (token_stats, aggregate)
+        for name, value in vars(module).items()
+        if isinstance(value, triton.runtime.JITFunction) and name.endswith("_kernel")
+    }
 
 
 def resource_usage(cubin: bytes) -> dict[str, int]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        listing = subprocess.run([str(TOOLS / "cuobjdump"), "--dump-resource-usage", f.name], check=True, capture_output=True, text=True).stdout
+        listing = subprocess.run(
+            [str(TOOLS / "cuobjdump"), "--dump-resource-usage", f.name], check=True, capture_output=True, text=True
+        ).stdout
     return {key.lower(): int(value) for key, value in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", listing)}
 
 
@@ -99,19 +147,31 @@ def compile_case(case: dict, arch: int) -> dict:
         raise RuntimeError(f"{kernel.__name__} has arguments this script does not know: {sorted(missing)}")
     signature = {name: case["types"].get(name, "constexpr") for name in kernel.arg_names}
     # The launcher sees 16-byte-aligned torch allocations and specialises pointers on it.
-    aligned = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in case["types"].items() if t.startswith("*")}
+    aligned = {
+        (kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in case["types"].items() if t.startswith("*")
+    }
     log = io.StringIO()
     started = time.perf_counter()
     with contextlib.redirect_stdout(log):
         compiled = triton.compile(
             ASTSource(fn=kernel, signature=signature, constexprs=case["constexprs"], attrs=aligned),
-            target=GPUTarget("cuda", arch, 32), options={"num_warps": case["warps"]},
+            target=GPUTarget("cuda", arch, 32),
+            options={"num_warps": case["warps"]},
         )
     seconds = time.perf_counter() - started
     usage = resource_usage(compiled.asm["cubin"])
-    return {"kernel": kernel.__name__, "arch": f"sm_{arch}", "config": case["config"], "num_warps": case["warps"],
-            "registers": usage["reg"], "stack_bytes": usage["stack"], "local_bytes": usage["local"],
-            "shared_bytes": usage["shared"], **spills(log.getvalue()), "compile_seconds": round(seconds, 2)}
+    return {
+        "kernel": kernel.__name__,
+        "arch": f"sm_{arch}",
+        "config": case["config"],
+        "num_warps": case["warps"],
+        "registers": usage["reg"],
+        "stack_bytes": usage["stack"],
+        "local_bytes": usage["local"],
+        "shared_bytes": usage["shared"],
+        **spills(log.getvalue()),
+        "compile_seconds": round(seconds, 2),
+    }
 
 
 def main() -> int:
@@ -126,7 +186,9 @@ def main() -> int:
         print(f"kernels without an AOT case: {sorted(uncovered)}", file=sys.stderr)
         return 1
     rows, failures = [], []
-    print(f"{'kernel':<28} {'arch':<6} {'config':<34} {'warps':>5} {'regs':>5} {'spills st/ld':>12} {'local':>6} {'s':>5}")
+    print(
+        f"{'kernel':<28} {'arch':<6} {'config':<34} {'warps':>5} {'regs':>5} {'spills st/ld':>12} {'local':>6} {'s':>5}"
+    )
     for case in all_cases:
         for arch in archs:
             try:
@@ -135,8 +197,10 @@ def main() -> int:
                 failures.append(f"{case['kernel'].__name__} sm_{arch} {case['config']}: {type(exc).__name__}: {exc}")
                 continue
             rows.append(row)
-            print(f"{row['kernel']:<28} {row['arch']:<6} {row['config']:<34} {row['num_warps']:>5} {row['registers']:>5} "
-                  f"{row['spill_stores']:>5}/{row['spill_loads']:<6} {row['local_bytes']:>6} {row['compile_seconds']:>5}")
+            print(
+                f"{row['kernel']:<28} {row['arch']:<6} {row['config']:<34} {row['num_warps']:>5} {row['registers']:>5} "
+                f"{row['spill_stores']:>5}/{row['spill_loads']:<6} {row['local_bytes']:>6} {row['compile_seconds']:>5}"
+            )
             if row["spill_stores"] or row["spill_loads"] or row["local_bytes"]:
                 failures.append(f"{row['kernel']} {row['arch']} {row['config']}: spills to local memory")
     args.out.mkdir(parents=True, exist_ok=True)

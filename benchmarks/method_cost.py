@@ -40,15 +40,33 @@ from mia_fast.pipeline.models import load_model
 from mia_fast.pipeline.neighbors import WordDropNeighbors
 from mia_fast.pipeline.passes import PLAIN
 
-METHODS = ["loss", "zlib", "mink", "minkpp", "dcpdd", "lowercase", "ref", "recall", "conrecall", "neighbor", "samia", "pac", "gradnorm", "probe"]
+METHODS = [
+    "loss",
+    "zlib",
+    "mink",
+    "minkpp",
+    "dcpdd",
+    "lowercase",
+    "ref",
+    "recall",
+    "conrecall",
+    "neighbor",
+    "samia",
+    "pac",
+    "gradnorm",
+    "probe",
+]
 
 
 def untrained_probe(loaded) -> Probe:
     hidden, layers = loaded.model.config.hidden_size, loaded.model.config.num_hidden_layers
     rng = np.random.default_rng(0)
     return Probe(
-        weight=rng.standard_normal(hidden).astype(np.float32), layer=layers // 2, normalization="train",
-        train_mean=np.zeros(hidden, np.float32), train_std=np.ones(hidden, np.float32),
+        weight=rng.standard_normal(hidden).astype(np.float32),
+        layer=layers // 2,
+        normalization="train",
+        train_mean=np.zeros(hidden, np.float32),
+        train_std=np.ones(hidden, np.float32),
         card={"model": {"name": loaded.name, "weights_fingerprint": loaded.weights_fingerprint()}},
     )
 
@@ -69,16 +87,31 @@ def main() -> None:
     args = parser.parse_args()
 
     wiki = pile_texts("wikipedia_en", n=args.texts + 8, max_words=args.max_words)
-    texts, prefix_nonmembers, prefix_members = wiki[: args.texts], wiki[args.texts : args.texts + 4], wiki[args.texts + 4 :]
+    texts, prefix_nonmembers, prefix_members = (
+        wiki[: args.texts],
+        wiki[args.texts : args.texts + 4],
+        wiki[args.texts + 4 :],
+    )
     loaded = load_model(device="cpu", dtype="fp32")
     reference = load_model(device="cpu", dtype="fp32")
     counts = count_token_ids(
-        np.concatenate([np.asarray(i, np.int64) for i in loaded.tokenizer(pile_texts("pile_cc", n=500, max_words=None))["input_ids"]]),
+        np.concatenate(
+            [
+                np.asarray(i, np.int64)
+                for i in loaded.tokenizer(pile_texts("pile_cc", n=500, max_words=None))["input_ids"]
+            ]
+        ),
         loaded.vocab_size,
     )
     detector = Detector(
-        loaded, ref_model=reference, frequencies=counts, prefix_nonmembers=prefix_nonmembers, prefix_members=prefix_members,
-        neighbors=WordDropNeighbors(), probe=untrained_probe(loaded), prepend_start=False,
+        loaded,
+        ref_model=reference,
+        frequencies=counts,
+        prefix_nonmembers=prefix_nonmembers,
+        prefix_members=prefix_members,
+        neighbors=WordDropNeighbors(),
+        probe=untrained_probe(loaded),
+        prepend_start=False,
     )
     input_tokens = int(detector.scored_positions(texts).sum() + len(texts))
     options = detector.options()
@@ -100,32 +133,69 @@ def main() -> None:
     for round_ in range(args.rounds):
         for method in METHODS:
             loss_s, _ = timed(lambda on_tokenized: detector.score(texts, methods=["loss"], on_tokenized=on_tokenized))
-            method_s, tokens_run[method] = timed(lambda on_tokenized: detector.score(texts, methods=[method], on_tokenized=on_tokenized))
+            method_s, tokens_run[method] = timed(
+                lambda on_tokenized: detector.score(texts, methods=[method], on_tokenized=on_tokenized)
+            )
             seconds[method].append(method_s)
             loss_beside[method].append(loss_s)
             print(f"round {round_ + 1}: {method} {method_s:.1f} s (loss beside it {loss_s:.1f} s)", flush=True)
         for kind, passes in pass_kinds.items():
-            pass_s, pass_tokens[kind] = timed(lambda on_tokenized: detector.run_passes(texts, passes, on_tokenized=on_tokenized))
+            pass_s, pass_tokens[kind] = timed(
+                lambda on_tokenized: detector.run_passes(texts, passes, on_tokenized=on_tokenized)
+            )
             pass_seconds[kind].append(pass_s)
 
     per_method = {}
     for method in METHODS:
         median, loss_median = statistics.median(seconds[method]), statistics.median(loss_beside[method])
         per_method[method] = {
-            "seconds_median": median, "loss_seconds_median": loss_median, "seconds_per_1000_input_tokens": 1000 * median / input_tokens,
-            "relative_to_loss": median / loss_median, "tokens_run": tokens_run[method], "seconds": seconds[method], "loss_seconds": loss_beside[method],
+            "seconds_median": median,
+            "loss_seconds_median": loss_median,
+            "seconds_per_1000_input_tokens": 1000 * median / input_tokens,
+            "relative_to_loss": median / loss_median,
+            "tokens_run": tokens_run[method],
+            "seconds": seconds[method],
+            "loss_seconds": loss_beside[method],
         }
-        print(f"{method:10s} {1000 * median / input_tokens:7.2f} s per 1000 input tokens, {median / loss_median:6.2f}x loss")
+        print(
+            f"{method:10s} {1000 * median / input_tokens:7.2f} s per 1000 input tokens, {median / loss_median:6.2f}x loss"
+        )
     per_pass = {}
     for kind in pass_kinds:
         median = statistics.median(pass_seconds[kind])
-        per_pass[kind] = {"seconds_median": median, "tokens_run": pass_tokens[kind], "tokens_per_second": pass_tokens[kind] / median, "seconds": pass_seconds[kind]}
+        per_pass[kind] = {
+            "seconds_median": median,
+            "tokens_run": pass_tokens[kind],
+            "tokens_per_second": pass_tokens[kind] / median,
+            "seconds": pass_seconds[kind],
+        }
         print(f"{kind:60s} {pass_tokens[kind] / median:8.0f} tokens/s")
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"method-cost-{os.cpu_count()}core.json"
-    settings = {"texts": args.texts, "max_words": args.max_words, "rounds": args.rounds, "input_tokens": input_tokens, "model": loaded.name,
-                "dtype": "fp32", "samia_samples": options.samia_samples, "pac_copies": options.pac_copies, "neighbors": options.neighbors.count}
-    path.write_text(json.dumps({"benchmark": "method-cost", "machine": machine(), "settings": settings, "methods": per_method, "passes": per_pass}, indent=2) + "\n")
+    settings = {
+        "texts": args.texts,
+        "max_words": args.max_words,
+        "rounds": args.rounds,
+        "input_tokens": input_tokens,
+        "model": loaded.name,
+        "dtype": "fp32",
+        "samia_samples": options.samia_samples,
+        "pac_copies": options.pac_copies,
+        "neighbors": options.neighbors.count,
+    }
+    path.write_text(
+        json.dumps(
+            {
+                "benchmark": "method-cost",
+                "machine": machine(),
+                "settings": settings,
+                "methods": per_method,
+                "passes": per_pass,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {path}")
 
 

@@ -42,7 +42,9 @@ def main() -> None:
         print(f"{column:<12} " + "  ".join(f"{k} {v:.2e}" for k, v in rows[column].items()))
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / "parity-default-model.json"
-    path.write_text(json.dumps({"machine": machine(), "model": loaded.name, "texts": len(texts), "columns": rows}, indent=2) + "\n")
+    path.write_text(
+        json.dumps({"machine": machine(), "model": loaded.name, "texts": len(texts), "columns": rows}, indent=2) + "\n"
+    )
     print(f"wrote {path}")
 
 

@@ -64,17 +64,28 @@ def vllm_worker(model_dir: str, dtype: str, ids_file: str) -> None:
         outputs = llm.generate(prompts, params, use_tqdm=False)
         elapsed = time.perf_counter() - start
         # prompt_logprobs[0] is None (the first id has no context); each later entry holds the prompt id's log-prob.
-        means = [statistics.fmean(next(iter(entry.values())).logprob for entry in out.prompt_logprobs[1:]) for out in outputs]
+        means = [
+            statistics.fmean(next(iter(entry.values())).logprob for entry in out.prompt_logprobs[1:]) for out in outputs
+        ]
         print(REPLY + json.dumps({"seconds": elapsed, "mean_logp": means}), flush=True)
 
 
 class VllmWorker:
     def __init__(self, python: str, model_dir: str, dtype: str, ids_file: str, log: Path) -> None:
-        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+        env = {
+            **os.environ,
+            "VLLM_CPU_OMP_THREADS_BIND": f"0-{os.cpu_count() - 1}",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        }
         self.log = open(log, "a")
         self.process = subprocess.Popen(
             [python, __file__, "--vllm-worker", model_dir, VLLM_DTYPES[dtype], ids_file],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=tempfile.gettempdir(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+            cwd=tempfile.gettempdir(),
         )
         self.load_s = self._reply()["load_s"]
 
@@ -115,7 +126,9 @@ def model_and_texts(name: str, scratch: Path) -> tuple[str, list[str]]:
         if not (directory / "config.json").exists():
             torch.manual_seed(0)
             tokenizer = load_tokenizer("default")
-            config = Qwen2Config(**QWEN_0_5B_SHAPE, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+            config = Qwen2Config(
+                **QWEN_0_5B_SHAPE, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id
+            )
             Qwen2ForCausalLM(config).save_pretrained(directory)
             tokenizer.save_pretrained(directory)
         return str(directory), pile_texts("pubmed_abstracts", n=20, max_words=None)
@@ -145,8 +158,13 @@ def bench(name: str, dtypes: list[str], rounds: int, vllm_python: str, scratch: 
         ids_file = scratch / f"{name}-ids.json"
         ids_file.write_text(json.dumps(ids))
         start = time.perf_counter()
-        worker = VllmWorker(vllm_python, model_dir, dtype, str(ids_file), Path(tempfile.gettempdir()) / "peer-vllm-worker.log")
-        print(f"{name} {dtype}: vLLM loaded in {worker.load_s:.1f} s ({time.perf_counter() - start:.1f} s with its process)", flush=True)
+        worker = VllmWorker(
+            vllm_python, model_dir, dtype, str(ids_file), Path(tempfile.gettempdir()) / "peer-vllm-worker.log"
+        )
+        print(
+            f"{name} {dtype}: vLLM loaded in {worker.load_s:.1f} s ({time.perf_counter() - start:.1f} s with its process)",
+            flush=True,
+        )
 
         def ours() -> np.ndarray:
             return detector.score(texts, methods=methods, k=DEFAULT_KS)["loss"]
@@ -172,7 +190,9 @@ def bench(name: str, dtypes: list[str], rounds: int, vllm_python: str, scratch: 
                 fn()
                 times[contender].append(time.perf_counter() - start)
             times["vllm"].append(worker.run()["seconds"])
-            print(f"  round {round_index + 1}: " + ", ".join(f"{c} {t[-1]:.2f} s" for c, t in times.items()), flush=True)
+            print(
+                f"  round {round_index + 1}: " + ", ".join(f"{c} {t[-1]:.2f} s" for c, t in times.items()), flush=True
+            )
         worker.close()
         vllm_loss = np.asarray(vllm_first["mean_logp"])
         if dtype == "fp32":
@@ -188,8 +208,14 @@ def bench(name: str, dtypes: list[str], rounds: int, vllm_python: str, scratch: 
         }
         entry["speedup_vs_vllm"] = entry["median_s"]["vllm"] / entry["median_s"]["mia_fast"]
         if ours_fp32 is not None:
-            entry["max_abs_loss_vs_own_fp32"] = {"mia_fast": float(np.abs(first - ours_fp32).max()), "vllm": float(np.abs(vllm_loss - vllm_fp32).max())}
-            entry["max_abs_loss_vs_mia_fast_fp32"] = {"mia_fast": float(np.abs(first - ours_fp32).max()), "vllm": float(np.abs(vllm_loss - ours_fp32).max())}
+            entry["max_abs_loss_vs_own_fp32"] = {
+                "mia_fast": float(np.abs(first - ours_fp32).max()),
+                "vllm": float(np.abs(vllm_loss - vllm_fp32).max()),
+            }
+            entry["max_abs_loss_vs_mia_fast_fp32"] = {
+                "mia_fast": float(np.abs(first - ours_fp32).max()),
+                "vllm": float(np.abs(vllm_loss - ours_fp32).max()),
+            }
         result["dtypes"][dtype] = entry
         del detector
     return result
@@ -203,7 +229,11 @@ def table(results: dict) -> str:
     for name, model in results["models"].items():
         for dtype, e in model["dtypes"].items():
             deviation = e.get("max_abs_loss_vs_own_fp32")
-            shown = "—" if dtype == "fp32" or deviation is None else f"{deviation['mia_fast']:.1e} / {deviation['vllm']:.1e}"
+            shown = (
+                "—"
+                if dtype == "fp32" or deviation is None
+                else f"{deviation['mia_fast']:.1e} / {deviation['vllm']:.1e}"
+            )
             if dtype == "fp32" and "max_abs_loss_vs_mia_fast_fp32" in e:
                 shown = f"vLLM vs ours: {e['max_abs_loss_vs_mia_fast_fp32']['vllm']:.1e}"
             lines.append(
@@ -218,24 +248,42 @@ def main() -> None:
         vllm_worker(*sys.argv[2:])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vllm-python", default=str(REPO / ".vllm-venv" / "bin" / "python"), help="python of the vLLM environment")
+    parser.add_argument(
+        "--vllm-python", default=str(REPO / ".vllm-venv" / "bin" / "python"), help="python of the vLLM environment"
+    )
     parser.add_argument("--models", default="builtin,qwen-152k")
     parser.add_argument("--dtypes", default="fp32,bf16", help="fp32 first: the bf16 deviations are measured against it")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--padded", action="store_true", help="also time mia-fast's padded model forward (before the packed one)")
+    parser.add_argument(
+        "--padded", action="store_true", help="also time mia-fast's padded model forward (before the packed one)"
+    )
     parser.add_argument("--name", default=f"peer-vllm-{os.cpu_count()}core")
     args = parser.parse_args()
-    probe = subprocess.run([args.vllm_python, "-c", "import vllm"], capture_output=True, text=True) if Path(args.vllm_python).exists() else None
+    probe = (
+        subprocess.run([args.vllm_python, "-c", "import vllm"], capture_output=True, text=True)
+        if Path(args.vllm_python).exists()
+        else None
+    )
     if probe is None or probe.returncode != 0:
         reason = "is missing" if probe is None else f"cannot import vllm ({probe.stderr.strip().splitlines()[-1:]})"
-        raise SystemExit(f"the vLLM environment {args.vllm_python} {reason}; make it with:\n  {VLLM_SETUP}\nor pass --vllm-python")
+        raise SystemExit(
+            f"the vLLM environment {args.vllm_python} {reason}; make it with:\n  {VLLM_SETUP}\nor pass --vllm-python"
+        )
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import RESULTS, machine
 
-    results = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "rounds": args.rounds, "models": {}}
+    results = {
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(sys.argv),
+        "rounds": args.rounds,
+        "models": {},
+    }
     with tempfile.TemporaryDirectory(prefix="peer-vllm-") as scratch:
         for name in args.models.split(","):
-            results["models"][name] = bench(name, args.dtypes.split(","), args.rounds, args.vllm_python, Path(scratch), args.padded)
+            results["models"][name] = bench(
+                name, args.dtypes.split(","), args.rounds, args.vllm_python, Path(scratch), args.padded
+            )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))

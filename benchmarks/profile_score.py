@@ -42,7 +42,9 @@ def labelled(label: str, fn):
 
 
 def instrument(decoder: PackedDecoder) -> None:
-    decoder.layers = [replace(layer, **{name: labelled(name, getattr(layer, name)) for name in PRODUCTS}) for layer in decoder.layers]
+    decoder.layers = [
+        replace(layer, **{name: labelled(name, getattr(layer, name)) for name in PRODUCTS}) for layer in decoder.layers
+    ]
     decoder.head_chunks = [(start, labelled("head", project)) for start, project in decoder.head_chunks]
 
 
@@ -61,7 +63,10 @@ def profile_dtype(dtype: str, texts: list[str]) -> dict:
     finally:
         StreamedTokenStats.add = add
     ranges = {e.key: e.cpu_time_total / 1e6 for e in prof.key_averages() if e.key in (*PRODUCTS, "head", "statistics")}
-    attention = sum(e.self_cpu_time_total for e in prof.key_averages() if "scaled_dot_product" in e.key and "flash" in e.key) / 1e6
+    attention = (
+        sum(e.self_cpu_time_total for e in prof.key_averages() if "scaled_dot_product" in e.key and "flash" in e.key)
+        / 1e6
+    )
     start = time.perf_counter()
     lengths = [len(ids) for ids in tokenize(engine.loaded.tokenizer, texts, engine.prepend_start)]
     tokenize_s = time.perf_counter() - start
@@ -87,7 +92,12 @@ def main() -> None:
     parser.add_argument("--name", default=f"profile-score-{os.cpu_count()}core")
     args = parser.parse_args()
     texts = pile_texts("wikipedia_en", n=100, max_words=100)
-    results = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "load_average": list(os.getloadavg()), "dtypes": {}}
+    results = {
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "load_average": list(os.getloadavg()),
+        "dtypes": {},
+    }
     for dtype in args.dtypes.split(","):
         results["dtypes"][dtype] = entry = profile_dtype(dtype, texts)
         print(dtype, json.dumps(entry, indent=1))

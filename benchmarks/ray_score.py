@@ -60,9 +60,17 @@ def save_model(directory: Path) -> None:
 
     tokenizer = load_tokenizer("default")
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=256, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     LlamaForCausalLM(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
 
@@ -89,7 +97,15 @@ def largest_difference(path_a: Path, path_b: Path) -> tuple[int, float]:
     """Rows that differ, and the largest relative difference of a score between two outputs."""
     rows_a, rows_b = ([json.loads(line) for line in path.read_text().splitlines()] for path in (path_a, path_b))
     differing = sum(a != b for a, b in zip(rows_a, rows_b))
-    relative = max((abs(a[c] - b[c]) / max(abs(a[c]), 1e-300) for a, b in zip(rows_a, rows_b) for c in a if isinstance(a[c], float)), default=0.0)
+    relative = max(
+        (
+            abs(a[c] - b[c]) / max(abs(a[c]), 1e-300)
+            for a, b in zip(rows_a, rows_b)
+            for c in a
+            if isinstance(a[c], float)
+        ),
+        default=0.0,
+    )
     return differing, relative
 
 
@@ -106,15 +122,28 @@ def main() -> None:
         data, model = scratch / "rows.jsonl", scratch / "model"
         write_rows(data)
         save_model(model)
-        options = dict(methods=METHODS, k=DEFAULT_KS, block_rows=BLOCK_ROWS, overwrite=True, progress=False, model=str(model), device="cpu", dtype="fp32")
+        options = dict(
+            methods=METHODS,
+            k=DEFAULT_KS,
+            block_rows=BLOCK_ROWS,
+            overwrite=True,
+            progress=False,
+            model=str(model),
+            device="cpu",
+            dtype="fp32",
+        )
         started = time.perf_counter()
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
         ray_init = time.perf_counter() - started
         actor_threads = max(1, os.cpu_count() // args.workers)
         contenders = {
             "one_process": lambda: score_file(DataStream(data), scratch / "one.jsonl", **options),
-            f"one_process_{actor_threads}_thread": with_threads(actor_threads, lambda: score_file(DataStream(data), scratch / "one-actor-threads.jsonl", **options)),
-            "ray": lambda: score_on_ray(DataStream(data), scratch / "ray.jsonl", workers=args.workers, shard_rows=SHARD_ROWS, **options),
+            f"one_process_{actor_threads}_thread": with_threads(
+                actor_threads, lambda: score_file(DataStream(data), scratch / "one-actor-threads.jsonl", **options)
+            ),
+            "ray": lambda: score_on_ray(
+                DataStream(data), scratch / "ray.jsonl", workers=args.workers, shard_rows=SHARD_ROWS, **options
+            ),
         }
         times: dict[str, list[float]] = {c: [] for c in contenders}
         for round_index in range(args.rounds):
@@ -122,27 +151,46 @@ def main() -> None:
                 times[contender].append(timed(fn))
                 print(f"round {round_index + 1}: {contender} {times[contender][-1]:.2f}s", file=sys.stderr)
             if (scratch / "one-actor-threads.jsonl").read_bytes() != (scratch / "ray.jsonl").read_bytes():
-                raise SystemExit(f"the Ray output differs from the one-process output with {actor_threads} torch thread(s)")
+                raise SystemExit(
+                    f"the Ray output differs from the one-process output with {actor_threads} torch thread(s)"
+                )
         differing_rows, relative = largest_difference(scratch / "one.jsonl", scratch / "ray.jsonl")
         ray.shutdown()
     median = {c: statistics.median(t) for c, t in times.items()}
     result = {
-        "benchmark": "ray_score", "machine": machine(), "ray": ray.__version__, "rows": ROWS, "words_per_row": WORDS, "methods": METHODS,
-        "ks": list(DEFAULT_KS), "block_rows": BLOCK_ROWS, "shard_rows": SHARD_ROWS, "ray_workers": args.workers, "torch_threads_per_actor": actor_threads,
-        "rounds": args.rounds, "model": "random Llama, 2 layers, hidden 64, SmolLM2 tokenizer (V=49152)", "ray_init_seconds": ray_init,
-        "seconds": times, "median_seconds": median, "ray_over_one_process": {c: median["ray"] / median[c] for c in contenders if c != "ray"},
+        "benchmark": "ray_score",
+        "machine": machine(),
+        "ray": ray.__version__,
+        "rows": ROWS,
+        "words_per_row": WORDS,
+        "methods": METHODS,
+        "ks": list(DEFAULT_KS),
+        "block_rows": BLOCK_ROWS,
+        "shard_rows": SHARD_ROWS,
+        "ray_workers": args.workers,
+        "torch_threads_per_actor": actor_threads,
+        "rounds": args.rounds,
+        "model": "random Llama, 2 layers, hidden 64, SmolLM2 tokenizer (V=49152)",
+        "ray_init_seconds": ray_init,
+        "seconds": times,
+        "median_seconds": median,
+        "ray_over_one_process": {c: median["ray"] / median[c] for c in contenders if c != "ray"},
         "ray_equals_one_process_with_actor_threads": True,
         "ray_vs_one_process_default_threads": {"differing_rows": differing_rows, "max_relative_difference": relative},
     }
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{args.name}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{ROWS} rows, {args.workers} Ray workers on {os.cpu_count()} cores (Ray start-up {ray_init:.1f}s, not counted)")
+    print(
+        f"{ROWS} rows, {args.workers} Ray workers on {os.cpu_count()} cores (Ray start-up {ray_init:.1f}s, not counted)"
+    )
     for contender, seconds in median.items():
         ratio = f"  Ray / this: {result['ray_over_one_process'][contender]:.2f}x" if contender != "ray" else ""
         print(f"  {contender:<22} {seconds:7.2f}s{ratio}")
-    print(f"  Ray output = one process with {actor_threads} torch thread(s), byte for byte; vs the default threads: "
-          f"{differing_rows} row(s) differ, by at most {relative:.1e} relative")
+    print(
+        f"  Ray output = one process with {actor_threads} torch thread(s), byte for byte; vs the default threads: "
+        f"{differing_rows} row(s) differ, by at most {relative:.1e} relative"
+    )
     print(f"wrote {path}")
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -75,7 +75,12 @@ def public_loop_scores(
 
 @torch.inference_mode()
 def public_conrecall_scores(
-    model, tokenizer, texts: Sequence[str], nonmember_prefix: str, member_prefix: str, gamma: float,
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    nonmember_prefix: str,
+    member_prefix: str,
+    gamma: float,
     score_first_token: bool = True,
 ) -> dict[str, list[float]]:
     """Columns recall and conrecall as the public code computes them: ``ll_nonmember / ll`` and
@@ -105,7 +110,9 @@ def public_conrecall_scores(
 
 
 @torch.inference_mode()
-def public_neighbor_scores(model, tokenizer, texts: Sequence[str], neighbors: Sequence[Sequence[str]]) -> dict[str, list[float]]:
+def public_neighbor_scores(
+    model, tokenizer, texts: Sequence[str], neighbors: Sequence[Sequence[str]]
+) -> dict[str, list[float]]:
     """MIMIR's statistic, lower = member: ``neighbor`` = loss − mean(neighbour losses) as the paper
     defines it, ``neighbor_mimir_min`` = min(loss − neighbour losses) as MIMIR's ``run.py`` keeps it;
     each loss the mean NLL of the tokens after the first (MIMIR's ``get_ll``)."""
@@ -144,7 +151,10 @@ def public_pac_scores(model, tokenizer, texts: Sequence[str], copies: Sequence[S
         far_region = np.sort(prob_list)[::-1][:far_region_length]
         return np.mean(far_region) - np.mean(local_region)
 
-    return [float(polarized_distance(probs(t)) - np.mean([polarized_distance(probs(c)) for c in listed])) for t, listed in zip(texts, copies)]
+    return [
+        float(polarized_distance(probs(t)) - np.mean([polarized_distance(probs(c)) for c in listed]))
+        for t, listed in zip(texts, copies)
+    ]
 
 
 def public_gradnorm_scores(model, tokenizer, texts: Sequence[str], p: float = np.inf) -> list[float]:

@@ -42,7 +42,10 @@ def fill(directory: Path, texts: list[str], tokens: int, shard: int) -> float:
         ids, logp = rng.integers(0, VOCAB, n), -rng.exponential(3.0, n).astype(np.float32)
         mu, var = (logp * 0.5).astype(np.float32), rng.uniform(0.5, 4.0, n).astype(np.float32)
         offsets = np.arange(0, n + 1, tokens, dtype=np.int64)
-        cache.store([text_key("", t) for t in part], TokenStats(offsets, ids, logp, mu, var, first_occurrence_mask(ids, offsets)))
+        cache.store(
+            [text_key("", t) for t in part],
+            TokenStats(offsets, ids, logp, mu, var, first_occurrence_mask(ids, offsets)),
+        )
     return time.perf_counter() - started
 
 
@@ -61,13 +64,31 @@ def main() -> None:
         started = time.perf_counter()
         scores = Detector.from_stats_cache(directory).score(texts, methods=METHODS, k=list(DEFAULT_KS))
         seconds = time.perf_counter() - started
-    print(f"{args.texts} texts x {args.tokens} tokens ({size / 2**30:.2f} GiB of shards): re-scored {len(scores)} columns in {seconds:.1f} s"
-          + (f" (filling the cache took {filled:.1f} s)" if filled else ""))
+    print(
+        f"{args.texts} texts x {args.tokens} tokens ({size / 2**30:.2f} GiB of shards): re-scored {len(scores)} columns in {seconds:.1f} s"
+        + (f" (filling the cache took {filled:.1f} s)" if filled else "")
+    )
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"rescore-{os.cpu_count()}core.json"
-    path.write_text(json.dumps({"benchmark": "rescore", "machine": machine(), "texts": args.texts, "tokens": args.tokens, "shard_texts": args.shard,
-                                "cache_bytes": size, "columns": len(scores), "methods": METHODS, "k": list(DEFAULT_KS),
-                                "seconds_rescore": seconds, "seconds_fill": filled}, indent=2) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "benchmark": "rescore",
+                "machine": machine(),
+                "texts": args.texts,
+                "tokens": args.tokens,
+                "shard_texts": args.shard,
+                "cache_bytes": size,
+                "columns": len(scores),
+                "methods": METHODS,
+                "k": list(DEFAULT_KS),
+                "seconds_rescore": seconds,
+                "seconds_fill": filled,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {path}")
 
 

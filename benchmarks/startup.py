@@ -26,7 +26,8 @@ from common import RESULTS, machine
 
 TOKENS = 100_000_000
 VOCAB = 50257
-IN_PROCESS = """
+IN_PROCESS = (
+    """
 import statistics, sys, time
 from mia_fast.frequency.sources import build_from_tokens
 times = []
@@ -35,7 +36,9 @@ for _ in range(int(sys.argv[2])):
     build_from_tokens([sys.argv[1]], vocab_size=%d, dtype="uint16")
     times.append(time.perf_counter() - started)
 print(statistics.median(times))
-""" % VOCAB
+"""
+    % VOCAB
+)
 
 
 # As users run it: bytecode caches written once and reused (some sandboxes set PYTHONDONTWRITEBYTECODE).
@@ -54,13 +57,20 @@ def wall(command: list[str], cwd: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--interpreter", action="append", required=True, metavar="LABEL=PYTHON",
-                        help="a python with mia-fast installed; repeat to compare")
+    parser.add_argument(
+        "--interpreter",
+        action="append",
+        required=True,
+        metavar="LABEL=PYTHON",
+        help="a python with mia-fast installed; repeat to compare",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workdir", type=Path, help="where the token file goes (default: a temporary directory)")
     args = parser.parse_args()
     # Absolute, but not resolved: a venv's python is a link whose target would lose the venv.
-    interpreters = {label: os.path.abspath(python) for label, python in (item.split("=", 1) for item in args.interpreter)}
+    interpreters = {
+        label: os.path.abspath(python) for label, python in (item.split("=", 1) for item in args.interpreter)
+    }
 
     workdir = Path(tempfile.mkdtemp(prefix="mia-fast-startup-", dir=args.workdir))
     ids = workdir / "tokens.bin"
@@ -72,8 +82,20 @@ def main() -> None:
         commands[f"{label}: mia-fast --help"] = [python, "-m", "mia_fast.cli", "--help"]
         out = workdir / f"{label}.freq"
         commands[f"{label}: mia-fast freq build-tokens"] = [
-            python, "-m", "mia_fast.cli", "freq", "build-tokens", str(ids), "--dtype", "uint16", "--vocab-size", str(VOCAB),
-            "--out", str(out), "--overwrite", "--quiet",
+            python,
+            "-m",
+            "mia_fast.cli",
+            "freq",
+            "build-tokens",
+            str(ids),
+            "--dtype",
+            "uint16",
+            "--vocab-size",
+            str(VOCAB),
+            "--out",
+            str(out),
+            "--overwrite",
+            "--quiet",
         ]
     for command in commands.values():  # warm the page cache and the bytecode caches
         wall(command, workdir)
@@ -82,12 +104,29 @@ def main() -> None:
         for name, command in commands.items():
             seconds[name].append(wall(command, workdir))
         print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
-    in_process = float(subprocess.run([first, "-c", IN_PROCESS, str(ids), str(args.rounds)], check=True, capture_output=True, text=True, env=ENV, cwd=workdir).stdout)
+    in_process = float(
+        subprocess.run(
+            [first, "-c", IN_PROCESS, str(ids), str(args.rounds)],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=ENV,
+            cwd=workdir,
+        ).stdout
+    )
     median = {name: statistics.median(values) for name, values in seconds.items()}
     result = {
-        "benchmark": "startup", "machine": machine(), "tokens": TOKENS, "rounds": args.rounds, "interpreters": interpreters,
-        "seconds": seconds, "median_seconds": median, "in_process_build_from_tokens_seconds": in_process,
-        "build_tokens_vs_in_process": {label: median[f"{label}: mia-fast freq build-tokens"] / in_process for label in interpreters},
+        "benchmark": "startup",
+        "machine": machine(),
+        "tokens": TOKENS,
+        "rounds": args.rounds,
+        "interpreters": interpreters,
+        "seconds": seconds,
+        "median_seconds": median,
+        "in_process_build_from_tokens_seconds": in_process,
+        "build_tokens_vs_in_process": {
+            label: median[f"{label}: mia-fast freq build-tokens"] / in_process for label in interpreters
+        },
     }
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"startup-{os.cpu_count()}core.json"

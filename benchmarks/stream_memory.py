@@ -26,9 +26,11 @@ from pathlib import Path
 
 from common import RESULTS, machine
 
-WORDS = ("time year people way day man thing woman life child world school state family student group country problem "
-         "hand part place case week company system program question work government number night point home water room "
-         "mother area money story fact month lot right study book eye job word business issue side kind head house").split()
+WORDS = (
+    "time year people way day man thing woman life child world school state family student group country problem "
+    "hand part place case week company system program question work government number night point home water room "
+    "mother area money story fact month lot right study book eye job word business issue side kind head house"
+).split()
 METHODS = "loss,zlib"
 # ``mia-fast`` from the checkout named by its first argument: an editable install's import redirect would
 # otherwise load the installed checkout whatever the path says.
@@ -50,13 +52,24 @@ def tiny_model(directory: Path) -> Path:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     special = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=list(special.values()), initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=list(special.values()), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     core.train_from_iterator([" ".join(WORDS)] * 20, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, **special)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=64, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     LlamaForCausalLM(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
@@ -73,22 +86,45 @@ def write_rows(path: Path, rows: int) -> Path:
 def run_score(code: Path, data: Path, model: Path, out: Path) -> dict:
     """One ``mia-fast score`` in a fresh process: its peak RSS, wall time and the digest of what it wrote."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-c", RUN_FROM_CHECKOUT, str(code), "score", str(data), "--out", str(out), "--model", str(model), "--methods", METHODS,
-               "--batch-tokens", str(BATCH_TOKENS), "--quiet"]
+    command = [
+        sys.executable,
+        "-c",
+        RUN_FROM_CHECKOUT,
+        str(code),
+        "score",
+        str(data),
+        "--out",
+        str(out),
+        "--model",
+        str(model),
+        "--methods",
+        METHODS,
+        "--batch-tokens",
+        str(BATCH_TOKENS),
+        "--quiet",
+    ]
     started = time.perf_counter()
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr.read()}")
-    return {"peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "wall_s": round(wall, 1),
-            "output_sha256": hashlib.sha256(out.read_bytes()).hexdigest(), "output_rows": sum(1 for _ in open(out, "rb"))}
+    return {
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "wall_s": round(wall, 1),
+        "output_sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+        "output_rows": sum(1 for _ in open(out, "rb")),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="10000,1000000", help="input sizes, comma-separated, each run with every --code")
-    parser.add_argument("--code", type=Path, action="append", help="a checkout whose mia_fast to run (repeatable; default this one)")
+    parser.add_argument(
+        "--rows", default="10000,1000000", help="input sizes, comma-separated, each run with every --code"
+    )
+    parser.add_argument(
+        "--code", type=Path, action="append", help="a checkout whose mia_fast to run (repeatable; default this one)"
+    )
     parser.add_argument("--name", default=f"stream-memory-{os.cpu_count()}core", help="results file stem")
     args = parser.parse_args()
     codes = args.code or [Path(__file__).resolve().parents[1]]
@@ -101,8 +137,12 @@ def main() -> None:
         for rows in map(int, args.rows.split(",")):
             data = write_rows(scratch / f"rows-{rows}.jsonl", rows)
             for code in codes:
-                run = {"rows": rows, "input_mb": round(data.stat().st_size / 2**20, 1), "code": str(code),
-                       **run_score(code, data, model, scratch / "scores.jsonl")}
+                run = {
+                    "rows": rows,
+                    "input_mb": round(data.stat().st_size / 2**20, 1),
+                    "code": str(code),
+                    **run_score(code, data, model, scratch / "scores.jsonl"),
+                }
                 (scratch / "scores.jsonl").unlink()
                 results["runs"].append(run)
                 path.write_text(json.dumps(results, indent=2) + "\n")  # after each run: a long one may be stopped

@@ -1,6 +1,6 @@
 """pytest-benchmark cases for the method and metric side (no model): the cost of scoring after the forward.
 
-    python -m pytest benchmarks/test_bench_methods.py --benchmark-json benchmarks/results/methods-<host>.json
+python -m pytest benchmarks/test_bench_methods.py --benchmark-json benchmarks/results/methods-<host>.json
 """
 
 import numpy as np

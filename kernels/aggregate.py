@@ -147,7 +147,13 @@ def bottom_k_means(values: torch.Tensor, offsets: torch.Tensor, counts: torch.Te
     if n_texts:
         block_l, block_k = bottom_k_blocks(n_ks)
         _bottom_k_means_kernel[(n_texts,)](
-            values.to(torch.float32).contiguous(), offsets, counts, means, n_ks, BLOCK_L=block_l, BLOCK_K=block_k,
+            values.to(torch.float32).contiguous(),
+            offsets,
+            counts,
+            means,
+            n_ks,
+            BLOCK_L=block_l,
+            BLOCK_K=block_k,
         )
     return means
 
@@ -176,7 +182,13 @@ def capped_first_occurrence_mean(
     means = torch.empty(n_texts, dtype=torch.float64, device=ids.device)
     if n_texts:
         _capped_first_mean_kernel[(n_texts,)](
-            ids, logp.to(torch.float32).contiguous(), first_occurrence.to(torch.int8).contiguous(), offsets,
-            log_frequencies.contiguous(), means, float(cap), BLOCK_L=BLOCK_POSITIONS,
+            ids,
+            logp.to(torch.float32).contiguous(),
+            first_occurrence.to(torch.int8).contiguous(),
+            offsets,
+            log_frequencies.contiguous(),
+            means,
+            float(cap),
+            BLOCK_L=BLOCK_POSITIONS,
         )
     return means

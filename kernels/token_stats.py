@@ -117,6 +117,15 @@ def token_stats(
     if n:
         block, warps = token_stats_launch(vocab_size)
         _token_stats_kernel[(n,)](
-            rows, rows.stride(0), flat_targets, logp, mu, var, vocab_size, ignore_index, BLOCK_V=block, num_warps=warps,
+            rows,
+            rows.stride(0),
+            flat_targets,
+            logp,
+            mu,
+            var,
+            vocab_size,
+            ignore_index,
+            BLOCK_V=block,
+            num_warps=warps,
         )
     return logp.view(leading), mu.view(leading), var.view(leading)

@@ -7,10 +7,11 @@ import itertools
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -110,14 +111,24 @@ def method_options(a: float, probe: Probe | None, **settings: Any) -> MethodOpti
     """The methods' settings from the Detector's keyword arguments named in ``METHOD_SETTINGS`` (checked
     here, before any text is scored)."""
     gamma = settings.pop("conrecall_gamma", DEFAULT_GAMMA)
-    texts = {name: tuple(settings.pop(name, None) or ()) for name in ("prefix_nonmembers", "prefix_members", "gradnorm_params")}
+    texts = {
+        name: tuple(settings.pop(name, None) or ())
+        for name in ("prefix_nonmembers", "prefix_members", "gradnorm_params")
+    }
     return MethodOptions(a=a, probe=probe, gamma=gamma, **texts, **settings)
 
 
 # The Detector's arguments that are method settings, passed on to ``method_options`` as they are.
 METHOD_SETTINGS = (
-    "prefix_nonmembers", "prefix_members", "conrecall_gamma", "neighbors", "samia_samples", "pac_copies", "gradnorm_norm",
-    "gradnorm_params", "seed",
+    "prefix_nonmembers",
+    "prefix_members",
+    "conrecall_gamma",
+    "neighbors",
+    "samia_samples",
+    "pac_copies",
+    "gradnorm_norm",
+    "gradnorm_params",
+    "seed",
 )
 
 
@@ -210,12 +221,23 @@ class Detector:
         if self.probe is not None:
             model = loaded_target.model
             self.probe.check_model(
-                loaded_target.name, model.config.hidden_size, model.config.num_hidden_layers, loaded_target.weights_fingerprint()
+                loaded_target.name,
+                model.config.hidden_size,
+                model.config.num_hidden_layers,
+                loaded_target.weights_fingerprint(),
             )
         self.method_options = method_options(
-            DEFAULT_A, self.probe, prefix_nonmembers=prefix_nonmembers, prefix_members=prefix_members, conrecall_gamma=conrecall_gamma,
-            neighbors=neighbors, samia_samples=samia_samples, pac_copies=pac_copies, gradnorm_norm=gradnorm_norm,
-            gradnorm_params=gradnorm_params, seed=seed,
+            DEFAULT_A,
+            self.probe,
+            prefix_nonmembers=prefix_nonmembers,
+            prefix_members=prefix_members,
+            conrecall_gamma=conrecall_gamma,
+            neighbors=neighbors,
+            samia_samples=samia_samples,
+            pac_copies=pac_copies,
+            gradnorm_norm=gradnorm_norm,
+            gradnorm_params=gradnorm_params,
+            seed=seed,
         )
 
     @classmethod
@@ -224,7 +246,10 @@ class Detector:
         forward, and a text or pass the cache does not hold is refused. ``setting`` picks one of the cache's
         model settings (a folder name or its start) where it holds several; ``settings`` are method settings
         of ``METHOD_SETTINGS`` (e.g. the prefixes of ``recall``)."""
-        return cls._without_model(CacheOnlyEngine(open_cache(directory, setting, log=lambda message: print(message, file=sys.stderr))), settings)
+        return cls._without_model(
+            CacheOnlyEngine(open_cache(directory, setting, log=lambda message: print(message, file=sys.stderr))),
+            settings,
+        )
 
     @classmethod
     def from_token_stats(cls, stats: str | os.PathLike | TokenStats, texts: Sequence[str], **settings: Any) -> Detector:
@@ -273,7 +298,9 @@ class Detector:
     def requests(self, methods: Sequence[str], k: Sequence[float] = DEFAULT_KS) -> list[MethodRequest]:
         """Resolves method names and checks that this detector can serve them."""
         requests = registry.resolve_methods(methods, k)
-        registry.check_available(requests, self.options(), models=list(self.engines), has_frequencies=self.log_frequencies is not None)
+        registry.check_available(
+            requests, self.options(), models=list(self.engines), has_frequencies=self.log_frequencies is not None
+        )
         return requests
 
     def score_requests(
@@ -315,8 +342,12 @@ class Detector:
         warnings = [UNSCORABLE_WARNING if n == 0 else None for n in n_tokens]
         for name in columns:
             columns[name][n_tokens == 0] = np.nan
-        return Scores(columns=columns, n_tokens=n_tokens, warnings=warnings,
-                      online=self._online_detection(cleaned, plain, online) if online is not None else None)
+        return Scores(
+            columns=columns,
+            n_tokens=n_tokens,
+            warnings=warnings,
+            online=self._online_detection(cleaned, plain, online) if online is not None else None,
+        )
 
     def _online_detection(self, texts: Sequence[str], stats: TokenStats, online: OnlineSetting) -> OnlineScores:
         """The windows of ``online`` over ``texts``' plain-pass ``stats``, and each text's best span decoded."""
@@ -391,7 +422,16 @@ def windows_path(out: str | os.PathLike) -> Path:
 
 
 def _windows_columns(dataset: Dataset, id_field: str) -> list[str]:
-    return ["row", *([id_field] if dataset.ids is not None else []), "method", "window", "stride", "starts", "ends", "scores"]
+    return [
+        "row",
+        *([id_field] if dataset.ids is not None else []),
+        "method",
+        "window",
+        "stride",
+        "starts",
+        "ends",
+        "scores",
+    ]
 
 
 def _resume_windows(path: Path, online: OnlineSetting, rows: int) -> None:
@@ -400,7 +440,9 @@ def _resume_windows(path: Path, online: OnlineSetting, rows: int) -> None:
     raw = path.read_bytes() if path.exists() else b""
     lines = raw.split(b"\n")[:-1]
     if len(lines) < rows:
-        raise MiaFastError(f"{path} holds {len(lines)} rows but the scores file {rows}; pass --overwrite to start again")
+        raise MiaFastError(
+            f"{path} holds {len(lines)} rows but the scores file {rows}; pass --overwrite to start again"
+        )
     if rows:
         try:
             first = json.loads(lines[0])
@@ -408,7 +450,9 @@ def _resume_windows(path: Path, online: OnlineSetting, rows: int) -> None:
         except (ValueError, KeyError, TypeError, MiaFastError):
             raise MiaFastError(f"{path}:1: not a windows row; cannot resume") from None
         if written != online:
-            raise MiaFastError(f"{path} holds the windows of {written}, not of {online}; cannot resume with other online settings")
+            raise MiaFastError(
+                f"{path} holds the windows of {written}, not of {online}; cannot resume with other online settings"
+            )
     if path.exists():
         with open(path, "r+b") as f:
             f.truncate(sum(len(line) + 1 for line in lines[:rows]))
@@ -545,7 +589,11 @@ def score_file(
         raise MiaFastError("--block-rows must be positive")
     requests = registry.resolve_methods(methods, k)
     if detector is not None:
-        options, models, has_frequencies = detector.options(a), list(detector.engines), detector.log_frequencies is not None
+        options, models, has_frequencies = (
+            detector.options(a),
+            list(detector.engines),
+            detector.log_frequencies is not None,
+        )
     else:
         probe = load_probe(detector_options.get("probe"), detector_options.get("probe_normalization"))
         options = method_options(a, probe, **{k: v for k, v in detector_options.items() if k in METHOD_SETTINGS})
@@ -559,20 +607,31 @@ def score_file(
     first, first_end = next(blocks)
     check_method_inputs(first.texts, options, needs)
     if pooled and len(first.texts) > block_rows:
-        log(f"{', '.join(pooled)} standardises over all the texts scored together: scoring {len(first.texts)} rows in one block")
+        log(
+            f"{', '.join(pooled)} standardises over all the texts scored together: scoring {len(first.texts)} rows in one block"
+        )
     windows_out = windows_path(out)
     if online is not None and windows_out.exists() and not (resume or overwrite):
         raise MiaFastError(f"{windows_out} exists; pass --resume to continue it or --overwrite to replace it")
-    writer = ResultWriter(out, output_columns(first, requests, id_field, label_field, online is not None), resume=resume, overwrite=overwrite)
+    writer = ResultWriter(
+        out,
+        output_columns(first, requests, id_field, label_field, online is not None),
+        resume=resume,
+        overwrite=overwrite,
+    )
     done = writer.done_rows
     if pooled and 0 < done < len(first.texts):
-        raise MiaFastError(f"{out} holds {done} of {len(first.texts)} rows, but {', '.join(pooled)} must score all rows "
-                           "together; pass --overwrite to start again")
+        raise MiaFastError(
+            f"{out} holds {done} of {len(first.texts)} rows, but {', '.join(pooled)} must score all rows "
+            "together; pass --overwrite to start again"
+        )
     windows_writer = None
     if online is not None:
         if resume:
             _resume_windows(windows_out, online, done)
-        windows_writer = ResultWriter(windows_out, _windows_columns(first, id_field), resume=resume, overwrite=overwrite)
+        windows_writer = ResultWriter(
+            windows_out, _windows_columns(first, id_field), resume=resume, overwrite=overwrite
+        )
     written_ids = iter(writer.written_column(id_field)) if done and first.ids is not None else None
     unscored = _unscored_blocks(itertools.chain([(first, first_end)], blocks), done, written_ids, out, data_name)
 
@@ -633,8 +692,12 @@ def _rows(block: _Block, scores: Scores, id_field: str, label_field: str) -> lis
         if scores.online is not None:
             start, end = scores.online.windows[j].best_span
             spanned = start >= 0
-            row.update(online_max=scores.online.windows[j].max_score, online_start=start if spanned else None,
-                       online_end=end if spanned else None, online_text=scores.online.span_text[j])
+            row.update(
+                online_max=scores.online.windows[j].max_score,
+                online_start=start if spanned else None,
+                online_end=end if spanned else None,
+                online_text=scores.online.span_text[j],
+            )
         row["warning"] = scores.warnings[j]
         rows.append(row)
     return rows
@@ -643,9 +706,16 @@ def _rows(block: _Block, scores: Scores, id_field: str, label_field: str) -> lis
 def _window_rows(block: _Block, online: OnlineScores, id_field: str) -> list[dict]:
     rows, data = [], block.rows
     for j, windows in enumerate(online.windows):
-        rows.append({
-            "row": block.first_row + j, **({id_field: data.ids[j]} if data.ids is not None else {}), "method": online.setting.method,
-            "window": online.setting.window, "stride": online.setting.stride, "starts": windows.starts.tolist(),
-            "ends": windows.ends.tolist(), "scores": windows.scores.tolist(),
-        })
+        rows.append(
+            {
+                "row": block.first_row + j,
+                **({id_field: data.ids[j]} if data.ids is not None else {}),
+                "method": online.setting.method,
+                "window": online.setting.window,
+                "stride": online.setting.stride,
+                "starts": windows.starts.tolist(),
+                "ends": windows.ends.tolist(),
+                "scores": windows.scores.tolist(),
+            }
+        )
     return rows

@@ -23,12 +23,20 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
-from mia_fast.data.files import OUTPUT_SUFFIXES, PARQUET_CONVERSION_ROWS, DataStream, ResultWriter, RowPosition, row_positions
+from mia_fast.data.files import (
+    OUTPUT_SUFFIXES,
+    PARQUET_CONVERSION_ROWS,
+    DataStream,
+    ResultWriter,
+    RowPosition,
+    row_positions,
+)
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import write_atomically
 from mia_fast.methods.registry import DEFAULT_A, DEFAULT_KS, DEFAULT_METHODS
@@ -60,11 +68,13 @@ def check_address(address: str | None) -> None:
     if not address:
         return
     if Path(address).exists():
-        raise MiaFastError(f"--ray took {address!r} as the cluster address, but it is a file: write --ray=ADDRESS, or put --ray after the input")
+        raise MiaFastError(
+            f"--ray took {address!r} as the cluster address, but it is a file: write --ray=ADDRESS, or put --ray after the input"
+        )
     if address in ("auto", "local"):
         return
     scheme = "ray://" if address.startswith("ray://") else ""
-    host, _, port = address[len(scheme):].rpartition(":")
+    host, _, port = address[len(scheme) :].rpartition(":")
     if not host:
         host, port = port, str(DEFAULT_PORTS[scheme])
     if not port.isdigit():
@@ -73,7 +83,9 @@ def check_address(address: str | None) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         reason = "no answer" if isinstance(exc, socket.timeout) else exc.strerror or str(exc)
-        raise MiaFastError(f"cannot reach the Ray cluster at {address}: {reason} (is the address right, and the cluster up?)") from None
+        raise MiaFastError(
+            f"cannot reach the Ray cluster at {address}: {reason} (is the address right, and the cluster up?)"
+        ) from None
 
 
 @contextmanager
@@ -120,7 +132,11 @@ def _quiet_ray_data() -> Iterator[None]:
     from ray.data import DataContext
 
     context = DataContext.get_current()
-    saved = {name: getattr(context, name) for name in ("enable_progress_bars", "print_on_execution_start", "enable_auto_log_stats") if hasattr(context, name)}
+    saved = {
+        name: getattr(context, name)
+        for name in ("enable_progress_bars", "print_on_execution_start", "enable_auto_log_stats")
+        if hasattr(context, name)
+    }
     for name in saved:
         setattr(context, name, False)
     data_logger = logging.getLogger("ray.data")
@@ -194,9 +210,20 @@ class _ShardJob:
         from mia_fast.api import score_file
 
         partial = self.directory / shard.partial_name
-        score_file(self.stream(shard), partial, methods=self.methods, k=self.k, a=self.a, detector=detector, resume=True,
-                   block_rows=self.block_rows, id_field=self.id_field, label_field=self.label_field, progress=False,
-                   data_name=str(self.data.path))
+        score_file(
+            self.stream(shard),
+            partial,
+            methods=self.methods,
+            k=self.k,
+            a=self.a,
+            detector=detector,
+            resume=True,
+            block_rows=self.block_rows,
+            id_field=self.id_field,
+            label_field=self.label_field,
+            progress=False,
+            data_name=str(self.data.path),
+        )
         os.replace(partial, self.directory / shard.name)
 
 
@@ -234,7 +261,10 @@ def _setting(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return "sha256:" + hashlib.sha256(json.dumps([_setting(v) for v in value]).encode()).hexdigest()[:16]
     if is_dataclass(value):
-        return {"type": type(value).__name__, **{f.name: _setting(getattr(value, f.name)) for f in fields(value) if f.repr and f.name != "progress"}}
+        return {
+            "type": type(value).__name__,
+            **{f.name: _setting(getattr(value, f.name)) for f in fields(value) if f.repr and f.name != "progress"},
+        }
     return repr(value)
 
 
@@ -251,16 +281,27 @@ class _Manifest:
         recorded = json.loads(self.path.read_text()) if self.path.is_file() else None
         if recorded is None:
             if out.exists() and not overwrite:
-                raise MiaFastError(f"{out} exists; pass --overwrite to replace it" + ("" if not resume else f" (it was not written by a --ray run: {self.path} is missing)"))
+                raise MiaFastError(
+                    f"{out} exists; pass --overwrite to replace it"
+                    + ("" if not resume else f" (it was not written by a --ray run: {self.path} is missing)")
+                )
             if directory.is_dir() and any(directory.iterdir()):
                 raise MiaFastError(f"{directory} is not empty and holds no {MANIFEST}; pass --overwrite to replace it")
             self.content = {"settings": settings, "positions": None, "rows": None, "finished": {}, "merged": False}
             return
         if not resume:
-            raise MiaFastError(f"{directory} holds a --ray run of {out}; pass --resume to continue it or --overwrite to start over")
-        changed = sorted(name for name in settings.keys() | recorded["settings"].keys() if settings.get(name) != recorded["settings"].get(name))
+            raise MiaFastError(
+                f"{directory} holds a --ray run of {out}; pass --resume to continue it or --overwrite to start over"
+            )
+        changed = sorted(
+            name
+            for name in settings.keys() | recorded["settings"].keys()
+            if settings.get(name) != recorded["settings"].get(name)
+        )
         if changed:
-            raise MiaFastError(f"{directory} holds a run with other settings ({', '.join(changed)} differ); pass --overwrite to start over")
+            raise MiaFastError(
+                f"{directory} holds a run with other settings ({', '.join(changed)} differ); pass --overwrite to start over"
+            )
         self.content = recorded
 
     def shards(self, data: DataStream, shard_rows: int) -> list[_Shard]:
@@ -272,7 +313,9 @@ class _Manifest:
             self.content.update(positions=[[p.row, p.number, p.offset] for p in positions], rows=rows)
             self.save()
         rows = self.content["rows"]
-        return [_Shard(i, RowPosition(*p), min(shard_rows, rows - p[0])) for i, p in enumerate(self.content["positions"])]
+        return [
+            _Shard(i, RowPosition(*p), min(shard_rows, rows - p[0])) for i, p in enumerate(self.content["positions"])
+        ]
 
     def finished(self, shard: _Shard) -> bool:
         """Whether the shard's file is there with its rows: an actor renames it into place only when whole, and
@@ -295,15 +338,31 @@ class _Manifest:
         write_atomically(self.path, json.dumps(self.content, indent=1).encode())
 
 
-def _run_settings(data: DataStream, methods: Sequence[str], k: Sequence[float], a: float, block_rows: int, shard_rows: int,
-                  id_field: str, label_field: str, detector_options: dict[str, Any]) -> dict[str, Any]:
+def _run_settings(
+    data: DataStream,
+    methods: Sequence[str],
+    k: Sequence[float],
+    a: float,
+    block_rows: int,
+    shard_rows: int,
+    id_field: str,
+    label_field: str,
+    detector_options: dict[str, Any],
+) -> dict[str, Any]:
     """Everything that decides the rows of OUT: the input file as it is now, the fields, the methods and every
     model and method option (a rerun with any of them changed would mix two runs' scores)."""
     stat = data.path.stat()
     settings = {
-        "input": [str(data.path.resolve()), stat.st_size, stat.st_mtime_ns], "fields": data.fields, "max_words": data.max_words,
-        "output_fields": [id_field, label_field], "methods": list(methods), "k": list(k), "a": a, "block_rows": block_rows,
-        "shard_rows": shard_rows, **{name: _setting(value) for name, value in sorted(detector_options.items()) if name not in _SPEED_ONLY},
+        "input": [str(data.path.resolve()), stat.st_size, stat.st_mtime_ns],
+        "fields": data.fields,
+        "max_words": data.max_words,
+        "output_fields": [id_field, label_field],
+        "methods": list(methods),
+        "k": list(k),
+        "a": a,
+        "block_rows": block_rows,
+        "shard_rows": shard_rows,
+        **{name: _setting(value) for name, value in sorted(detector_options.items()) if name not in _SPEED_ONLY},
     }
     return json.loads(json.dumps(settings))  # as a manifest holds them, so that the two compare
 
@@ -320,22 +379,32 @@ def _check_before_ray(methods: Sequence[str], k: Sequence[float], a: float, dete
         raise MiaFastError("online detection (--online) is not available with --ray; score without --ray")
     for role in ("model", "ref_model"):
         if isinstance(detector_options.get(role), LoadedModel):
-            raise MiaFastError(f"with --ray every actor loads its own model: give {role} as a hub name or a directory, not a model in memory")
+            raise MiaFastError(
+                f"with --ray every actor loads its own model: give {role} as a hub name or a directory, not a model in memory"
+            )
     device = detector_options.get("device")
     if device is not None and device.startswith("cuda:"):
         raise MiaFastError(f"--device {device}: with --ray each actor is given one GPU of its own; use --device cuda")
     requests = registry.resolve_methods(methods, k)
     probe = load_probe(detector_options.get("probe"), detector_options.get("probe_normalization"))
     options = method_options(a, probe, **{name: v for name, v in detector_options.items() if name in METHOD_SETTINGS})
-    registry.check_available(requests, options, models=[REFERENCE] if detector_options.get("ref_model") is not None else [],
-                             has_frequencies=detector_options.get("frequencies") is not None)
+    registry.check_available(
+        requests,
+        options,
+        models=[REFERENCE] if detector_options.get("ref_model") is not None else [],
+        has_frequencies=detector_options.get("frequencies") is not None,
+    )
     pooled = [r.method.name for r in requests if r.method.pooled(options)]
     if pooled:
-        raise MiaFastError(f"{', '.join(pooled)} standardises over all the texts scored together, so its scores cannot be cut into "
-                           "shards; score without --ray (or with --probe-normalization train)")
+        raise MiaFastError(
+            f"{', '.join(pooled)} standardises over all the texts scored together, so its scores cannot be cut into "
+            "shards; score without --ray (or with --probe-normalization train)"
+        )
 
 
-def _actor_resources(ray: Any, device: str | None, workers: int | None, shards: int, log: Callable[[str], None]) -> tuple[int, int, int]:
+def _actor_resources(
+    ray: Any, device: str | None, workers: int | None, shards: int, log: Callable[[str], None]
+) -> tuple[int, int, int]:
     """(actors, CPUs each, GPUs each): one actor per GPU on a cluster with GPUs (or with ``device`` cuda), one
     per node otherwise, unless ``workers`` says, and never more than ``shards``; CPU actors share the
     cluster's CPUs evenly."""
@@ -350,7 +419,9 @@ def _actor_resources(ray: Any, device: str | None, workers: int | None, shards: 
     cpus_each = 1 if on_gpu else max(1, cpus // workers)
     if (gpus if on_gpu else cpus) < workers * (1 if on_gpu else cpus_each):
         kind, has = ("GPUs", gpus) if on_gpu else ("CPUs", cpus)
-        log(f"the cluster has {has} {kind} now, not enough for {workers} actors: the run waits for nodes to join (lower --ray-workers if none will)")
+        log(
+            f"the cluster has {has} {kind} now, not enough for {workers} actors: the run waits for nodes to join (lower --ray-workers if none will)"
+        )
     return workers, cpus_each, 1 if on_gpu else 0
 
 
@@ -392,8 +463,10 @@ def score_on_ray(
         raise MiaFastError("--block-rows must be positive")
     shard_rows = shard_rows or SHARD_BLOCKS * block_rows
     if shard_rows < 1 or shard_rows % block_rows:
-        raise MiaFastError(f"--shard-rows {shard_rows} must be a multiple of --block-rows {block_rows}, so that every block is "
-                           "scored as in one process")
+        raise MiaFastError(
+            f"--shard-rows {shard_rows} must be a multiple of --block-rows {block_rows}, so that every block is "
+            "scored as in one process"
+        )
     _check_before_ray(methods, k, a, detector_options)
     directory = out.with_name(out.name + ".shards")
     settings = _run_settings(data, methods, k, a, block_rows, shard_rows, id_field, label_field, detector_options)
@@ -406,7 +479,9 @@ def score_on_ray(
     if len(todo) < len(shards):
         log(f"resuming: {len(shards) - len(todo)} of {len(shards)} shards already scored in {directory}")
     if todo:
-        job = _ShardJob(data, directory, tuple(methods), tuple(k), a, block_rows, id_field, label_field, detector_options)
+        job = _ShardJob(
+            data, directory, tuple(methods), tuple(k), a, block_rows, id_field, label_field, detector_options
+        )
         _score_shards(job, todo, manifest, address, workers, progress, log, total_rows=manifest.content["rows"])
     missing = [shard.describe() for shard in shards if not manifest.finished(shard)]
     if missing:
@@ -420,22 +495,40 @@ def score_on_ray(
     return out
 
 
-def _score_shards(job: _ShardJob, todo: list[_Shard], manifest: _Manifest, address: str | None, workers: int | None, progress: bool,
-                  log: Callable[[str], None], total_rows: int) -> None:
+def _score_shards(
+    job: _ShardJob,
+    todo: list[_Shard],
+    manifest: _Manifest,
+    address: str | None,
+    workers: int | None,
+    progress: bool,
+    log: Callable[[str], None],
+    total_rows: int,
+) -> None:
     from tqdm.auto import tqdm
 
     with ray_session(address) as ray, _quiet_ray_data():
         from ray.data import ActorPoolStrategy
 
         actors, cpus, gpus = _actor_resources(ray, job.detector_options.get("device"), workers, len(todo), log)
-        log(f"scoring {len(todo)} shards of up to {todo[0].rows} rows with {actors} model actor(s) on Ray "
-            f"({gpus or cpus} {'GPU' if gpus else 'CPU'}{'s' if (gpus or cpus) > 1 else ''} each)")
-        pipeline = ray.data.from_items([{"shard": shard.to_json()} for shard in todo], override_num_blocks=len(todo)).map_batches(
-            ShardScorer, batch_size=1, compute=ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
-            num_cpus=cpus, num_gpus=gpus, fn_constructor_kwargs={"job": job},
+        log(
+            f"scoring {len(todo)} shards of up to {todo[0].rows} rows with {actors} model actor(s) on Ray "
+            f"({gpus or cpus} {'GPU' if gpus else 'CPU'}{'s' if (gpus or cpus) > 1 else ''} each)"
+        )
+        pipeline = ray.data.from_items(
+            [{"shard": shard.to_json()} for shard in todo], override_num_blocks=len(todo)
+        ).map_batches(
+            ShardScorer,
+            batch_size=1,
+            compute=ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
+            num_cpus=cpus,
+            num_gpus=gpus,
+            fn_constructor_kwargs={"job": job},
         )
         done_rows = total_rows - sum(shard.rows for shard in todo)
-        bar = tqdm(total=total_rows, initial=done_rows, unit="row", desc="shards", dynamic_ncols=True, disable=not progress)
+        bar = tqdm(
+            total=total_rows, initial=done_rows, unit="row", desc="shards", dynamic_ncols=True, disable=not progress
+        )
         finished = 0
         try:
             for result in pipeline.iter_rows():
@@ -447,7 +540,9 @@ def _score_shards(job: _ShardJob, todo: list[_Shard], manifest: _Manifest, addre
                 bar.set_postfix_str(f"{finished}/{len(todo)} shards", refresh=False)
                 bar.update(shard.rows)
         except ray.exceptions.RayError as exc:
-            raise MiaFastError(f"the Ray run stopped: {_last_line(exc)}; finished shards are kept, rerun with --resume") from None
+            raise MiaFastError(
+                f"the Ray run stopped: {_last_line(exc)}; finished shards are kept, rerun with --resume"
+            ) from None
         finally:
             bar.close()
 
@@ -463,7 +558,9 @@ def _merge_shards(files: list[Path], out: Path) -> tuple[int, int]:
     for path in files:
         shard = pq.ParquetFile(path)
         if shard.schema_arrow.names != columns:
-            raise MiaFastError(f"{path} has columns {shard.schema_arrow.names}, not {columns} as {files[0].name}: does every row have the same fields?")
+            raise MiaFastError(
+                f"{path} has columns {shard.schema_arrow.names}, not {columns} as {files[0].name}: does every row have the same fields?"
+            )
         for batch in shard.iter_batches(batch_size=PARQUET_CONVERSION_ROWS):
             rows = batch.to_pylist()
             unscorable += sum(1 for row in rows if row.get("warning"))
@@ -475,12 +572,16 @@ def _merge_shards(files: list[Path], out: Path) -> tuple[int, int]:
 # ---- frequency tables ----
 
 
-def _count_file(path: str, tokenizer: Any, settings: dict[str, Any], threads: int, skip_bad_records: bool) -> tuple[Any, int, list[str], str]:
+def _count_file(
+    path: str, tokenizer: Any, settings: dict[str, Any], threads: int, skip_bad_records: bool
+) -> tuple[Any, int, list[str], str]:
     """A Ray task: one corpus file's table, its bad-record count and examples, and an error ('' if none)."""
     from mia_fast.frequency.sources import count_text_file
 
     try:
-        table, bad = count_text_file(Path(path), tokenizer, settings, workers=threads, skip_bad_records=skip_bad_records)
+        table, bad = count_text_file(
+            Path(path), tokenizer, settings, workers=threads, skip_bad_records=skip_bad_records
+        )
     except MiaFastError as exc:
         return None, 0, [], str(exc)
     return table, bad.count, bad.examples, ""
@@ -506,13 +607,21 @@ def build_on_ray(
     The files must be at paths every node can read; the tables come back to this process."""
     from tqdm.auto import tqdm
 
-    from mia_fast.frequency.sources import BAD_EXAMPLES, BuildReport, ShardCheckpoints, expand_sources, text_build_settings
+    from mia_fast.frequency.sources import (
+        BAD_EXAMPLES,
+        BuildReport,
+        ShardCheckpoints,
+        expand_sources,
+        text_build_settings,
+    )
     from mia_fast.frequency.table import FrequencyTable
 
     started = time.perf_counter()
     if threads < 1:
         raise MiaFastError(f"--workers must be positive, got {threads}")
-    settings = text_build_settings(tokenizer, mode=mode, max_tokens_per_doc=max_tokens_per_doc, text_field=text_field, vocab_size=vocab_size)
+    settings = text_build_settings(
+        tokenizer, mode=mode, max_tokens_per_doc=max_tokens_per_doc, text_field=text_field, vocab_size=vocab_size
+    )
     files = expand_sources(sources)
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
     tables: list[Any] = [None] * len(files)
@@ -525,12 +634,22 @@ def build_on_ray(
     todo = [index for index, table in enumerate(tables) if table is None]
     sizes = [path.stat().st_size for path in files]
     if todo:
-        bar = tqdm(total=sum(sizes), initial=sum(sizes) - sum(sizes[i] for i in todo), unit="B", unit_scale=True, unit_divisor=1024,
-                   desc="files", dynamic_ncols=True, disable=not progress)
+        bar = tqdm(
+            total=sum(sizes),
+            initial=sum(sizes) - sum(sizes[i] for i in todo),
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc="files",
+            dynamic_ncols=True,
+            disable=not progress,
+        )
         with ray_session(address) as ray:
             count = ray.remote(num_cpus=threads)(_count_file)
             shared_tokenizer = ray.put(tokenizer)
-            pending = {count.remote(str(files[i]), shared_tokenizer, settings, threads, skip_bad_records): i for i in todo}
+            pending = {
+                count.remote(str(files[i]), shared_tokenizer, settings, threads, skip_bad_records): i for i in todo
+            }
             try:
                 while pending:
                     ready, _ = ray.wait(list(pending), num_returns=1)
@@ -538,7 +657,9 @@ def build_on_ray(
                     try:
                         table, bad_counts[index], examples[index], error = ray.get(ready[0])
                     except ray.exceptions.RayError as exc:
-                        raise MiaFastError(f"{files[index]}: the Ray task failed: {_last_line(exc)}; rerun to continue") from None
+                        raise MiaFastError(
+                            f"{files[index]}: the Ray task failed: {_last_line(exc)}; rerun to continue"
+                        ) from None
                     if error:
                         raise MiaFastError(error)
                     tables[index] = table

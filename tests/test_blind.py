@@ -12,7 +12,9 @@ from mia_fast.evaluation import metrics
 from mia_fast.evaluation.blind import BLIND_COLUMNS, blind_scores, blind_verdict, date_features
 from mia_fast.evaluation.report import format_table, k_families, shown_columns, write_report
 
-WORDS = "river stone cloud lamp field market garden letter window bridge harbour summer winter engine paper music".split()
+WORDS = (
+    "river stone cloud lamp field market garden letter window bridge harbour summer winter engine paper music".split()
+)
 
 
 def random_texts(n: int, seed: int, words=WORDS, length: int = 12) -> list[str]:
@@ -21,7 +23,13 @@ def random_texts(n: int, seed: int, words=WORDS, length: int = 12) -> list[str]:
 
 
 def test_date_features_by_hand():
-    features = date_features(["In 1999 and again in 2021, on March 3rd, the bridge opened.", "page 12345, pi is 3.1415 and 1,999 apples", "2024-05-01 and 5 May"])
+    features = date_features(
+        [
+            "In 1999 and again in 2021, on March 3rd, the bridge opened.",
+            "page 12345, pi is 3.1415 and 1,999 apples",
+            "2024-05-01 and 5 May",
+        ]
+    )
     assert features[0] == pytest.approx([1, 0.21, -0.01, np.log1p(2), np.log1p(1)])
     assert features[1] == pytest.approx([0, 0, 0, 0, 0])  # not years: a longer number, a decimal, a thousands separator
     assert features[2] == pytest.approx([1, 0.24, 0.24, np.log1p(1), np.log1p(2)])
@@ -68,15 +76,28 @@ def _metrics(auroc: float, low: float, high: float) -> metrics.MethodMetrics:
     ],
 )
 def test_the_verdict_says_in_plain_words_what_the_blind_baseline_means(blind, method, expected):
-    verdict = blind_verdict({"loss": _metrics(*method), "blind_bow": _metrics(*blind), "blind_dates": _metrics(0.5, 0.4, 0.6)})
+    verdict = blind_verdict(
+        {"loss": _metrics(*method), "blind_bow": _metrics(*blind), "blind_dates": _metrics(0.5, 0.4, 0.6)}
+    )
     assert expected in verdict and "blind_bow" in verdict and "loss" in verdict
     assert blind_verdict({"loss": _metrics(*method)}) is None
 
 
 def test_k_families_and_the_columns_shown():
     names = ["loss", "mink_0.1", "mink_0.2", "minkpp_0.2", "minkpp_1.0", "samia_zlib", "blind_bow"]
-    assert k_families(names) == {"mink": [(0.1, "mink_0.1"), (0.2, "mink_0.2")], "minkpp": [(0.2, "minkpp_0.2"), (1.0, "minkpp_1.0")]}
-    aurocs = {"loss": 0.7, "mink_0.1": 0.6, "mink_0.2": 0.8, "minkpp_0.2": 0.75, "minkpp_1.0": 0.9, "samia_zlib": 0.5, "blind_bow": 0.55}
+    assert k_families(names) == {
+        "mink": [(0.1, "mink_0.1"), (0.2, "mink_0.2")],
+        "minkpp": [(0.2, "minkpp_0.2"), (1.0, "minkpp_1.0")],
+    }
+    aurocs = {
+        "loss": 0.7,
+        "mink_0.1": 0.6,
+        "mink_0.2": 0.8,
+        "minkpp_0.2": 0.75,
+        "minkpp_1.0": 0.9,
+        "samia_zlib": 0.5,
+        "blind_bow": 0.55,
+    }
     results = {n: _metrics(a, a - 0.1, a + 0.05) for n, a in aurocs.items()}
     assert shown_columns(results) == ["minkpp_1.0", "mink_0.2", "loss", "blind_bow", "samia_zlib"]
 
@@ -89,7 +110,14 @@ def test_report_shows_the_verdict_the_best_k_and_auroc_against_k(tmp_path):
     columns["blind_bow"] = labels * 3 + rng.normal(size=60)  # separable without the model
     results = metrics.evaluate(labels, columns, resamples=100)
     written = write_report(tmp_path, labels, columns, results, {"data": "synthetic"})
-    assert [p.name for p in written] == ["metrics.json", "roc.png", "histograms.png", "auroc_by_k.png", "report.md", "report.html"]
+    assert [p.name for p in written] == [
+        "metrics.json",
+        "roc.png",
+        "histograms.png",
+        "auroc_by_k.png",
+        "report.md",
+        "report.html",
+    ]
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.index("**WARNING") < markdown.index("## Detection quality") and "| blind_bow* |" in markdown
     assert (tmp_path / "report.html").read_text().count("class='warning'") == 1
@@ -99,15 +127,41 @@ def test_report_shows_the_verdict_the_best_k_and_auroc_against_k(tmp_path):
 
 
 def test_eval_reports_blind_baselines_unless_told_not_to(tiny_model_dir, tmp_path, capsys):
-    rows = [{"id": i, "text": t, "label": 1} for i, t in enumerate(f"{t} in 1850" for t in random_texts(12, 6, WORDS[:8]))]
-    rows += [{"id": 12 + i, "text": t, "label": 0} for i, t in enumerate(f"{t} in 2025" for t in random_texts(12, 7, WORDS[8:]))]
+    rows = [
+        {"id": i, "text": t, "label": 1} for i, t in enumerate(f"{t} in 1850" for t in random_texts(12, 6, WORDS[:8]))
+    ]
+    rows += [
+        {"id": 12 + i, "text": t, "label": 0}
+        for i, t in enumerate(f"{t} in 2025" for t in random_texts(12, 7, WORDS[8:]))
+    ]
     data = tmp_path / "leaky.jsonl"
     write_jsonl(data, rows)
-    assert run_cli("eval", data, "--model", tiny_model_dir, "--report", tmp_path / "with", "--bootstrap", "50", *FAST) == 0
+    assert (
+        run_cli("eval", data, "--model", tiny_model_dir, "--report", tmp_path / "with", "--bootstrap", "50", *FAST) == 0
+    )
     out = capsys.readouterr().out
-    assert "blind_bow*" in out and "blind_dates*" in out and "WARNING" in out and "cannot be read as membership evidence" in out
+    assert (
+        "blind_bow*" in out
+        and "blind_dates*" in out
+        and "WARNING" in out
+        and "cannot be read as membership evidence" in out
+    )
     assert set(BLIND_COLUMNS) <= set(json.loads((tmp_path / "with" / "metrics.json").read_text())["methods"])
-    assert run_cli("eval", data, "--model", tiny_model_dir, "--report", tmp_path / "without", "--no-blind", "--bootstrap", "50", *FAST) == 0
+    assert (
+        run_cli(
+            "eval",
+            data,
+            "--model",
+            tiny_model_dir,
+            "--report",
+            tmp_path / "without",
+            "--no-blind",
+            "--bootstrap",
+            "50",
+            *FAST,
+        )
+        == 0
+    )
     assert "blind" not in capsys.readouterr().out
     assert not set(BLIND_COLUMNS) & set(json.loads((tmp_path / "without" / "metrics.json").read_text())["methods"])
 
@@ -115,4 +169,6 @@ def test_eval_reports_blind_baselines_unless_told_not_to(tiny_model_dir, tmp_pat
 def test_eval_with_one_member_refuses_before_scoring(tiny_model_dir, tmp_path, capsys):
     rows = [{"text": t, "label": int(i == 0)} for i, t in enumerate(random_texts(8, 8))]
     write_jsonl(tmp_path / "one.jsonl", rows)
-    assert "at least 2 members and 2 non-members" in fail(capsys, "eval", tmp_path / "one.jsonl", "--model", tiny_model_dir, "--report", tmp_path / "r", *FAST)
+    assert "at least 2 members and 2 non-members" in fail(
+        capsys, "eval", tmp_path / "one.jsonl", "--model", tiny_model_dir, "--report", tmp_path / "r", *FAST
+    )

@@ -51,15 +51,37 @@ def test_score_writes_one_row_per_input_in_order(tiny_model_dir, labelled_jsonl,
     inputs = read_jsonl(labelled_jsonl)
     assert [r["id"] for r in rows] == [r["id"] for r in inputs]
     assert [int(r["label"]) for r in rows] == [r["label"] for r in inputs]
-    assert list(rows[0]) == ["id", "label", "n_tokens", "loss", "zlib", "mink_0.2", "mink_1.0", "minkpp_0.2", "minkpp_1.0", "warning"]
+    assert list(rows[0]) == [
+        "id",
+        "label",
+        "n_tokens",
+        "loss",
+        "zlib",
+        "mink_0.2",
+        "mink_1.0",
+        "minkpp_0.2",
+        "minkpp_1.0",
+        "warning",
+    ]
     assert all(float(r["mink_1.0"]) == pytest.approx(float(r["loss"]), rel=1e-6) for r in rows)
 
 
 def test_eval_writes_metrics_and_roc(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
     report = tmp_path / "report"
-    assert run_cli("eval", labelled_jsonl, "--model", tiny_model_dir, "--report", report, "--bootstrap", "200", *FAST) == 0
+    assert (
+        run_cli("eval", labelled_jsonl, "--model", tiny_model_dir, "--report", report, "--bootstrap", "200", *FAST) == 0
+    )
     metrics = json.loads((report / "metrics.json").read_text())
-    assert set(metrics["methods"]) == {"loss", "zlib", "mink_0.2", "mink_1.0", "minkpp_0.2", "minkpp_1.0", "blind_bow", "blind_dates"}
+    assert set(metrics["methods"]) == {
+        "loss",
+        "zlib",
+        "mink_0.2",
+        "mink_1.0",
+        "minkpp_0.2",
+        "minkpp_1.0",
+        "blind_bow",
+        "blind_dates",
+    }
     loss = metrics["methods"]["loss"]
     assert loss["n_members"] == 12 and loss["n_nonmembers"] == 12
     assert loss["auroc_ci"][0] <= loss["auroc"] <= loss["auroc_ci"][1]
@@ -78,8 +100,21 @@ def test_dcpdd_with_counts_and_reference_model(tiny_model_dir, tiny_reference_di
     counts = tmp_path / "counts.npy"
     np.save(counts, np.arange(vocab, dtype=np.int64))
     out = tmp_path / "s.jsonl"
-    code = run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--ref-model", tiny_reference_dir, "--freq-counts", counts,
-                   "--methods", "dcpdd,ref,lowercase", "--out", out, "--quiet")
+    code = run_cli(
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--ref-model",
+        tiny_reference_dir,
+        "--freq-counts",
+        counts,
+        "--methods",
+        "dcpdd,ref,lowercase",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert code == 0
     rows = read_jsonl(out)
     assert all(0 < r["dcpdd"] <= 0.01 for r in rows)
@@ -104,7 +139,9 @@ def test_row_without_text_field(tiny_model_dir, tmp_path, capsys):
 def test_malformed_json_reports_line_number(tiny_model_dir, tmp_path, capsys):
     data = tmp_path / "d.jsonl"
     data.write_text('{"text": "fine"}\n\n{"text": "broken"\n')
-    assert f"{data}:3: malformed JSON" in fail(capsys, "score", data, "--model", tiny_model_dir, "--out", tmp_path / "o.jsonl")
+    assert f"{data}:3: malformed JSON" in fail(
+        capsys, "score", data, "--model", tiny_model_dir, "--out", tmp_path / "o.jsonl"
+    )
 
 
 def test_gzipped_jsonl_and_csv_inputs(tiny_model_dir, tmp_path):
@@ -122,13 +159,22 @@ def test_gzipped_jsonl_and_csv_inputs(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize("label", [2, "maybe", -1])
 def test_labels_other_than_0_1(tiny_model_dir, tmp_path, capsys, label):
     data = write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "label": 0}, {"text": "b", "label": label}])
-    assert "is neither member (1, true, \"member\") nor non-member" in fail(capsys, "eval", data, "--model", tiny_model_dir, "--report", tmp_path / "r")
+    assert 'is neither member (1, true, "member") nor non-member' in fail(
+        capsys, "eval", data, "--model", tiny_model_dir, "--report", tmp_path / "r"
+    )
 
 
 def test_member_nonmember_words_and_booleans_are_labels(tiny_model_dir, tmp_path):
-    rows = [{"text": "a fox", "label": "member"}, {"text": "the dog", "label": "Non-Member"}, {"text": "x y", "label": True}, {"text": "z", "label": False}]
+    rows = [
+        {"text": "a fox", "label": "member"},
+        {"text": "the dog", "label": "Non-Member"},
+        {"text": "x y", "label": True},
+        {"text": "z", "label": False},
+    ]
     out = tmp_path / "o.jsonl"
-    assert run_cli("score", write_jsonl(tmp_path / "d.jsonl", rows), "--model", tiny_model_dir, "--out", out, *FAST) == 0
+    assert (
+        run_cli("score", write_jsonl(tmp_path / "d.jsonl", rows), "--model", tiny_model_dir, "--out", out, *FAST) == 0
+    )
     assert [r["label"] for r in read_jsonl(out)] == [1, 0, 1, 0]
 
 
@@ -140,31 +186,74 @@ def test_eval_without_labels_or_one_class(tiny_model_dir, tmp_path, capsys):
 
 
 def test_unknown_method(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
-    assert "unknown method 'minz'" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "loss,minz", "--out", tmp_path / "o.jsonl")
+    assert "unknown method 'minz'" in fail(
+        capsys,
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "loss,minz",
+        "--out",
+        tmp_path / "o.jsonl",
+    )
     assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_dcpdd_without_counts_or_wrong_length(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
     out = tmp_path / "o.jsonl"
-    assert "needs a token frequency table" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "dcpdd", "--out", out)
+    assert "needs a token frequency table" in fail(
+        capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "dcpdd", "--out", out
+    )
     counts = tmp_path / "c.npy"
     np.save(counts, np.ones(10, np.int64))
-    message = fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "dcpdd", "--freq-counts", counts, "--out", out)
+    message = fail(
+        capsys,
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "dcpdd",
+        "--freq-counts",
+        counts,
+        "--out",
+        out,
+    )
     assert "cover 10 ids but the model's vocabulary has" in message
 
 
 def test_ref_without_model_or_failing_to_load(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
     out = tmp_path / "o.jsonl"
-    assert "needs a reference model" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "ref", "--out", out)
-    message = fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "ref", "--ref-model", tmp_path / "missing", "--out", out, "--overwrite")
+    assert "needs a reference model" in fail(
+        capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "ref", "--out", out
+    )
+    message = fail(
+        capsys,
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "ref",
+        "--ref-model",
+        tmp_path / "missing",
+        "--out",
+        out,
+        "--overwrite",
+    )
     assert "could not load model" in message and "missing" in message
 
 
 def test_unwritable_output(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert "cannot write" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--out", blocker / "sub" / "o.jsonl")
-    assert "unsupported output format" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--out", tmp_path / "o.txt")
+    assert "cannot write" in fail(
+        capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--out", blocker / "sub" / "o.jsonl"
+    )
+    assert "unsupported output format" in fail(
+        capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--out", tmp_path / "o.txt"
+    )
 
 
 def test_cuda_requested_without_cuda(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
@@ -172,7 +261,9 @@ def test_cuda_requested_without_cuda(tiny_model_dir, labelled_jsonl, tmp_path, c
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    assert "CUDA is not available" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--device", "cuda", "--out", tmp_path / "o.jsonl")
+    assert "CUDA is not available" in fail(
+        capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--device", "cuda", "--out", tmp_path / "o.jsonl"
+    )
 
 
 def test_existing_output_is_never_clobbered(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
@@ -201,7 +292,19 @@ def test_resume_refuses_other_columns_or_inputs(tiny_model_dir, labelled_jsonl, 
     out = tmp_path / "o.csv"
     assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--out", out, *FAST) == 0
     before = out.read_text()
-    assert "cannot resume with other methods" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--out", out, "--resume", "--methods", "loss", "--quiet")
+    assert "cannot resume with other methods" in fail(
+        capsys,
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--out",
+        out,
+        "--resume",
+        "--methods",
+        "loss",
+        "--quiet",
+    )
     other = write_jsonl(tmp_path / "other.jsonl", [{"id": f"x{i}", "text": "a b", "label": 0} for i in range(30)])
     assert "ids differ" in fail(capsys, "score", other, "--model", tiny_model_dir, "--out", out, "--resume", *FAST)
     assert out.read_text() == before
@@ -211,7 +314,18 @@ def test_killed_run_resumes_without_losing_rows(tiny_model_dir, tmp_path):
     rows = [{"id": i, "text": f"the quick brown fox number {i} jumps", "label": i % 2} for i in range(3000)]
     data = write_jsonl(tmp_path / "many.jsonl", rows)
     out = tmp_path / "o.jsonl"
-    base = [sys.executable, "-m", "mia_fast.cli", "score", str(data), "--model", str(tiny_model_dir), "--methods", "loss", "--quiet"]
+    base = [
+        sys.executable,
+        "-m",
+        "mia_fast.cli",
+        "score",
+        str(data),
+        "--model",
+        str(tiny_model_dir),
+        "--methods",
+        "loss",
+        "--quiet",
+    ]
     command = [*base, "--out", str(out), "--block-rows", "20"]
     process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120

@@ -12,15 +12,38 @@ from test_suites import write_jsonl as write_rows
 def wikimia_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("wikimia")
     words = "the quick brown fox jumps over the lazy dog while rain falls on spain".split()
-    rows = [{"input": " ".join(words[(i + j) % len(words)] for j in range(3 + 7 * (i % 6))), "label": (i // 6) % 2} for i in range(36)]
+    rows = [
+        {"input": " ".join(words[(i + j) % len(words)] for j in range(3 + 7 * (i % 6))), "label": (i // 6) % 2}
+        for i in range(36)
+    ]
     write_rows(root / "WikiMIA_length64.jsonl", rows)
     return root
 
 
 def test_eval_on_a_suite_with_buckets_writes_a_full_report(tiny_model_dir, wikimia_dir, tmp_path, capsys):
     report = tmp_path / "report"
-    assert run_cli("eval", wikimia_dir, "--suite", "wikimia", "--split", "WikiMIA_length64", "--model", tiny_model_dir,
-                   "--report", report, "--buckets", "10,20", "--max-words", "30", "--bootstrap", "50", *FAST) == 0
+    assert (
+        run_cli(
+            "eval",
+            wikimia_dir,
+            "--suite",
+            "wikimia",
+            "--split",
+            "WikiMIA_length64",
+            "--model",
+            tiny_model_dir,
+            "--report",
+            report,
+            "--buckets",
+            "10,20",
+            "--max-words",
+            "30",
+            "--bootstrap",
+            "50",
+            *FAST,
+        )
+        == 0
+    )
     payload = json.loads((report / "metrics.json").read_text())
     assert set(payload["buckets"]) == {"≤10", "11–20", ">20"}
     assert payload["buckets"]["≤10"]["loss"]["n_members"] == 6  # lengths 3 and 10, six of each label
@@ -29,12 +52,31 @@ def test_eval_on_a_suite_with_buckets_writes_a_full_report(tiny_model_dir, wikim
         assert (report / name).stat().st_size > 0
     markdown = (report / "report.md").read_text()
     assert "AUROC by text length in words" in markdown and "![ROC curves" in markdown
-    assert markdown.count("data:image") == 0 and (report / "report.html").read_text().count("data:image/png;base64,") == 3  # ROC, histograms, AUROC against k
+    assert (
+        markdown.count("data:image") == 0 and (report / "report.html").read_text().count("data:image/png;base64,") == 3
+    )  # ROC, histograms, AUROC against k
 
 
 def test_compare_prints_the_deltas_of_two_reports(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
     for name, k in (("a", "0.2"), ("b", "0.5")):
-        assert run_cli("eval", labelled_jsonl, "--model", tiny_model_dir, "--report", tmp_path / name, "--methods", "loss,mink", "--k", k, "--quiet", "--bootstrap", "20") == 0
+        assert (
+            run_cli(
+                "eval",
+                labelled_jsonl,
+                "--model",
+                tiny_model_dir,
+                "--report",
+                tmp_path / name,
+                "--methods",
+                "loss,mink",
+                "--k",
+                k,
+                "--quiet",
+                "--bootstrap",
+                "20",
+            )
+            == 0
+        )
     capsys.readouterr()
     assert run_cli("eval", "--compare", tmp_path / "a", tmp_path / "b") == 0
     out = capsys.readouterr().out
@@ -47,7 +89,20 @@ def test_calibrate_then_classify_with_per_book_rates(tiny_model_dir, tmp_path, c
     validation = [{"text": " ".join(words[i % 5 :][: 4 + i % 7]), "label": i % 2} for i in range(30)]
     write_jsonl(tmp_path / "val.jsonl", validation)
     threshold = tmp_path / "t.json"
-    assert run_cli("calibrate", tmp_path / "val.jsonl", "--model", tiny_model_dir, "--method", "mink_0.2", "--out", threshold, "--quiet") == 0
+    assert (
+        run_cli(
+            "calibrate",
+            tmp_path / "val.jsonl",
+            "--model",
+            tiny_model_dir,
+            "--method",
+            "mink_0.2",
+            "--out",
+            threshold,
+            "--quiet",
+        )
+        == 0
+    )
     assert "mink_0.2 >= " in capsys.readouterr().out
     saved = json.loads(threshold.read_text())
     assert saved["method"] == "mink_0.2" and saved["settings"]["model"] == str(tiny_model_dir)
@@ -55,7 +110,22 @@ def test_calibrate_then_classify_with_per_book_rates(tiny_model_dir, tmp_path, c
     books = [{"text": v["text"], "book": f"book {i % 3}"} for i, v in enumerate(validation)]
     write_jsonl(tmp_path / "books.jsonl", books)
     out = tmp_path / "flags.jsonl"
-    assert run_cli("classify", tmp_path / "books.jsonl", "--model", tiny_model_dir, "--threshold", threshold, "--group-field", "book", "--out", out, "--quiet") == 0
+    assert (
+        run_cli(
+            "classify",
+            tmp_path / "books.jsonl",
+            "--model",
+            tiny_model_dir,
+            "--threshold",
+            threshold,
+            "--group-field",
+            "book",
+            "--out",
+            out,
+            "--quiet",
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     rows = read_jsonl(out)
     assert len(rows) == 30 and {r["group"] for r in rows} == {"book 0", "book 1", "book 2"}
@@ -69,15 +139,83 @@ def test_calibrate_then_classify_with_per_book_rates(tiny_model_dir, tmp_path, c
 def test_audit_bad_inputs(tiny_model_dir, tiny_reference_dir, tmp_path, capsys):
     write_jsonl(tmp_path / "nonmembers.jsonl", [{"text": f"the fox {i}", "label": 0} for i in range(4)])
     assert "the validation set has no members (with a score); a threshold needs both" in fail(
-        capsys, "calibrate", tmp_path / "nonmembers.jsonl", "--model", tiny_model_dir, "--method", "loss", "--out", tmp_path / "t.json")
+        capsys,
+        "calibrate",
+        tmp_path / "nonmembers.jsonl",
+        "--model",
+        tiny_model_dir,
+        "--method",
+        "loss",
+        "--out",
+        tmp_path / "t.json",
+    )
     assert not list(tmp_path.glob("t.*"))  # refused before anything was scored or written
     write_jsonl(tmp_path / "val.jsonl", [{"text": f"the fox {'dog ' * i}", "label": i % 2} for i in range(6)])
-    assert run_cli("calibrate", tmp_path / "val.jsonl", "--model", tiny_model_dir, "--method", "loss", "--out", tmp_path / "t.json", "--quiet") == 0
-    message = fail(capsys, "classify", tmp_path / "val.jsonl", "--model", tiny_model_dir, "--threshold", tmp_path / "t.json", "--method", "mink_0.2", "--out", tmp_path / "f.jsonl")
+    assert (
+        run_cli(
+            "calibrate",
+            tmp_path / "val.jsonl",
+            "--model",
+            tiny_model_dir,
+            "--method",
+            "loss",
+            "--out",
+            tmp_path / "t.json",
+            "--quiet",
+        )
+        == 0
+    )
+    message = fail(
+        capsys,
+        "classify",
+        tmp_path / "val.jsonl",
+        "--model",
+        tiny_model_dir,
+        "--threshold",
+        tmp_path / "t.json",
+        "--method",
+        "mink_0.2",
+        "--out",
+        tmp_path / "f.jsonl",
+    )
     assert "is a threshold for loss, not mink_0.2" in message
-    message = fail(capsys, "classify", tmp_path / "val.jsonl", "--model", tiny_reference_dir, "--threshold", tmp_path / "t.json", "--out", tmp_path / "f.jsonl")
+    message = fail(
+        capsys,
+        "classify",
+        tmp_path / "val.jsonl",
+        "--model",
+        tiny_reference_dir,
+        "--threshold",
+        tmp_path / "t.json",
+        "--out",
+        tmp_path / "f.jsonl",
+    )
     assert "calibrated under other scoring settings (model: calibrated with" in message
-    assert "--method takes one score column" in fail(capsys, "calibrate", tmp_path / "val.jsonl", "--model", tiny_model_dir, "--method", "mink", "--out", tmp_path / "u.json")
-    assert "cannot read threshold file" in fail(capsys, "classify", tmp_path / "val.jsonl", "--model", tiny_model_dir, "--threshold", tmp_path / "val.jsonl", "--out", tmp_path / "f.jsonl")
-    assert "give DATA (a file of texts) or --suite NAME" in fail(capsys, "score", "--model", tiny_model_dir, "--out", tmp_path / "s.jsonl")
-    assert "--split and --config select within a --suite" in fail(capsys, "score", tmp_path / "val.jsonl", "--split", "x", "--out", tmp_path / "s.jsonl")
+    assert "--method takes one score column" in fail(
+        capsys,
+        "calibrate",
+        tmp_path / "val.jsonl",
+        "--model",
+        tiny_model_dir,
+        "--method",
+        "mink",
+        "--out",
+        tmp_path / "u.json",
+    )
+    assert "cannot read threshold file" in fail(
+        capsys,
+        "classify",
+        tmp_path / "val.jsonl",
+        "--model",
+        tiny_model_dir,
+        "--threshold",
+        tmp_path / "val.jsonl",
+        "--out",
+        tmp_path / "f.jsonl",
+    )
+    assert "give DATA (a file of texts) or --suite NAME" in fail(
+        capsys, "score", "--model", tiny_model_dir, "--out", tmp_path / "s.jsonl"
+    )
+    assert "--split and --config select within a --suite" in fail(
+        capsys, "score", tmp_path / "val.jsonl", "--split", "x", "--out", tmp_path / "s.jsonl"
+    )

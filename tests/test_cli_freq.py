@@ -24,7 +24,9 @@ def corpus_dir(tmp_path_factory):
 
 def test_build_info_and_score_with_the_table(tiny_model_dir, corpus_dir, labelled_jsonl, tmp_path, capsys):
     table_path = tmp_path / "c4.freq"
-    assert run_cli("freq", "build", corpus_dir, "--tokenizer", tiny_model_dir, "--out", table_path, "--workers", "2") == 0
+    assert (
+        run_cli("freq", "build", corpus_dir, "--tokenizer", tiny_model_dir, "--out", table_path, "--workers", "2") == 0
+    )
     captured = capsys.readouterr()
     assert "wrote" in captured.out and "tokens/s" in captured.out
     assert "B/s" in captured.err and "tok/s" in captured.err  # the progress bar
@@ -40,7 +42,22 @@ def test_build_info_and_score_with_the_table(tiny_model_dir, corpus_dir, labelle
     assert f"tokens                 {len(ids)}" in info and "   1. id" in info
 
     out = tmp_path / "scores.jsonl"
-    assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "dcpdd", "--freq-table", table_path, "--out", out, "--quiet") == 0
+    assert (
+        run_cli(
+            "score",
+            labelled_jsonl,
+            "--model",
+            tiny_model_dir,
+            "--methods",
+            "dcpdd",
+            "--freq-table",
+            table_path,
+            "--out",
+            out,
+            "--quiet",
+        )
+        == 0
+    )
     assert all(0 < row["dcpdd"] <= 0.01 for row in read_jsonl(out))
 
 
@@ -49,7 +66,21 @@ def test_build_tokens_and_merge(tmp_path, capsys):
     for i in range(2):
         rng.integers(0, 1000, 10_000).astype(np.uint16).tofile(tmp_path / f"shard{i}.bin")
     for i in range(2):
-        assert run_cli("freq", "build-tokens", tmp_path / f"shard{i}.bin", "--dtype", "uint16", "--vocab-size", 1000, "--out", tmp_path / f"t{i}.freq", "--quiet") == 0
+        assert (
+            run_cli(
+                "freq",
+                "build-tokens",
+                tmp_path / f"shard{i}.bin",
+                "--dtype",
+                "uint16",
+                "--vocab-size",
+                1000,
+                "--out",
+                tmp_path / f"t{i}.freq",
+                "--quiet",
+            )
+            == 0
+        )
     assert run_cli("freq", "merge", tmp_path / "t0.freq", tmp_path / "t1.freq", "--out", tmp_path / "all.freq") == 0
     assert "wrote" in capsys.readouterr().out
     merged = FrequencyTable.load(tmp_path / "all.freq")
@@ -61,30 +92,104 @@ def test_build_tokens_and_merge(tmp_path, capsys):
 def test_existing_output_is_never_replaced_without_overwrite(tmp_path, capsys):
     np.arange(10, dtype=np.uint16).tofile(tmp_path / "a.bin")
     out = tmp_path / "t.freq"
-    assert run_cli("freq", "build-tokens", tmp_path / "a.bin", "--dtype", "uint16", "--vocab-size", 10, "--out", out, "--quiet") == 0
+    assert (
+        run_cli(
+            "freq", "build-tokens", tmp_path / "a.bin", "--dtype", "uint16", "--vocab-size", 10, "--out", out, "--quiet"
+        )
+        == 0
+    )
     before = out.read_bytes()
-    assert "exists; pass --overwrite" in fail(capsys, "freq", "build-tokens", tmp_path / "a.bin", "--dtype", "uint16", "--vocab-size", 20, "--out", out)
+    assert "exists; pass --overwrite" in fail(
+        capsys, "freq", "build-tokens", tmp_path / "a.bin", "--dtype", "uint16", "--vocab-size", 20, "--out", out
+    )
     assert "exists; pass --overwrite" in fail(capsys, "freq", "merge", out, out, "--out", out)
     assert out.read_bytes() == before
-    assert run_cli("freq", "build-tokens", tmp_path / "a.bin", "--dtype", "uint16", "--vocab-size", 20, "--out", out, "--overwrite", "--quiet") == 0
+    assert (
+        run_cli(
+            "freq",
+            "build-tokens",
+            tmp_path / "a.bin",
+            "--dtype",
+            "uint16",
+            "--vocab-size",
+            20,
+            "--out",
+            out,
+            "--overwrite",
+            "--quiet",
+        )
+        == 0
+    )
     assert FrequencyTable.load(out).vocab_size == 20
 
 
 def test_bad_inputs_stop_with_one_line(tiny_model_dir, tmp_path, capsys):
     np.arange(10, dtype=np.uint16).tofile(tmp_path / "a.bin")
     for vocab, name in ((10, "v10.freq"), (12, "v12.freq")):
-        run_cli("freq", "build-tokens", tmp_path / "a.bin", "--dtype", "uint16", "--vocab-size", vocab, "--out", tmp_path / name, "--quiet")
+        run_cli(
+            "freq",
+            "build-tokens",
+            tmp_path / "a.bin",
+            "--dtype",
+            "uint16",
+            "--vocab-size",
+            vocab,
+            "--out",
+            tmp_path / name,
+            "--quiet",
+        )
     capsys.readouterr()
-    assert "table 2 has vocab_size 12, table 1 has 10" in fail(capsys, "freq", "merge", tmp_path / "v10.freq", tmp_path / "v12.freq", "--out", tmp_path / "m.freq")
-    assert "a.bin: token id 5 at position 5 is outside the vocabulary [0, 5)" in fail(capsys, "freq", "build-tokens", tmp_path / "a.bin", "--dtype", "uint16", "--vocab-size", 5, "--out", tmp_path / "x.freq")
+    assert "table 2 has vocab_size 12, table 1 has 10" in fail(
+        capsys, "freq", "merge", tmp_path / "v10.freq", tmp_path / "v12.freq", "--out", tmp_path / "m.freq"
+    )
+    assert "a.bin: token id 5 at position 5 is outside the vocabulary [0, 5)" in fail(
+        capsys,
+        "freq",
+        "build-tokens",
+        tmp_path / "a.bin",
+        "--dtype",
+        "uint16",
+        "--vocab-size",
+        5,
+        "--out",
+        tmp_path / "x.freq",
+    )
     truncated = tmp_path / "truncated.freq"
     truncated.write_bytes((tmp_path / "v10.freq").read_bytes()[:-1])
     assert "checksum mismatch" in fail(capsys, "freq", "info", truncated)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{oops\n')
-    assert "bad.jsonl:2: not valid JSON" in fail(capsys, "freq", "build", bad, "--tokenizer", tiny_model_dir, "--out", tmp_path / "b.freq")
+    assert "bad.jsonl:2: not valid JSON" in fail(
+        capsys, "freq", "build", bad, "--tokenizer", tiny_model_dir, "--out", tmp_path / "b.freq"
+    )
     assert not (tmp_path / "b.freq").exists()
-    assert run_cli("freq", "build", bad, "--tokenizer", tiny_model_dir, "--out", tmp_path / "b.freq", "--skip-bad-records", "--quiet") == 0
+    assert (
+        run_cli(
+            "freq",
+            "build",
+            bad,
+            "--tokenizer",
+            tiny_model_dir,
+            "--out",
+            tmp_path / "b.freq",
+            "--skip-bad-records",
+            "--quiet",
+        )
+        == 0
+    )
     assert "skipped 1 bad record(s)" in capsys.readouterr().err
-    assert "no such directory" in fail(capsys, "freq", "build-tokens", tmp_path / "a.bin", "--dtype", "uint16", "--vocab-size", 10, "--out", tmp_path / "nowhere" / "t.freq")
-    assert "could not load the tokenizer" in fail(capsys, "freq", "build", bad, "--tokenizer", tmp_path / "no-model", "--out", tmp_path / "c.freq")
+    assert "no such directory" in fail(
+        capsys,
+        "freq",
+        "build-tokens",
+        tmp_path / "a.bin",
+        "--dtype",
+        "uint16",
+        "--vocab-size",
+        10,
+        "--out",
+        tmp_path / "nowhere" / "t.freq",
+    )
+    assert "could not load the tokenizer" in fail(
+        capsys, "freq", "build", bad, "--tokenizer", tmp_path / "no-model", "--out", tmp_path / "c.freq"
+    )

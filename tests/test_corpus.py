@@ -98,7 +98,7 @@ def test_chinese_text_with_a_byte_level_bpe(tmp_path):
 def test_model_vocabulary_larger_than_the_tokenizer(tokenizer, tmp_path):
     path = write_corpus(tmp_path / "c.txt", ["the fox"])
     table = build_from_text([path], tokenizer, vocab_size=len(tokenizer) + 64).table
-    assert table.vocab_size == len(tokenizer) + 64 and table.counts[len(tokenizer):].sum() == 0
+    assert table.vocab_size == len(tokenizer) + 64 and table.counts[len(tokenizer) :].sum() == 0
     with pytest.raises(MiaFastError, match="smaller than the tokenizer"):
         build_from_text([path], tokenizer, vocab_size=10)
 
@@ -170,7 +170,9 @@ def test_bad_records_are_skipped_and_counted_on_request(tokenizer, tmp_path):
     assert report.bad_records == 4 and report.table.documents == 2
     assert [e.split(": ", 1)[0].rsplit(":", 1)[1] for e in report.bad_examples] == ["2", "3", "4", "5"]
     assert "no string field 'text' (found: title)" in report.bad_examples[2]
-    np.testing.assert_array_equal(report.table.counts, reference_counts(tokenizer, ["the fox", "the dog"], len(tokenizer)))
+    np.testing.assert_array_equal(
+        report.table.counts, reference_counts(tokenizer, ["the fox", "the dog"], len(tokenizer))
+    )
 
 
 def test_invalid_utf8_in_txt_and_bad_parquet_values(tokenizer, tmp_path):
@@ -251,7 +253,9 @@ def test_megatron_pairs_count_by_document(tmp_path, monkeypatch):
         table = build_from_tokens([tmp_path / source], vocab_size=50257)
         np.testing.assert_array_equal(table.counts, np.bincount(ids, minlength=50257))
         assert table.documents == 200
-    distinct = build_from_tokens([tmp_path / "c4_text_document"], vocab_size=50257, mode="document", max_tokens_per_doc=1024)
+    distinct = build_from_tokens(
+        [tmp_path / "c4_text_document"], vocab_size=50257, mode="document", max_tokens_per_doc=1024
+    )
     expected = sum(np.bincount(np.unique(d[:1024]), minlength=50257) for d in documents)
     np.testing.assert_array_equal(distinct.counts, expected)
     assert distinct.tokens == sum(min(len(d), 1024) for d in documents)
@@ -277,7 +281,9 @@ def test_bad_token_files_are_refused(tmp_path):
     ids = np.zeros(300_000, np.uint16)
     ids[123_456] = 60_000
     ids.tofile(tmp_path / "big.bin")
-    with pytest.raises(MiaFastError, match=r"big.bin: token id 60000 at position 123456 is outside the vocabulary \[0, 50257\)"):
+    with pytest.raises(
+        MiaFastError, match=r"big.bin: token id 60000 at position 123456 is outside the vocabulary \[0, 50257\)"
+    ):
         build_from_tokens([tmp_path / "big.bin"], vocab_size=50257, dtype="uint16")
     np.save(tmp_path / "floats.npy", np.zeros(4, np.float32))
     with pytest.raises(MiaFastError, match="expected a 1-D array"):
@@ -298,7 +304,9 @@ def test_megatron_index_that_does_not_match_its_bin(tmp_path):
     write_megatron(tmp_path / "d", [np.arange(10), np.arange(5)])
     with open(tmp_path / "d.bin", "ab") as f:
         f.write(b"\x00\x00")
-    with pytest.raises(MiaFastError, match="d.idx does not match .*d.bin: the index describes 30 bytes of tokens, the .bin holds 32"):
+    with pytest.raises(
+        MiaFastError, match="d.idx does not match .*d.bin: the index describes 30 bytes of tokens, the .bin holds 32"
+    ):
         build_from_tokens([tmp_path / "d"], vocab_size=20)
     idx = (tmp_path / "d.idx").read_bytes()
     (tmp_path / "d.idx").write_bytes(idx[:-5])
@@ -319,7 +327,12 @@ def test_table_from_tokens_merges_with_table_from_text(tokenizer, tmp_path):
     docs = ENGLISH_DOCS[:20]
     ids = np.concatenate([tokenizer.encode(d, add_special_tokens=False) for d in docs]).astype(np.uint16)
     ids.tofile(tmp_path / "t.bin")
-    from_tokens = build_from_tokens([tmp_path / "t.bin"], vocab_size=len(tokenizer), dtype="uint16", tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
+    from_tokens = build_from_tokens(
+        [tmp_path / "t.bin"],
+        vocab_size=len(tokenizer),
+        dtype="uint16",
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+    )
     from_text = build_from_text([write_corpus(tmp_path / "t.jsonl", docs)], tokenizer).table
     np.testing.assert_array_equal(from_tokens.counts, from_text.counts)
     merged = FrequencyTable.merge([from_tokens, from_text])

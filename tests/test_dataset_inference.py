@@ -43,7 +43,9 @@ def test_welch_p_value_by_hand():
 def test_a_shifted_set_is_found_with_p_falling_with_the_texts_and_an_unshifted_one_is_not():
     shifted = dataset_inference(features(300, 0.5, 1), features(300, 0.0, 2), ["strong", "noise", "weak"])
     test = shifted.test
-    assert test.sizes == [2, 5, 10, 20, 50, 100, 150] and test.test_texts == (150, 150) and test.train_texts == (150, 150)
+    assert (
+        test.sizes == [2, 5, 10, 20, 50, 100, 150] and test.test_texts == (150, 150) and test.train_texts == (150, 150)
+    )
     assert test.p_value < 0.01 and shifted.member
     assert test.p_values[-1] < test.p_values[3] < test.p_values[1]  # falls with the number of texts
     assert test.weights["strong"] > abs(test.weights["noise"])
@@ -76,12 +78,36 @@ def test_the_command_scores_both_sets_once_and_writes_the_report(tiny_model_dir,
     for name, count in (("suspect", 14), ("validation", 12)):
         write_jsonl(tmp_path / f"{name}.jsonl", [{"text": " ".join(rng.choice(words, 10))} for _ in range(count)])
     report = tmp_path / "di"
-    assert run_cli("dataset-inference", tmp_path / "suspect.jsonl", tmp_path / "validation.jsonl", "--model", tiny_model_dir,
-                   "--report", report, "--k", "0.2,0.5", "--neighbor-count", "2", "--quiet") == 0
+    assert (
+        run_cli(
+            "dataset-inference",
+            tmp_path / "suspect.jsonl",
+            tmp_path / "validation.jsonl",
+            "--model",
+            tiny_model_dir,
+            "--report",
+            report,
+            "--k",
+            "0.2,0.5",
+            "--neighbor-count",
+            "2",
+            "--quiet",
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "dataset inference: p = " in out and "false-positive check" in out
     payload = json.loads((report / "dataset_inference.json").read_text())
-    assert payload["features"] == ["loss", "zlib", "mink_0.2", "mink_0.5", "minkpp_0.2", "minkpp_0.5", "lowercase", "neighbor"]
+    assert payload["features"] == [
+        "loss",
+        "zlib",
+        "mink_0.2",
+        "mink_0.5",
+        "minkpp_0.2",
+        "minkpp_0.5",
+        "lowercase",
+        "neighbor",
+    ]
     assert payload["test"]["test_texts"] == [7, 6] and 0 <= payload["test"]["p_value"] <= 1
     scores = [json.loads(line) for line in (report / "scores.jsonl").read_text().splitlines()]
     assert [r["suspect"] for r in scores] == [1] * 14 + [0] * 12
@@ -92,7 +118,15 @@ def test_the_command_scores_both_sets_once_and_writes_the_report(tiny_model_dir,
 def test_the_command_refuses_a_small_validation_set_before_loading_a_model(tmp_path, capsys):
     write_jsonl(tmp_path / "suspect.jsonl", [{"text": f"text {i}"} for i in range(12)])
     write_jsonl(tmp_path / "validation.jsonl", [{"text": f"other {i}"} for i in range(5)])
-    message = fail(capsys, "dataset-inference", tmp_path / "suspect.jsonl", tmp_path / "validation.jsonl", "--model", tmp_path / "no-such-model",
-                   "--report", tmp_path / "di")
+    message = fail(
+        capsys,
+        "dataset-inference",
+        tmp_path / "suspect.jsonl",
+        tmp_path / "validation.jsonl",
+        "--model",
+        tmp_path / "no-such-model",
+        "--report",
+        tmp_path / "di",
+    )
     assert "the validation set has 5 texts; dataset inference needs at least 10" in message
     assert not (tmp_path / "di").exists()

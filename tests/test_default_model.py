@@ -53,7 +53,9 @@ def test_parity_with_public_minkpp_loop(detector, wiki_texts):
     loaded = detector.target.loaded
     ours = detector.score(wiki_texts, methods=["loss", "zlib", "mink", "minkpp"], k=KS)
     theirs = public_loop_scores(loaded.model, loaded.tokenizer, wiki_texts, KS)
-    truth = public_loop_scores(copy.deepcopy(loaded.model).double(), loaded.tokenizer, wiki_texts, KS, upcast_logits=True)
+    truth = public_loop_scores(
+        copy.deepcopy(loaded.model).double(), loaded.tokenizer, wiki_texts, KS, upcast_logits=True
+    )
     for column in ours:
         got, public, exact = ours[column], np.asarray(theirs[column]), np.asarray(truth[column])
         if column.startswith("minkpp"):
@@ -70,12 +72,24 @@ def test_recall_and_conrecall_match_the_public_formulas_on_real_text(detector, w
     time, with the first text token left out of its conditional passes (our one deviation there)."""
     nonmember_prefix, member_prefix = wiki_texts[-6:-3], wiki_texts[-3:]
     texts = wiki_texts[:12]
-    prefixed = Detector(detector.target.loaded, prepend_start=False, prefix_nonmembers=nonmember_prefix, prefix_members=member_prefix,
-                        conrecall_gamma=0.3)
+    prefixed = Detector(
+        detector.target.loaded,
+        prepend_start=False,
+        prefix_nonmembers=nonmember_prefix,
+        prefix_members=member_prefix,
+        conrecall_gamma=0.3,
+    )
     ours = prefixed.score(texts, methods=["recall", "conrecall"])
     loaded = detector.target.loaded
-    theirs = reference_loop.public_conrecall_scores(loaded.model, loaded.tokenizer, texts, "".join(nonmember_prefix), "".join(member_prefix),
-                                                    gamma=0.3, score_first_token=False)
+    theirs = reference_loop.public_conrecall_scores(
+        loaded.model,
+        loaded.tokenizer,
+        texts,
+        "".join(nonmember_prefix),
+        "".join(member_prefix),
+        gamma=0.3,
+        score_first_token=False,
+    )
     for column in ("recall", "conrecall"):
         np.testing.assert_allclose(ours[column], theirs[column], rtol=1e-4, err_msg=column)
 
@@ -102,7 +116,9 @@ def test_pac_matches_its_public_formula_on_real_text(detector, wiki_texts):
     texts = wiki_texts[:6]
     ours = Detector(detector.target.loaded, prepend_start=False, pac_copies=3).score(texts, methods=["pac"])["pac"]
     loaded = detector.target.loaded
-    theirs = reference_loop.public_pac_scores(loaded.model, loaded.tokenizer, texts, [[SwappedWords(c)(t) for c in range(3)] for t in texts])
+    theirs = reference_loop.public_pac_scores(
+        loaded.model, loaded.tokenizer, texts, [[SwappedWords(c)(t) for c in range(3)] for t in texts]
+    )
     np.testing.assert_allclose(ours, -np.asarray(theirs), rtol=1e-4, atol=1e-5)
 
 
@@ -131,7 +147,9 @@ def test_samia_matches_its_public_formula_and_its_samples_do_not_depend_on_the_b
     scores = runs[0].score(texts, methods=["samia", "samia_zlib"])
     outputs = [[" ".join([FirstHalf()(t), *s.split()]) for s in row] for t, row in zip(texts, samples[0])]
     for column, use_zlib in (("samia", False), ("samia_zlib", True)):
-        np.testing.assert_allclose(scores[column], reference_loop.public_samia_scores(texts, outputs, use_zlib), rtol=1e-12)
+        np.testing.assert_allclose(
+            scores[column], reference_loop.public_samia_scores(texts, outputs, use_zlib), rtol=1e-12
+        )
 
 
 def test_dcpdd_matches_direct_numpy_on_real_text(detector):
@@ -144,7 +162,9 @@ def test_dcpdd_matches_direct_numpy_on_real_text(detector):
     texts = pile_texts("pubmed_abstracts", n=20, max_words=150)
     stats = detector.token_stats(texts)
     log_f = laplace_log_frequencies(counts, loaded.vocab_size)
-    ours = score_stats(ScoringInputs(stats=stats, log_frequencies=log_f, options=MethodOptions(a=0.01)), resolve_methods(["dcpdd"]))["dcpdd"]
+    ours = score_stats(
+        ScoringInputs(stats=stats, log_frequencies=log_f, options=MethodOptions(a=0.01)), resolve_methods(["dcpdd"])
+    )["dcpdd"]
     np.testing.assert_allclose(detector.score(texts, methods=["dcpdd"], a=0.01)["dcpdd"], ours, rtol=1e-6)
 
     f = (counts.astype(np.float64) + 1) / (counts.sum() + loaded.vocab_size)
@@ -161,7 +181,9 @@ def test_dcpdd_matches_direct_numpy_on_real_text(detector):
 def test_kernel_backend_equals_reference_on_default_model(detector, wiki_texts):
     """Issue 3, must-show 3: every one-pass method, Triton kernels (interpreter on CPU) vs the torch reference."""
     loaded = detector.target.loaded
-    corpus_ids = np.array([i for t in pile_texts("pile_cc", n=50, max_words=None) for i in loaded.tokenizer.encode(t)], dtype=np.uint32)
+    corpus_ids = np.array(
+        [i for t in pile_texts("pile_cc", n=50, max_words=None) for i in loaded.tokenizer.encode(t)], dtype=np.uint32
+    )
     counts = count_token_ids(corpus_ids, loaded.vocab_size)
     options = dict(prepend_start=False, dtype="fp32", device=str(loaded.device), frequencies=counts)
     kernel = Detector(backend="triton", **options)
@@ -195,4 +217,6 @@ def test_dcpdd_from_a_built_table_equals_the_equivalent_counts_npy(detector, tmp
     texts = pile_texts("pubmed_abstracts", n=8, max_words=60)
     from_table = Detector(detector.target.loaded, prepend_start=False, frequencies=tmp_path / "pile_cc.freq")
     from_npy = Detector(detector.target.loaded, prepend_start=False, frequencies=tmp_path / "counts.npy")
-    np.testing.assert_array_equal(from_table.score(texts, ["dcpdd"])["dcpdd"], from_npy.score(texts, ["dcpdd"])["dcpdd"])
+    np.testing.assert_array_equal(
+        from_table.score(texts, ["dcpdd"])["dcpdd"], from_npy.score(texts, ["dcpdd"])["dcpdd"]
+    )

@@ -160,9 +160,20 @@ def test_soft_capped_head_falls_back_to_full_forward(tmp_path):
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     tok = train_tokenizer({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}, vocab_size=270)
-    config = Gemma2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                          num_key_value_heads=1, head_dim=16, max_position_embeddings=64, final_logit_softcapping=5.0,
-                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config = Gemma2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=64,
+        final_logit_softcapping=5.0,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     Gemma2ForCausalLM(config).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
@@ -227,7 +238,9 @@ def test_lowercase_and_reference_passes(tiny_model_dir, tiny_reference_dir):
 
 
 def test_empty_and_whitespace_texts_are_nan_with_warning(tiny_model_dir):
-    scores = Detector(str(tiny_model_dir), prepend_start=False).score(["", "   \n", "the fox jumps", "a"], methods=["loss", "mink"], k=[0.5])
+    scores = Detector(str(tiny_model_dir), prepend_start=False).score(
+        ["", "   \n", "the fox jumps", "a"], methods=["loss", "mink"], k=[0.5]
+    )
     assert np.isnan(scores["loss"][:2]).all() and np.isfinite(scores["loss"][2])
     assert scores.warnings[0] and scores.warnings[1] and scores.warnings[2] is None
     # a one-token text has nothing to score without a start token...

@@ -12,7 +12,14 @@ from test_cli import fail, run_cli
 from mia_fast import load_model
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.blind import BLIND_COLUMNS
-from mia_fast.evaluation.experiments import FineTuning, TrainingDiverged, prepare_texts, run_experiment, split_members, stdlib_corpus
+from mia_fast.evaluation.experiments import (
+    FineTuning,
+    TrainingDiverged,
+    prepare_texts,
+    run_experiment,
+    split_members,
+    stdlib_corpus,
+)
 
 
 def corpus_texts(n=40):
@@ -40,7 +47,16 @@ def test_split_is_seeded_disjoint_and_halved(tiny_model_dir):
 def test_fine_tuning_plants_members_that_the_methods_find(tiny_model_dir, tmp_path):
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=6, learning_rate=3e-3, batch_size=4, max_tokens=24, seed=0)
-    experiment, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=24, methods=["loss", "mink", "ref"], ks=[0.2], bootstrap=50)
+    experiment, results = run_experiment(
+        loaded,
+        corpus_texts(),
+        tmp_path / "r",
+        tuning,
+        texts=24,
+        methods=["loss", "mink", "ref"],
+        ks=[0.2],
+        bootstrap=50,
+    )
     assert experiment.losses[-1] < experiment.losses[0]
     assert results["ref"].auroc > 0.9 and results["loss"].auroc > 0.8
     meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
@@ -50,12 +66,24 @@ def test_fine_tuning_plants_members_that_the_methods_find(tiny_model_dir, tmp_pa
     assert "Fine-tuning loss on the members" in (tmp_path / "r" / "report.md").read_text()
 
 
-def test_prefixes_are_drawn_beside_the_experiment_never_scored_and_only_the_member_prefix_trained_on(tiny_model_dir, tmp_path):
+def test_prefixes_are_drawn_beside_the_experiment_never_scored_and_only_the_member_prefix_trained_on(
+    tiny_model_dir, tmp_path
+):
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
-    experiment, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "recall", "conrecall"],
-                                         bootstrap=20, prefix_shots=2)
-    assert set(results) - set(BLIND_COLUMNS) == {"loss", "recall", "conrecall"} and np.isfinite(results["conrecall"].auroc)
+    experiment, results = run_experiment(
+        loaded,
+        corpus_texts(),
+        tmp_path / "r",
+        tuning,
+        texts=16,
+        methods=["loss", "recall", "conrecall"],
+        bootstrap=20,
+        prefix_shots=2,
+    )
+    assert set(results) - set(BLIND_COLUMNS) == {"loss", "recall", "conrecall"} and np.isfinite(
+        results["conrecall"].auroc
+    )
     assert len(experiment.texts) == 16
     drawn = prepare_texts(corpus_texts(), loaded.tokenizer, count=20, max_tokens=8, seed=0)
     assert sorted(experiment.texts) == sorted(drawn[:16]) and not set(drawn[16:]) & set(experiment.texts)
@@ -68,7 +96,9 @@ def test_prefixes_are_drawn_beside_the_experiment_never_scored_and_only_the_memb
 def test_the_neighbour_attack_in_the_experiment_uses_word_drop_neighbours_by_default(tiny_model_dir, tmp_path):
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
-    _, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "neighbor"], bootstrap=20)
+    _, results = run_experiment(
+        loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "neighbor"], bootstrap=20
+    )
     assert set(results) - set(BLIND_COLUMNS) == {"loss", "neighbor"} and np.isfinite(results["neighbor"].auroc)
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]["neighbors"] == "WordDropNeighbors"
 
@@ -78,21 +108,44 @@ def test_the_experiment_runs_the_sampled_white_box_and_frequency_methods_with_it
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
     counts = np.ones(loaded.vocab_size, dtype=np.int64)
     methods = ["loss", "dcpdd", "samia", "pac", "gradnorm"]
-    _, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=methods, bootstrap=20,
-                                frequencies=counts, method_settings={"samia_samples": 2, "pac_copies": 2})
+    _, results = run_experiment(
+        loaded,
+        corpus_texts(),
+        tmp_path / "r",
+        tuning,
+        texts=16,
+        methods=methods,
+        bootstrap=20,
+        frequencies=counts,
+        method_settings={"samia_samples": 2, "pac_copies": 2},
+    )
     assert set(results) - set(BLIND_COLUMNS) == set(methods) and all(np.isfinite(results[m].auroc) for m in methods)
     meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
     assert meta["samia_samples"] == 2 and meta["pac_copies"] == 2
 
 
-def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_method_is_evaluated_on(tiny_model_dir, tmp_path):
+def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_method_is_evaluated_on(
+    tiny_model_dir, tmp_path
+):
     from mia_fast.evaluation.probe import ProbeTraining
 
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
-    experiment, results = run_experiment(loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "probe"], bootstrap=20,
-                                         probe_texts=12, probe_training=ProbeTraining(probe_epochs=50))
-    assert set(results) - set(BLIND_COLUMNS) == {"loss", "probe"} and results["probe"].n_members == results["probe"].n_nonmembers == 6
+    experiment, results = run_experiment(
+        loaded,
+        corpus_texts(),
+        tmp_path / "r",
+        tuning,
+        texts=16,
+        methods=["loss", "probe"],
+        bootstrap=20,
+        probe_texts=12,
+        probe_training=ProbeTraining(probe_epochs=50),
+    )
+    assert (
+        set(results) - set(BLIND_COLUMNS) == {"loss", "probe"}
+        and results["probe"].n_members == results["probe"].n_nonmembers == 6
+    )
     assert len(experiment.dev_members) == len(experiment.dev_nonmembers) == 2 and len(experiment.trained) == 8
     assert not set(experiment.dev_members + experiment.dev_nonmembers) & set(experiment.texts)
     meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
@@ -121,7 +174,9 @@ def test_a_diverging_fine_tuning_stops_and_keeps_a_report(tiny_model_dir, tmp_pa
 
     monkeypatch.setattr(loaded.model, "forward", nan_on_third_step)
     with pytest.raises(TrainingDiverged, match="the loss is nan at step 3"):
-        run_experiment(loaded, corpus_texts(), tmp_path / "r", FineTuning(epochs=2, batch_size=4, max_tokens=16), texts=16)
+        run_experiment(
+            loaded, corpus_texts(), tmp_path / "r", FineTuning(epochs=2, batch_size=4, max_tokens=16), texts=16
+        )
     report = (tmp_path / "r" / "report.md").read_text()
     assert "stopped" in report and "| 3 | nan |" in report and (tmp_path / "r" / "training_loss.png").is_file()
     assert not (tmp_path / "r" / "metrics.json").exists()
@@ -130,8 +185,28 @@ def test_a_diverging_fine_tuning_stops_and_keeps_a_report(tiny_model_dir, tmp_pa
 def test_demo_command_end_to_end(tiny_model_dir, tmp_path, capsys):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"body": t}) + "\n" for t in corpus_texts()))
-    args = ["demo", "--model", tiny_model_dir, "--corpus", corpus, "--text-field", "body", "--texts", "16", "--epochs", "2",
-            "--max-tokens", "16", "--batch-size", "4", "--methods", "loss,zlib,mink_0.2,minkpp_0.2", "--bootstrap", "20", "--quiet"]
+    args = [
+        "demo",
+        "--model",
+        tiny_model_dir,
+        "--corpus",
+        corpus,
+        "--text-field",
+        "body",
+        "--texts",
+        "16",
+        "--epochs",
+        "2",
+        "--max-tokens",
+        "16",
+        "--batch-size",
+        "4",
+        "--methods",
+        "loss,zlib,mink_0.2,minkpp_0.2",
+        "--bootstrap",
+        "20",
+        "--quiet",
+    ]
     assert run_cli(*args, "--report", tmp_path / "r") == 0
     out = capsys.readouterr().out
     assert "8 members fine-tuned for 2 epoch(s)" in out and "minkpp_0.2" in out and "members: 8, non-members: 8" in out

@@ -22,7 +22,9 @@ from mia_fast.frequency.table import (
 
 def make_table(vocab=50, seed=0, **fields) -> FrequencyTable:
     counts = np.random.default_rng(seed).integers(0, 1000, vocab).astype(np.uint64)
-    options = dict(tokens=int(counts.sum()), documents=7, tokenizer_fingerprint="ab" * 32, sources=("shard-0.jsonl.gz",))
+    options = dict(
+        tokens=int(counts.sum()), documents=7, tokenizer_fingerprint="ab" * 32, sources=("shard-0.jsonl.gz",)
+    )
     options.update(fields)
     return FrequencyTable(counts, **options)
 
@@ -161,7 +163,12 @@ def test_dcpdd_from_a_table_equals_dcpdd_from_the_same_counts_npy(tiny_model_dir
 
 def test_a_table_of_another_tokenizer_is_refused(tiny_model_dir, tiny_reference_dir):
     target, other = load_model(str(tiny_model_dir)), load_model(str(tiny_reference_dir))
-    table = FrequencyTable(np.ones(target.vocab_size, np.uint64), target.vocab_size, 1, tokenizer_fingerprint=tokenizer_fingerprint(other.tokenizer))
+    table = FrequencyTable(
+        np.ones(target.vocab_size, np.uint64),
+        target.vocab_size,
+        1,
+        tokenizer_fingerprint=tokenizer_fingerprint(other.tokenizer),
+    )
     with pytest.raises(FrequencyTableError, match="built with another tokenizer"):
         model_log_frequencies(table, target.tokenizer, target.vocab_size)
 

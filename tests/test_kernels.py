@@ -7,8 +7,8 @@ where "eager" is the public code's recipe run in the input dtype.
 import numpy as np
 import pytest
 import torch
-from mia_fast.kernels import token_stats
 
+from mia_fast.kernels import token_stats
 from mia_fast.ops.token_stats import linear_token_stats, token_stats_torch
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -94,7 +94,12 @@ def test_ignored_rows_give_zero_sentinels():
     logp, mu, var = token_stats(logits, targets)
     for value in (logp, mu, var):
         assert (value[targets == -100] == 0).all()
-    np.testing.assert_allclose(logp[targets != -100].cpu(), ground_truth(logits.cpu()[targets.cpu() != -100], targets.cpu()[targets.cpu() != -100])[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        logp[targets != -100].cpu(),
+        ground_truth(logits.cpu()[targets.cpu() != -100], targets.cpu()[targets.cpu() != -100])[0],
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_leading_shape_and_row_stride():
@@ -129,8 +134,13 @@ def test_fused_linear_equals_matmul_then_token_stats(dtype, with_bias):
     expected = token_stats(logits.to(DEVICE), targets.to(DEVICE))
     for chunk_rows, stats_rows in ((1, None), (8, None), (37, 5), (1000, None)):
         got = linear_token_stats(
-            hidden.to(DEVICE), weight.to(DEVICE), targets.to(DEVICE), None if bias is None else bias.to(DEVICE),
-            chunk_rows=chunk_rows, stats_rows=stats_rows, impl="triton",
+            hidden.to(DEVICE),
+            weight.to(DEVICE),
+            targets.to(DEVICE),
+            None if bias is None else bias.to(DEVICE),
+            chunk_rows=chunk_rows,
+            stats_rows=stats_rows,
+            impl="triton",
         )
         # Chunks change the matmul's blocking, hence the last bits of the logits.
         for a, b in zip(got, expected):

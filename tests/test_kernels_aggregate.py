@@ -98,7 +98,9 @@ def dcpdd_case(lengths, vocab: int, seed: int):
 
 def assert_dcpdd_matches_reference(ids, logp, offsets, log_f, cap):
     first = first_occurrence_mask(ids, offsets)
-    means = kernels.capped_first_occurrence_mean(on_device(ids), on_device(logp), on_device(first), on_device(offsets), on_device(log_f), cap)
+    means = kernels.capped_first_occurrence_mean(
+        on_device(ids), on_device(logp), on_device(first), on_device(offsets), on_device(log_f), cap
+    )
     expected = capped_first_occurrence_mean(ids, logp, first, offsets, log_f, cap)
     got = means.cpu().numpy()
     np.testing.assert_array_equal(np.isnan(got), np.diff(offsets) == 0)
@@ -126,6 +128,8 @@ def test_bad_aggregation_inputs_are_refused():
         bottom_k_means(values.view(5, 1), offsets, [0.5])
     first = torch.ones(5, dtype=torch.bool)
     with pytest.raises(ValueError, match="length of log_frequencies"):
-        kernels.capped_first_occurrence_mean(torch.tensor([0, 1, 2, 3, 10]), values, first, offsets, torch.zeros(10), 0.01)
+        kernels.capped_first_occurrence_mean(
+            torch.tensor([0, 1, 2, 3, 10]), values, first, offsets, torch.zeros(10), 0.01
+        )
     with pytest.raises(ValueError, match="one length"):
         kernels.capped_first_occurrence_mean(torch.tensor([0, 1]), values, first, offsets, torch.zeros(10), 0.01)

@@ -18,7 +18,10 @@ def test_kernels_compile_for_sm80_and_sm90_without_spills(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "kernels_aot.py"), "--out", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=900,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
     report = json.loads((tmp_path / "kernels-aot.json").read_text())
     print(result.stdout)

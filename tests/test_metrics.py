@@ -66,7 +66,9 @@ def test_tpr_at_fpr_sees_sklearn_dropped_points():
 
 def test_perfect_separation():
     y = np.array([0, 0, 1, 1])
-    result = metrics.evaluate(y, {"good": np.array([0.1, 0.2, 0.8, 0.9]), "bad": np.array([0.9, 0.8, 0.2, 0.1])}, resamples=100)
+    result = metrics.evaluate(
+        y, {"good": np.array([0.1, 0.2, 0.8, 0.9]), "bad": np.array([0.9, 0.8, 0.2, 0.1])}, resamples=100
+    )
     assert result["good"].auroc == 1.0 and result["bad"].auroc == 0.0
     assert result["good"].tpr_at_fpr["0.1%"] == 1.0
 
@@ -96,14 +98,21 @@ def test_bootstrap_matches_explicit_resampling():
 
 def test_nan_rows_are_excluded_from_every_method():
     y = np.array([0, 1, 0, 1, 1])
-    result = metrics.evaluate(y, {"a": np.array([0.1, 0.9, np.nan, 0.7, 0.8]), "b": np.array([0.2, 0.3, 0.1, 0.4, 0.5])}, resamples=50)
+    result = metrics.evaluate(
+        y, {"a": np.array([0.1, 0.9, np.nan, 0.7, 0.8]), "b": np.array([0.2, 0.3, 0.1, 0.4, 0.5])}, resamples=50
+    )
     assert result["a"].n_excluded == result["b"].n_excluded == 1
     assert result["b"].n_nonmembers == 1
 
 
 @pytest.mark.parametrize(
     "labels, message",
-    [([0, 1, 2], "found 2"), (["member", "nonmember"], "found 'member'"), ([1, 1, 1], "all members"), ([0, 0], "all non-members")],
+    [
+        ([0, 1, 2], "found 2"),
+        (["member", "nonmember"], "found 'member'"),
+        ([1, 1, 1], "all members"),
+        ([0, 0], "all non-members"),
+    ],
 )
 def test_bad_labels_are_refused(labels, message):
     with pytest.raises(MiaFastError, match=message):

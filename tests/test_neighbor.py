@@ -52,7 +52,12 @@ def test_equals_hand_computed_losses_and_runs_each_distinct_sequence_once(tiny_m
 
 def test_every_pass_of_the_prefix_and_neighbour_methods_runs_once(tiny_model_dir):
     neighbors = [[f"{t} indeed", f"so {t}", f"{t} again"] for t in TEXTS]
-    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX, neighbors=Neighbors.of_texts(TEXTS, neighbors))
+    detector = Detector(
+        str(tiny_model_dir),
+        prefix_nonmembers=PREFIX,
+        prefix_members=MEMBER_PREFIX,
+        neighbors=Neighbors.of_texts(TEXTS, neighbors),
+    )
     sequences = count_sequences(detector.target)
     scores = detector.score(TEXTS, methods=["recall", "conrecall", "neighbor", "loss", "mink", "minkpp"], k=[0.2])
     # Per text: one plain pass (loss, mink, minkpp), one per prefix (recall shares conrecall's), one per neighbour.
@@ -64,12 +69,16 @@ def test_bad_neighbours_are_refused(tiny_model_dir):
     with pytest.raises(MiaFastError, match="needs the neighbour texts of every scored text"):
         Detector(str(tiny_model_dir)).score(TEXTS, methods=["neighbor"])
     with pytest.raises(MiaFastError, match="1 scored text.* no neighbour list"):  # given for another set of texts
-        Detector(str(tiny_model_dir), neighbors=Neighbors.of_texts(TEXTS[:1], NEIGHBORS[:1])).score(TEXTS, methods=["neighbor"])
+        Detector(str(tiny_model_dir), neighbors=Neighbors.of_texts(TEXTS[:1], NEIGHBORS[:1])).score(
+            TEXTS, methods=["neighbor"]
+        )
     with pytest.raises(MiaFastError, match="appears twice with different neighbours"):
         Neighbors.of_texts(["a", "a"], [["b"], ["c"]])
 
 
-@pytest.mark.parametrize(("value", "found"), [("the fox", "a str"), (["ok", 3], "a list holding non-texts"), (None, "a NoneType")])
+@pytest.mark.parametrize(
+    ("value", "found"), [("the fox", "a str"), (["ok", 3], "a list holding non-texts"), (None, "a NoneType")]
+)
 def test_a_neighbour_field_of_the_wrong_type_is_refused(tmp_path, value, found):
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "neighbors": ["b"]}, {"text": "c", "neighbors": value}])
     with pytest.raises(MiaFastError, match=f"line 2: 'neighbors' is {found}, not a list of texts"):
@@ -83,14 +92,44 @@ def test_neighbours_from_a_data_field_on_the_command_line(tiny_model_dir, tmp_pa
     rows = [{"id": i, "text": t, "label": i % 2, "neighbors": n} for i, (t, n) in enumerate(zip(TEXTS, NEIGHBORS))]
     data = write_jsonl(tmp_path / "d.jsonl", rows)
     out = tmp_path / "s.jsonl"
-    assert run_cli("score", data, "--model", tiny_model_dir, "--methods", "loss,neighbor", "--neighbor-field", "neighbors", "--out", out, "--quiet") == 0
-    expected = Detector(str(tiny_model_dir), neighbors=Neighbors.of_texts(TEXTS, NEIGHBORS)).score(TEXTS, methods=["neighbor"])["neighbor"]
+    assert (
+        run_cli(
+            "score",
+            data,
+            "--model",
+            tiny_model_dir,
+            "--methods",
+            "loss,neighbor",
+            "--neighbor-field",
+            "neighbors",
+            "--out",
+            out,
+            "--quiet",
+        )
+        == 0
+    )
+    expected = Detector(str(tiny_model_dir), neighbors=Neighbors.of_texts(TEXTS, NEIGHBORS)).score(
+        TEXTS, methods=["neighbor"]
+    )["neighbor"]
     np.testing.assert_allclose([r["neighbor"] for r in read_jsonl(out)], expected, rtol=1e-5)
 
-    assert "needs the neighbour texts" in fail(capsys, "score", data, "--model", tiny_model_dir, "--methods", "neighbor", "--out", tmp_path / "s2.jsonl")
+    assert "needs the neighbour texts" in fail(
+        capsys, "score", data, "--model", tiny_model_dir, "--methods", "neighbor", "--out", tmp_path / "s2.jsonl"
+    )
     wrong = write_jsonl(tmp_path / "w.jsonl", [{**rows[0], "neighbors": "not a list"}])
-    assert "not a list of texts" in fail(capsys, "score", wrong, "--model", tiny_model_dir, "--methods", "neighbor", "--neighbor-field", "neighbors",
-                                         "--out", tmp_path / "s3.jsonl")
+    assert "not a list of texts" in fail(
+        capsys,
+        "score",
+        wrong,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "neighbor",
+        "--neighbor-field",
+        "neighbors",
+        "--out",
+        tmp_path / "s3.jsonl",
+    )
     assert not (tmp_path / "s2.jsonl").exists() and not (tmp_path / "s3.jsonl").exists()
 
 
@@ -106,12 +145,27 @@ def tiny_masked_lm(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("tiny-bert")
     letters = sorted(set("".join(SENTENCES).replace(" ", "")))
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(set(" ".join(SENTENCES).split())), *letters, *(f"##{c}" for c in letters)]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *sorted(set(" ".join(SENTENCES).split())),
+        *letters,
+        *(f"##{c}" for c in letters),
+    ]
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tokenizer = BertTokenizerFast(vocab_file=str(path / "vocab.txt"))
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     BertForMaskedLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
@@ -144,7 +198,9 @@ def test_without_dropout_the_masked_lm_neighbours_are_its_best_weighted_swaps(ti
 
 def test_masked_lm_neighbours_are_seeded_per_text_and_cached_on_disk(tiny_masked_lm, tmp_path):
     def made(*texts, seed=0):
-        generator = MaskedLMNeighbors(count=4, seed=seed, model_name=str(tiny_masked_lm), cache=tmp_path / f"cache{seed}")
+        generator = MaskedLMNeighbors(
+            count=4, seed=seed, model_name=str(tiny_masked_lm), cache=tmp_path / f"cache{seed}"
+        )
         generator.prepare(list(texts))
         return generator
 
@@ -152,7 +208,9 @@ def test_masked_lm_neighbours_are_seeded_per_text_and_cached_on_disk(tiny_masked
     assert alone.of(SENTENCES[0]) == together.of(SENTENCES[0])  # whatever else is made beside it
     neighbours = alone.of(SENTENCES[0])
     assert len(neighbours) == 4 and len(set(neighbours)) == 4 and SENTENCES[0] not in neighbours
-    assert all(sum(a != b for a, b in zip(n.split(" "), SENTENCES[0].split(" "))) == 1 for n in neighbours)  # one word swapped each
+    assert all(
+        sum(a != b for a, b in zip(n.split(" "), SENTENCES[0].split(" "))) == 1 for n in neighbours
+    )  # one word swapped each
     reread = MaskedLMNeighbors(count=4, model_name=str(tiny_masked_lm), cache=tmp_path / "cache0")
     assert reread.of(SENTENCES[0]) == neighbours and reread.loaded is None  # from the cache, no model loaded
     other = MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm), cache=tmp_path / "cache0")
@@ -172,31 +230,102 @@ def test_generated_neighbours_score_like_the_same_neighbours_given(tiny_model_di
     generator = MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm), cache=tmp_path)
     got = Detector(str(tiny_model_dir), neighbors=generator).score(SENTENCES, methods=["neighbor"])["neighbor"]
     given = Neighbors.of_texts(SENTENCES, [generator.of(t) for t in SENTENCES])
-    np.testing.assert_array_equal(got, Detector(str(tiny_model_dir), neighbors=given).score(SENTENCES, methods=["neighbor"])["neighbor"])
+    np.testing.assert_array_equal(
+        got, Detector(str(tiny_model_dir), neighbors=given).score(SENTENCES, methods=["neighbor"])["neighbor"]
+    )
 
 
-def test_masked_lm_neighbours_from_the_command_line_and_a_model_that_fails(tiny_model_dir, tiny_masked_lm, tmp_path, capsys, monkeypatch):
+def test_masked_lm_neighbours_from_the_command_line_and_a_model_that_fails(
+    tiny_model_dir, tiny_masked_lm, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("MIA_FAST_CACHE", str(tmp_path / "cache"))
     data = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in SENTENCES])
     out = tmp_path / "s.jsonl"
-    assert run_cli("score", data, "--model", tiny_model_dir, "--methods", "neighbor", "--neighbor-model", tiny_masked_lm,
-                   "--neighbor-count", "3", "--out", out, "--quiet") == 0
-    expected = Detector(str(tiny_model_dir), neighbors=MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm))).score(SENTENCES, methods=["neighbor"])
+    assert (
+        run_cli(
+            "score",
+            data,
+            "--model",
+            tiny_model_dir,
+            "--methods",
+            "neighbor",
+            "--neighbor-model",
+            tiny_masked_lm,
+            "--neighbor-count",
+            "3",
+            "--out",
+            out,
+            "--quiet",
+        )
+        == 0
+    )
+    expected = Detector(
+        str(tiny_model_dir), neighbors=MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm))
+    ).score(SENTENCES, methods=["neighbor"])
     np.testing.assert_allclose([r["neighbor"] for r in read_jsonl(out)], expected["neighbor"], rtol=1e-6)
     assert any((tmp_path / "cache" / "neighbors").iterdir())
 
     for bad in (tmp_path / "nowhere", tiny_model_dir):  # missing, and a causal LM
-        message = fail(capsys, "score", data, "--model", tiny_model_dir, "--methods", "neighbor", "--neighbor-model", bad, "--out", tmp_path / "s2.jsonl")
+        message = fail(
+            capsys,
+            "score",
+            data,
+            "--model",
+            tiny_model_dir,
+            "--methods",
+            "neighbor",
+            "--neighbor-model",
+            bad,
+            "--out",
+            tmp_path / "s2.jsonl",
+        )
         assert "could not load the masked LM" in message
-    assert "--neighbor-count must be positive" in fail(capsys, "score", data, "--model", tiny_model_dir, "--methods", "neighbor",
-                                                       "--neighbor-model", "word-drop", "--neighbor-count", "0", "--out", tmp_path / "s2.jsonl")
+    assert "--neighbor-count must be positive" in fail(
+        capsys,
+        "score",
+        data,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "neighbor",
+        "--neighbor-model",
+        "word-drop",
+        "--neighbor-count",
+        "0",
+        "--out",
+        tmp_path / "s2.jsonl",
+    )
     both = write_jsonl(tmp_path / "b.jsonl", [{"text": t, "n": ["x"]} for t in SENTENCES])
-    assert "not both" in fail(capsys, "score", both, "--model", tiny_model_dir, "--methods", "neighbor", "--neighbor-field", "n",
-                              "--neighbor-model", "word-drop", "--out", tmp_path / "s2.jsonl")
+    assert "not both" in fail(
+        capsys,
+        "score",
+        both,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "neighbor",
+        "--neighbor-field",
+        "n",
+        "--neighbor-model",
+        "word-drop",
+        "--out",
+        tmp_path / "s2.jsonl",
+    )
     assert not (tmp_path / "s2.jsonl").exists()
 
 
 def test_the_demo_refuses_a_masked_lm_that_fails_before_fine_tuning(tiny_model_dir, tmp_path, capsys):
-    message = fail(capsys, "demo", "--report", tmp_path / "r", "--model", tiny_model_dir, "--methods", "loss,neighbor",
-                   "--neighbor-model", tmp_path / "nowhere", "--quiet")
+    message = fail(
+        capsys,
+        "demo",
+        "--report",
+        tmp_path / "r",
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "loss,neighbor",
+        "--neighbor-model",
+        tmp_path / "nowhere",
+        "--quiet",
+    )
     assert "could not load the masked LM" in message and not any((tmp_path / "r").glob("*"))

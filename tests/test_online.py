@@ -17,10 +17,17 @@ from mia_fast.pipeline.finetune import fine_tune
 
 def hand_built_stats(lengths, seed=0):
     rng = np.random.default_rng(seed)
-    return TokenStats.from_texts([
-        {"target_ids": rng.integers(0, 40, n), "logp": -rng.gamma(1.0, 2.0, n), "mu": -rng.gamma(1.0, 1.5, n), "var": rng.gamma(1.0, 1.0, n)}
-        for n in lengths
-    ])
+    return TokenStats.from_texts(
+        [
+            {
+                "target_ids": rng.integers(0, 40, n),
+                "logp": -rng.gamma(1.0, 2.0, n),
+                "mu": -rng.gamma(1.0, 1.5, n),
+                "var": rng.gamma(1.0, 1.0, n),
+            }
+            for n in lengths
+        ]
+    )
 
 
 def plain_score(stats: TokenStats, column: str) -> np.ndarray:
@@ -42,7 +49,9 @@ def test_each_window_scores_as_the_method_on_its_slice(column, window, stride):
         for start, end in zip(windows.starts, windows.ends):
             covered[start:end] = True
         assert covered.all()
-        sliced = TokenStats.from_texts([{name: v[s:e] for name, v in stats.text(i).items()} for s, e in zip(windows.starts, windows.ends)])
+        sliced = TokenStats.from_texts(
+            [{name: v[s:e] for name, v in stats.text(i).items()} for s, e in zip(windows.starts, windows.ends)]
+        )
         expected = plain_score(sliced, column) if len(windows.starts) else np.zeros(0)
         np.testing.assert_allclose(windows.scores, expected, rtol=1e-12)
         if n:
@@ -59,7 +68,12 @@ def test_windows_scored_a_chunk_at_a_time_score_the_same(monkeypatch):
 
 
 def test_window_starts_cover_the_end_and_default_stride_is_half_the_window():
-    assert window_starts(13, 5, 3).tolist() == [0, 3, 6, 8]  # the stride does not land on the end: one last window ends there
+    assert window_starts(13, 5, 3).tolist() == [
+        0,
+        3,
+        6,
+        8,
+    ]  # the stride does not land on the end: one last window ends there
     assert window_starts(10, 4, 2).tolist() == [0, 2, 4, 6]
     assert window_starts(3, 5, 2).tolist() == [0]  # shorter than the window: one window of the whole text
     assert window_starts(0, 5, 2).tolist() == []
@@ -67,15 +81,18 @@ def test_window_starts_cover_the_end_and_default_stride_is_half_the_window():
     assert OnlineSetting(8, method="minkpp_0.20").method == "minkpp_0.2"
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    ({"window": 0}, "window must be a positive whole number"),
-    ({"window": 2.5}, "window must be a positive whole number"),
-    ({"window": 8, "stride": 0}, "stride must be a positive whole number"),
-    ({"window": 8, "method": "zlib"}, "one token-level column"),
-    ({"window": 8, "method": "mink"}, "one token-level column"),
-    ({"window": 8, "method": "minkpp_1.5"}, "k must be a fraction"),
-    ({"window": 8, "method": "nope"}, "unknown method"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"window": 0}, "window must be a positive whole number"),
+        ({"window": 2.5}, "window must be a positive whole number"),
+        ({"window": 8, "stride": 0}, "stride must be a positive whole number"),
+        ({"window": 8, "method": "zlib"}, "one token-level column"),
+        ({"window": 8, "method": "mink"}, "one token-level column"),
+        ({"window": 8, "method": "minkpp_1.5"}, "k must be a fraction"),
+        ({"window": 8, "method": "nope"}, "unknown method"),
+    ],
+)
 def test_bad_settings_are_refused(arguments, message):
     with pytest.raises(MiaFastError, match=message):
         OnlineSetting(**arguments)
@@ -120,7 +137,9 @@ def test_the_best_window_finds_a_member_paragraph_planted_in_non_member_text(tin
     encoded = loaded.tokenizer(text, return_offsets_mapping=True)
     start_tokens = len(detector.target.tokenize([text])[0]) - len(encoded["input_ids"])
     begin, end = text.index(member), text.index(member) + len(member)
-    member_tokens = [i + start_tokens - 1 for i, (a, b) in enumerate(encoded["offset_mapping"]) if a < end and b > begin]
+    member_tokens = [
+        i + start_tokens - 1 for i, (a, b) in enumerate(encoded["offset_mapping"]) if a < end and b > begin
+    ]
     for column in ["minkpp_0.2", "mink_0.2", "loss"]:
         online = detector.score_online([text], window=16, method=column)
         span = range(online.span_start[0], online.span_end[0])
@@ -147,9 +166,35 @@ def long_data(tmp_path):
 
 def test_cli_writes_the_best_window_and_every_window(tiny_model_dir, long_data, tmp_path):
     out = tmp_path / "x.jsonl"
-    assert run_cli("score", long_data, "--model", tiny_model_dir, "--online", 8, "--out", out, "--methods", "loss", "--quiet", "--block-rows", 2) == 0
+    assert (
+        run_cli(
+            "score",
+            long_data,
+            "--model",
+            tiny_model_dir,
+            "--online",
+            8,
+            "--out",
+            out,
+            "--methods",
+            "loss",
+            "--quiet",
+            "--block-rows",
+            2,
+        )
+        == 0
+    )
     rows, windows = read_jsonl(out), read_jsonl(tmp_path / "x.windows.jsonl")
-    assert list(rows[0]) == ["id", "n_tokens", "loss", "online_max", "online_start", "online_end", "online_text", "warning"]
+    assert list(rows[0]) == [
+        "id",
+        "n_tokens",
+        "loss",
+        "online_max",
+        "online_start",
+        "online_end",
+        "online_text",
+        "warning",
+    ]
     assert [w["row"] for w in windows] == list(range(5)) and [w["id"] for w in windows] == [r["id"] for r in rows]
     assert {(w["method"], w["window"], w["stride"]) for w in windows} == {("minkpp_0.2", 8, 4)}
     for row, w in zip(rows, windows):
@@ -164,7 +209,11 @@ def test_cli_writes_the_best_window_and_every_window(tiny_model_dir, long_data, 
     texts = [json.loads(line)["text"] for line in long_data.read_text().splitlines()]
     online = detector.score_online(texts, window=8)
     assert [r["online_text"] for r in rows] == online.span_text
-    np.testing.assert_allclose([w["scores"][0] for w in windows if w["scores"]], [w.scores[0] for w in online.windows if len(w.scores)], rtol=1e-6)
+    np.testing.assert_allclose(
+        [w["scores"][0] for w in windows if w["scores"]],
+        [w.scores[0] for w in online.windows if len(w.scores)],
+        rtol=1e-6,
+    )
 
 
 def test_cli_refuses_bad_online_options_before_loading_a_model_and_keeps_what_was_written(long_data, tmp_path, capsys):
@@ -183,7 +232,19 @@ def test_cli_refuses_bad_online_options_before_loading_a_model_and_keeps_what_wa
 
 
 def test_cli_resume_keeps_the_windows_file_in_step(tiny_model_dir, long_data, tmp_path, capsys):
-    base = ["score", long_data, "--model", tiny_model_dir, "--methods", "loss", "--quiet", "--online", 6, "--online-stride", 4]
+    base = [
+        "score",
+        long_data,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "loss",
+        "--quiet",
+        "--online",
+        6,
+        "--online-stride",
+        4,
+    ]
     full = tmp_path / "full.jsonl"
     assert run_cli(*base, "--out", full) == 0
     out, side = tmp_path / "cut.jsonl", tmp_path / "cut.windows.jsonl"

@@ -29,7 +29,9 @@ sys.meta_path.insert(0, Blocker(set(sys.argv[1].split(","))))
 def run_python(code: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """A fresh interpreter (no inherited TRITON_INTERPRET), from an unrelated directory by default."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd or Path("/"), env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd or Path("/"), env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_installed_package_has_native_core_and_kernels():
@@ -42,7 +44,9 @@ def test_installed_package_has_native_core_and_kernels():
 def test_only_mia_fast_is_importable_and_transformers_works_without_triton():
     """The bug: an editable install put the repository root on sys.path, so transformers' probe for the
     Hugging Face ``kernels`` package found this repository's kernels/ and failed on the missing triton."""
-    code = BLOCK_IMPORTS + """
+    code = (
+        BLOCK_IMPORTS
+        + """
 import importlib.util
 assert importlib.util.find_spec("kernels") is None, importlib.util.find_spec("kernels")
 assert importlib.util.find_spec("tests") is None and importlib.util.find_spec("benchmarks") is None
@@ -50,6 +54,7 @@ from transformers import LlamaConfig
 LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
 print("ok")
 """
+    )
     result = run_python(code, "triton")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
@@ -81,7 +86,19 @@ assert main(["freq", "info", sys.argv[-2]]) == 0
 print("heavy:" + ",".join(m for m in %r if m in sys.modules))
 """ % (HEAVY,)
     out = tmp_path / "ids.freq"
-    result = run_python(code, "freq", "build-tokens", str(ids), "--dtype", "uint16", "--vocab-size", "1000", "--out", str(out), "--quiet")
+    result = run_python(
+        code,
+        "freq",
+        "build-tokens",
+        str(ids),
+        "--dtype",
+        "uint16",
+        "--vocab-size",
+        "1000",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[-1] == "heavy:"
     assert out.stat().st_size > 8000
@@ -91,23 +108,44 @@ def test_scoring_needs_no_native_core(tiny_model_dir, tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["the quick brown fox", "all that glitters"]))
     out = tmp_path / "s.jsonl"
-    code = BLOCK_IMPORTS + """
+    code = (
+        BLOCK_IMPORTS
+        + """
 from mia_fast.cli.main import main
 assert main(sys.argv[2:]) == 0
 assert "mia_fast._native" not in sys.modules
 """
-    result = run_python(code, "mia_fast._native", "score", str(data), "--model", str(tiny_model_dir), "--out", str(out), "--quiet")
+    )
+    result = run_python(
+        code, "mia_fast._native", "score", str(data), "--model", str(tiny_model_dir), "--out", str(out), "--quiet"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(out.read_text().splitlines()) == 2
-    counting = run_python(BLOCK_IMPORTS + "from mia_fast.frequency.build import count_token_ids\nimport numpy\ncount_token_ids(numpy.zeros(3, numpy.uint16), 5)", "mia_fast._native")
+    counting = run_python(
+        BLOCK_IMPORTS
+        + "from mia_fast.frequency.build import count_token_ids\nimport numpy\ncount_token_ids(numpy.zeros(3, numpy.uint16), 5)",
+        "mia_fast._native",
+    )
     assert "needs mia-fast's compiled core" in counting.stderr
 
 
 @pytest.mark.slow
 def test_wheel_layout(tmp_path):
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-w", str(tmp_path), "-q"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert build.returncode == 0, build.stderr
     wheel = next(tmp_path.glob("mia_fast-*.whl"))

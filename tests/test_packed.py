@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
 from conftest import random_sentence
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mia_fast.ops.token_stats import StreamedTokenStats, token_stats_torch
@@ -25,13 +25,22 @@ ARCHITECTURES = {
 }
 
 
-def tiny_decoder(kind: str, seed: int = 0, heads: int = 4, kv_heads: int = 2, head_dim: int = 8, **extra) -> torch.nn.Module:
+def tiny_decoder(
+    kind: str, seed: int = 0, heads: int = 4, kv_heads: int = 2, head_dim: int = 8, **extra
+) -> torch.nn.Module:
     import transformers
 
     config_name, model_name, defaults = ARCHITECTURES[kind]
     config = getattr(transformers, config_name)(
-        vocab_size=97, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=heads,
-        num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64, **{**defaults, **extra},
+        vocab_size=97,
+        hidden_size=24,
+        intermediate_size=40,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        max_position_embeddings=64,
+        **{**defaults, **extra},
     )
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(config).eval()
@@ -192,7 +201,9 @@ def awkward_logits(rows: int, vocab: int, dtype: torch.dtype, seed: int = 0) -> 
 
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("rows,vocab,chunk", [(1, 1, 1), (7, 1001, 256), (33, 4099, 4096), (5, 3000, 7), (64, 5000, 5000)])
+@pytest.mark.parametrize(
+    "rows,vocab,chunk", [(1, 1, 1), (7, 1001, 256), (33, 4099, 4096), (5, 3000, 7), (64, 5000, 5000)]
+)
 def test_streamed_stats_match_fp64(native, dtype, rows, vocab, chunk):
     logits = awkward_logits(rows, vocab, dtype)
     targets = torch.randint(0, vocab, (rows,))

@@ -52,8 +52,15 @@ def _count(engine, measure) -> list[int]:
 
 def stats_of(*texts: list[float]) -> TokenStats:
     return TokenStats.from_texts(
-        [{"target_ids": np.arange(len(t)), "logp": np.array(t, np.float32), "mu": np.zeros(len(t), np.float32),
-          "var": np.ones(len(t), np.float32)} for t in texts]
+        [
+            {
+                "target_ids": np.arange(len(t)),
+                "logp": np.array(t, np.float32),
+                "mu": np.zeros(len(t), np.float32),
+                "var": np.ones(len(t), np.float32),
+            }
+            for t in texts
+        ]
     )
 
 
@@ -205,8 +212,24 @@ def test_recall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_path, 
     prefix_file = tmp_path / "prefix.txt"
     prefix_file.write_text("\n".join(PREFIX) + "\n\n")
     out = tmp_path / "s.jsonl"
-    assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "loss,recall", "--prefix-nonmembers", prefix_file,
-                   "--out", out, "--quiet", "--max-length", "64") == 0
+    assert (
+        run_cli(
+            "score",
+            labelled_jsonl,
+            "--model",
+            tiny_model_dir,
+            "--methods",
+            "loss,recall",
+            "--prefix-nonmembers",
+            prefix_file,
+            "--out",
+            out,
+            "--quiet",
+            "--max-length",
+            "64",
+        )
+        == 0
+    )
     rows = read_jsonl(out)
     texts = [json.loads(line)["text"] for line in labelled_jsonl.read_text().splitlines()]
     expected = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(texts, methods=["recall"])["recall"]
@@ -214,12 +237,50 @@ def test_recall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_path, 
 
     prefix_jsonl = write_jsonl(tmp_path / "prefix.jsonl", [{"body": t} for t in PREFIX])
     out2 = tmp_path / "s2.jsonl"
-    assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "recall", "--prefix-nonmembers", prefix_jsonl,
-                   "--text-field", "text", "--out", out2, "--quiet") == 2
+    assert (
+        run_cli(
+            "score",
+            labelled_jsonl,
+            "--model",
+            tiny_model_dir,
+            "--methods",
+            "recall",
+            "--prefix-nonmembers",
+            prefix_jsonl,
+            "--text-field",
+            "text",
+            "--out",
+            out2,
+            "--quiet",
+        )
+        == 2
+    )
     assert "no 'text' field" in capsys.readouterr().err
-    assert "needs known non-member texts" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "recall", "--out", tmp_path / "s3.jsonl")
+    assert "needs known non-member texts" in fail(
+        capsys,
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "recall",
+        "--out",
+        tmp_path / "s3.jsonl",
+    )
     leaky = write_jsonl(tmp_path / "leaky.jsonl", [{"text": PREFIX[0]}, {"text": "a fox"}])
-    message = fail(capsys, "score", leaky, "--model", tiny_model_dir, "--methods", "recall", "--prefix-nonmembers", prefix_file, "--out", tmp_path / "s4.jsonl")
+    message = fail(
+        capsys,
+        "score",
+        leaky,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "recall",
+        "--prefix-nonmembers",
+        prefix_file,
+        "--out",
+        tmp_path / "s4.jsonl",
+    )
     assert "also prefix texts" in message
     assert not (tmp_path / "s4.jsonl").exists()
 
@@ -228,12 +289,16 @@ def test_recall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_path, 
 
 
 def test_conrecall_formula_on_hand_built_stats():
-    options = MethodOptions(prefix_nonmembers=("shot one. ",), prefix_members=("member one. ", "member two."), gamma=0.25)
+    options = MethodOptions(
+        prefix_nonmembers=("shot one. ",), prefix_members=("member one. ", "member two."), gamma=0.25
+    )
     assert member_prefix_pass(options) == Pass(prefix="member one. member two.")
     plain = stats_of([-1.0, -3.0], [-0.5], [])
     nonmember = stats_of([-2.0, -4.0], [-2.0], [])
     member = stats_of([-1.0, -1.0], [-0.25], [])
-    inputs = ScoringInputs(stats=plain, passes={recall_pass(options): nonmember, member_prefix_pass(options): member}, options=options)
+    inputs = ScoringInputs(
+        stats=plain, passes={recall_pass(options): nonmember, member_prefix_pass(options): member}, options=options
+    )
     scores = score(inputs, resolve_methods(["conrecall"]))["conrecall"]
     assert scores[0] == pytest.approx((3.0 - 0.25 * 1.0) / 2.0)  # (loss(x | P_non) - γ loss(x | P_mem)) / loss(x)
     assert scores[1] == pytest.approx((2.0 - 0.25 * 0.25) / 0.5)
@@ -247,7 +312,9 @@ def test_conrecall_equals_hand_computed_conditional_likelihoods_and_shares_recal
     sequences = count_sequences(detector.target)
     texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be"]
     got = detector.score(texts, methods=["loss", "recall", "conrecall"])
-    assert sequences[0] == 3 * len(texts)  # plain, non-member prefix, member prefix; recall's prefix pass serves conrecall too
+    assert sequences[0] == 3 * len(
+        texts
+    )  # plain, non-member prefix, member prefix; recall's prefix pass serves conrecall too
     model, engine = detector.target.loaded.model, detector.target
     for i, text in enumerate(texts):
         ids = engine.tokenize([text])[0]
@@ -279,19 +346,92 @@ def test_conrecall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_pat
     nonmembers.write_text("\n".join(PREFIX) + "\n")
     members.write_text("\n".join(MEMBER_PREFIX) + "\n")
     out = tmp_path / "s.jsonl"
-    assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "conrecall", "--prefix-nonmembers", nonmembers,
-                   "--prefix-members", members, "--conrecall-gamma", "0.8", "--out", out, "--quiet") == 0
+    assert (
+        run_cli(
+            "score",
+            labelled_jsonl,
+            "--model",
+            tiny_model_dir,
+            "--methods",
+            "conrecall",
+            "--prefix-nonmembers",
+            nonmembers,
+            "--prefix-members",
+            members,
+            "--conrecall-gamma",
+            "0.8",
+            "--out",
+            out,
+            "--quiet",
+        )
+        == 0
+    )
     texts = [json.loads(line)["text"] for line in labelled_jsonl.read_text().splitlines()]
-    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX, conrecall_gamma=0.8)
-    np.testing.assert_allclose([r["conrecall"] for r in read_jsonl(out)], detector.score(texts, methods=["conrecall"])["conrecall"], rtol=1e-5)
-    assert "needs known member texts" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "conrecall",
-                                              "--prefix-nonmembers", nonmembers, "--out", tmp_path / "s2.jsonl")
-    assert "No such file" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "conrecall", "--prefix-nonmembers",
-                                  nonmembers, "--prefix-members", tmp_path / "missing.txt", "--out", tmp_path / "s3.jsonl")
+    detector = Detector(
+        str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX, conrecall_gamma=0.8
+    )
+    np.testing.assert_allclose(
+        [r["conrecall"] for r in read_jsonl(out)], detector.score(texts, methods=["conrecall"])["conrecall"], rtol=1e-5
+    )
+    assert "needs known member texts" in fail(
+        capsys,
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "conrecall",
+        "--prefix-nonmembers",
+        nonmembers,
+        "--out",
+        tmp_path / "s2.jsonl",
+    )
+    assert "No such file" in fail(
+        capsys,
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "conrecall",
+        "--prefix-nonmembers",
+        nonmembers,
+        "--prefix-members",
+        tmp_path / "missing.txt",
+        "--out",
+        tmp_path / "s3.jsonl",
+    )
     leaky = write_jsonl(tmp_path / "leaky.jsonl", [{"text": MEMBER_PREFIX[1]}, {"text": "a fox"}])
-    assert "also prefix texts" in fail(capsys, "score", leaky, "--model", tiny_model_dir, "--methods", "conrecall", "--prefix-nonmembers",
-                                       nonmembers, "--prefix-members", members, "--out", tmp_path / "s4.jsonl")
-    assert "gamma must be a finite number" in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--methods", "conrecall",
-                                                   "--prefix-nonmembers", nonmembers, "--prefix-members", members, "--conrecall-gamma", "nan",
-                                                   "--out", tmp_path / "s5.jsonl")
+    assert "also prefix texts" in fail(
+        capsys,
+        "score",
+        leaky,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "conrecall",
+        "--prefix-nonmembers",
+        nonmembers,
+        "--prefix-members",
+        members,
+        "--out",
+        tmp_path / "s4.jsonl",
+    )
+    assert "gamma must be a finite number" in fail(
+        capsys,
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--methods",
+        "conrecall",
+        "--prefix-nonmembers",
+        nonmembers,
+        "--prefix-members",
+        members,
+        "--conrecall-gamma",
+        "nan",
+        "--out",
+        tmp_path / "s5.jsonl",
+    )
     assert not any((tmp_path / f"s{i}.jsonl").exists() for i in (2, 3, 4, 5))

@@ -38,9 +38,16 @@ def architecture(request, tmp_path_factory):
     config_name, model_name, _ = ARCHITECTURES[request.param]
     tokenizer = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}, vocab_size=280)
     config = getattr(transformers, config_name)(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(0)
     directory = tmp_path_factory.mktemp(request.param)
@@ -135,7 +142,9 @@ def test_probe_score_and_its_two_normalisations():
     split = Probe(weight, 0, "split", mean, std)
     own = (acts - acts.mean(0)) / acts.std(0, ddof=1)
     np.testing.assert_allclose(split.score(acts), 1 / (1 + np.exp(-own @ weight)), rtol=1e-6)
-    np.testing.assert_allclose(split.with_normalization("train").score(acts), 1 / (1 + np.exp(-((acts - 1.0) / 4.0) @ weight)), rtol=1e-6)
+    np.testing.assert_allclose(
+        split.with_normalization("train").score(acts), 1 / (1 + np.exp(-((acts - 1.0) / 4.0) @ weight)), rtol=1e-6
+    )
     with pytest.raises(MiaFastError, match="needs at least 2"):
         split.score(acts[:1])
     with pytest.raises(MiaFastError, match="normalisation must be one of"):
@@ -158,7 +167,11 @@ def test_training_picks_the_best_dev_layer_and_writes_a_probe(trained, tmp_path)
     assert [p.name for p in written] == ["probe.json", "probe.safetensors", "dev_auroc.png"]
     again = Probe.load(tmp_path / "p")
     np.testing.assert_array_equal(again.weight, probe.weight)
-    assert (again.layer, again.normalization, again.card["dev_auroc"]) == (probe.layer, probe.normalization, report.dev_auroc)
+    assert (again.layer, again.normalization, again.card["dev_auroc"]) == (
+        probe.layer,
+        probe.normalization,
+        report.dev_auroc,
+    )
 
 
 def test_the_probe_method_scores_from_the_chosen_layer(trained, tmp_path):
@@ -171,7 +184,9 @@ def test_the_probe_method_scores_from_the_chosen_layer(trained, tmp_path):
     acts = StatsEngine(loaded).hidden_states([ProbePrompt()(t) for t in texts], HiddenStatesReadout((layer,)))[:, 0]
     np.testing.assert_allclose(scores, report.probe.score(acts), rtol=1e-6)
     assert ((scores > 0) & (scores < 1)).all()
-    train_norm = Detector(loaded, probe=tmp_path / "p", probe_normalization="train").score(texts[:1], methods=["probe"])["probe"]
+    train_norm = Detector(loaded, probe=tmp_path / "p", probe_normalization="train").score(
+        texts[:1], methods=["probe"]
+    )["probe"]
     np.testing.assert_allclose(train_norm, report.probe.with_normalization("train").score(acts[:1]), rtol=1e-6)
 
 
@@ -193,7 +208,9 @@ def test_a_probe_for_another_model_or_a_damaged_probe_is_refused(trained, tiny_e
     (foreign / "probe.json").write_text(json.dumps({"format": "something else"}))
     with pytest.raises(MiaFastError, match="not a probe card"):
         Probe.load(foreign)
-    wide = Probe(np.zeros(64, np.float32), 0, "split", np.zeros(64, np.float32), np.ones(64, np.float32), report.probe.card)
+    wide = Probe(
+        np.zeros(64, np.float32), 0, "split", np.zeros(64, np.float32), np.ones(64, np.float32), report.probe.card
+    )
     with pytest.raises(MiaFastError, match="hidden size 64"):
         Detector(loaded, probe=wide)
 
@@ -214,7 +231,12 @@ def test_a_diverging_proxy_stops_and_says_so(tiny_model_dir):
     loaded = load_model(str(tiny_model_dir))
     texts = texts_of(12, seed=5)
     with pytest.raises(TrainingDiverged, match="the loss is (nan|inf) at step"):
-        train_probe(loaded, Dataset(texts, None, [0, 1] * 6), Dataset(texts[:4], None, [0, 1] * 2), ProbeTraining(learning_rate=1e30, epochs=3))
+        train_probe(
+            loaded,
+            Dataset(texts, None, [0, 1] * 6),
+            Dataset(texts[:4], None, [0, 1] * 2),
+            ProbeTraining(learning_rate=1e30, epochs=3),
+        )
 
 
 def test_a_file_scored_with_split_normalisation_is_one_block(trained, tmp_path):
@@ -223,15 +245,29 @@ def test_a_file_scored_with_split_normalisation_is_one_block(trained, tmp_path):
     texts = texts_of(9, seed=6)
     dataset = Dataset(texts, [f"t{i}" for i in range(9)], None)
     notes = []
-    out = score_file(dataset, tmp_path / "s.jsonl", methods=["probe"], block_rows=2, detector=Detector(loaded, probe=tmp_path / "p"),
-                     progress=False, log=notes.append)
+    out = score_file(
+        dataset,
+        tmp_path / "s.jsonl",
+        methods=["probe"],
+        block_rows=2,
+        detector=Detector(loaded, probe=tmp_path / "p"),
+        progress=False,
+        log=notes.append,
+    )
     assert "scoring 9 rows in one block" in notes[0]
     expected = Detector(loaded, probe=tmp_path / "p").score(texts, methods=["probe"])["probe"]
     np.testing.assert_allclose([r["probe"] for r in read_jsonl(out)], expected, rtol=1e-6)
     partial = tmp_path / "partial.jsonl"
     partial.write_text("".join(out.read_text().splitlines(keepends=True)[:4]))
     with pytest.raises(MiaFastError, match="must score all rows together"):
-        score_file(dataset, partial, methods=["probe"], detector=Detector(loaded, probe=tmp_path / "p"), resume=True, progress=False)
+        score_file(
+            dataset,
+            partial,
+            methods=["probe"],
+            detector=Detector(loaded, probe=tmp_path / "p"),
+            resume=True,
+            progress=False,
+        )
 
 
 # ---- the commands ----
@@ -242,7 +278,19 @@ def test_probe_train_and_score_from_the_command_line(tiny_model_dir, tmp_path, c
     train = write_jsonl(tmp_path / "train.jsonl", [{"text": t, "label": i % 2} for i, t in enumerate(texts[:12])])
     dev = write_jsonl(tmp_path / "dev.jsonl", [{"text": t, "label": i % 2} for i, t in enumerate(texts[12:])])
     out = tmp_path / "probe"
-    args = ["probe", "train", "--train", train, "--dev", dev, "--model", tiny_model_dir, "--probe-epochs", "50", "--quiet"]
+    args = [
+        "probe",
+        "train",
+        "--train",
+        train,
+        "--dev",
+        dev,
+        "--model",
+        tiny_model_dir,
+        "--probe-epochs",
+        "50",
+        "--quiet",
+    ]
     assert run_cli(*args, "--out", out) == 0
     printed = capsys.readouterr().out
     assert "<- kept" in printed and (out / "dev_auroc.png").stat().st_size > 5000
@@ -250,10 +298,28 @@ def test_probe_train_and_score_from_the_command_line(tiny_model_dir, tmp_path, c
     assert "is not empty; pass --overwrite" in fail(capsys, *args, "--out", out)
 
     data = write_jsonl(tmp_path / "d.jsonl", [{"text": t, "label": i % 2} for i, t in enumerate(texts_of(10, seed=8))])
-    assert run_cli("eval", data, "--model", tiny_model_dir, "--methods", "loss,probe", "--probe", out, "--report", tmp_path / "r",
-                   "--bootstrap", "20", "--quiet") == 0
+    assert (
+        run_cli(
+            "eval",
+            data,
+            "--model",
+            tiny_model_dir,
+            "--methods",
+            "loss,probe",
+            "--probe",
+            out,
+            "--report",
+            tmp_path / "r",
+            "--bootstrap",
+            "20",
+            "--quiet",
+        )
+        == 0
+    )
     assert "probe" in json.loads((tmp_path / "r" / "metrics.json").read_text())["methods"]
-    assert "needs a trained probe (--probe PROBE_DIR" in fail(capsys, "score", data, "--model", tiny_model_dir, "--methods", "probe", "--out", tmp_path / "s.jsonl")
+    assert "needs a trained probe (--probe PROBE_DIR" in fail(
+        capsys, "score", data, "--model", tiny_model_dir, "--methods", "probe", "--out", tmp_path / "s.jsonl"
+    )
     one_class = write_jsonl(tmp_path / "one.jsonl", [{"text": t, "label": 1} for t in texts[:8]])
     assert "needs at least 4 of each class" in fail(capsys, *args[:3], one_class, *args[4:], "--out", tmp_path / "p2")
     assert "dev set has" in fail(capsys, *args[:5], one_class, *args[6:], "--out", tmp_path / "p3")
@@ -263,8 +329,25 @@ def test_probe_train_keeps_the_proxy_when_asked(tiny_model_dir, tmp_path):
     texts = texts_of(16, seed=10)
     train = write_jsonl(tmp_path / "train.jsonl", [{"text": t, "label": i % 2} for i, t in enumerate(texts[:8])])
     dev = write_jsonl(tmp_path / "dev.jsonl", [{"text": t, "label": i % 2} for i, t in enumerate(texts[8:])])
-    assert run_cli("probe", "train", "--train", train, "--dev", dev, "--model", tiny_model_dir, "--probe-epochs", "20",
-                   "--keep-proxy", "--out", tmp_path / "p", "--quiet") == 0
+    assert (
+        run_cli(
+            "probe",
+            "train",
+            "--train",
+            train,
+            "--dev",
+            dev,
+            "--model",
+            tiny_model_dir,
+            "--probe-epochs",
+            "20",
+            "--keep-proxy",
+            "--out",
+            tmp_path / "p",
+            "--quiet",
+        )
+        == 0
+    )
     proxy = load_model(str(tmp_path / "p" / "proxy"))
     original = load_model(str(tiny_model_dir))
     assert proxy.weights_fingerprint() != original.weights_fingerprint()
@@ -275,7 +358,10 @@ def test_scoring_with_the_probe_alone_runs_only_its_shortened_forward(trained, t
     texts = texts_of(5, seed=11) + [""]
     detector = Detector(loaded, probe=report.probe)
     layers_run = []
-    handles = [layer.register_forward_hook(lambda *_, i=i: layers_run.append(i)) for i, layer in enumerate(loaded.decoder_layers())]
+    handles = [
+        layer.register_forward_hook(lambda *_, i=i: layers_run.append(i))
+        for i, layer in enumerate(loaded.decoder_layers())
+    ]
     try:
         probe_only = detector.score(texts, methods=["probe"])
     finally:
@@ -284,6 +370,8 @@ def test_scoring_with_the_probe_alone_runs_only_its_shortened_forward(trained, t
     assert set(layers_run) == set(range(report.probe.layer + 1))  # no plain pass, and no layer past the probe's
     with_loss = detector.score(texts, methods=["loss", "probe"])
     np.testing.assert_array_equal(probe_only.n_tokens, with_loss.n_tokens)
-    assert probe_only.warnings == with_loss.warnings and probe_only.warnings[-1] is not None  # "" is unscorable, for every method
+    assert (
+        probe_only.warnings == with_loss.warnings and probe_only.warnings[-1] is not None
+    )  # "" is unscorable, for every method
     assert np.isnan(probe_only["probe"][-1])
     np.testing.assert_allclose(probe_only["probe"][:-1], with_loss["probe"][:-1], rtol=1e-6)

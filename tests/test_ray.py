@@ -41,14 +41,21 @@ def many_rows(tmp_path_factory):
     """64 labelled rows: 16 shards of 4, enough that a run can be stopped midway."""
     rng = random.Random(1)
     path = tmp_path_factory.mktemp("many") / "many.jsonl"
-    path.write_text("".join(json.dumps({"id": i, "text": random_sentence(rng, rng.choice([4, 12, 40])), "label": i % 2}) + "\n" for i in range(64)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": i, "text": random_sentence(rng, rng.choice([4, 12, 40])), "label": i % 2}) + "\n"
+            for i in range(64)
+        )
+    )
     return path
 
 
 @pytest.fixture(scope="module")
 def many_rows_scored(many_rows, tiny_model_dir, tmp_path_factory):
     """``many_rows`` scored in one process, in blocks of 4."""
-    return score(many_rows, tiny_model_dir, tmp_path_factory.mktemp("many-single") / "single.jsonl", "--block-rows", "4")
+    return score(
+        many_rows, tiny_model_dir, tmp_path_factory.mktemp("many-single") / "single.jsonl", "--block-rows", "4"
+    )
 
 
 def score(data, model, out, *extra):
@@ -65,16 +72,25 @@ def ray_jsonl(ray_cluster, tiny_model_dir, labelled_jsonl, tmp_path_factory):
     """A --ray run of the 24 labelled rows in 3 shards, and the same rows scored in one process."""
     root = tmp_path_factory.mktemp("ray-jsonl")
     single = score(labelled_jsonl, tiny_model_dir, root / "single.jsonl", "--block-rows", "4")
-    return score(labelled_jsonl, tiny_model_dir, root / "scores.jsonl", "--ray", "--ray-workers", "2", *SHARDING), single
+    return score(
+        labelled_jsonl, tiny_model_dir, root / "scores.jsonl", "--ray", "--ray-workers", "2", *SHARDING
+    ), single
 
 
 def test_ray_output_equals_one_process_byte_for_byte(ray_jsonl):
     out, single = ray_jsonl
     assert out.read_bytes() == single.read_bytes()
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["id"] for r in rows] == [f"doc-{i}" for i in range(24)] and [r["label"] for r in rows] == [i % 2 for i in range(24)]
+    assert [r["id"] for r in rows] == [f"doc-{i}" for i in range(24)] and [r["label"] for r in rows] == [
+        i % 2 for i in range(24)
+    ]
     directory = Path(f"{out}.shards")
-    assert sorted(p.name for p in directory.iterdir()) == ["_manifest.json", "shard-00000.parquet", "shard-00001.parquet", "shard-00002.parquet"]
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "_manifest.json",
+        "shard-00000.parquet",
+        "shard-00001.parquet",
+        "shard-00002.parquet",
+    ]
     manifest = json.loads((directory / "_manifest.json").read_text())
     assert manifest["rows"] == 24 and manifest["finished"] == {"0": 8, "1": 8, "2": 8} and manifest["merged"]
     assert pq.read_table(directory).num_rows == 24  # the directory reads as one Parquet dataset
@@ -113,7 +129,9 @@ def test_parquet_output_and_a_missing_shard_rescored_alone(ray_jsonl, tiny_model
     score(*command)
     assert "resuming: 2 of 3 shards already scored" in capsys.readouterr().err
     after = shard_times(out)
-    assert after.keys() == kept.keys() and [name for name in kept if after[name] != kept[name]] == ["shard-00001.parquet"]
+    assert after.keys() == kept.keys() and [name for name in kept if after[name] != kept[name]] == [
+        "shard-00001.parquet"
+    ]
     assert pq.read_table(out).equals(pq.read_table(single))
 
 
@@ -129,7 +147,9 @@ def model_actors() -> list[int]:
     return found
 
 
-def test_a_killed_model_actor_is_restarted_and_the_output_is_unchanged(ray_cluster, tiny_model_dir, many_rows, many_rows_scored, tmp_path):
+def test_a_killed_model_actor_is_restarted_and_the_output_is_unchanged(
+    ray_cluster, tiny_model_dir, many_rows, many_rows_scored, tmp_path
+):
     out = tmp_path / "scores.jsonl"
     killed, restarted = [], []
 
@@ -153,13 +173,33 @@ def test_a_killed_model_actor_is_restarted_and_the_output_is_unchanged(ray_clust
     assert out.read_bytes() == many_rows_scored.read_bytes()
 
 
-def test_a_killed_driver_resumes_keeping_finished_shards(ray_cluster, tiny_model_dir, many_rows, many_rows_scored, tmp_path, capsys):
+def test_a_killed_driver_resumes_keeping_finished_shards(
+    ray_cluster, tiny_model_dir, many_rows, many_rows_scored, tmp_path, capsys
+):
     """The driver runs in a subprocess connected to this Ray by its address, and is killed (with its process
     group) once the first shards are written; the rerun here keeps them and scores the rest."""
     out = tmp_path / "scores.jsonl"
-    command = ["score", str(many_rows), "--model", str(tiny_model_dir), "--out", str(out), *FAST, "--block-rows", "4", "--shard-rows", "4", "--ray-workers", "1"]
+    command = [
+        "score",
+        str(many_rows),
+        "--model",
+        str(tiny_model_dir),
+        "--out",
+        str(out),
+        *FAST,
+        "--block-rows",
+        "4",
+        "--shard-rows",
+        "4",
+        "--ray-workers",
+        "1",
+    ]
     address = ray_cluster.get_runtime_context().gcs_address
-    driver = subprocess.Popen([sys.executable, "-m", "mia_fast.cli", *command, f"--ray={address}"], stderr=subprocess.PIPE, start_new_session=True)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "mia_fast.cli", *command, f"--ray={address}"],
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and driver.poll() is None and len(shard_times(out)) < 2:
         time.sleep(0.02)
@@ -179,9 +219,21 @@ def test_a_killed_driver_resumes_keeping_finished_shards(ray_cluster, tiny_model
     assert out.read_bytes() == many_rows_scored.read_bytes()
 
 
-def test_an_unreachable_cluster_fails_fast_naming_the_address(ray_cluster, tiny_model_dir, labelled_jsonl, tmp_path, capsys):
+def test_an_unreachable_cluster_fails_fast_naming_the_address(
+    ray_cluster, tiny_model_dir, labelled_jsonl, tmp_path, capsys
+):
     started = time.perf_counter()
-    error = fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--out", tmp_path / "o.jsonl", "--ray", "127.0.0.1:1")
+    error = fail(
+        capsys,
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--out",
+        tmp_path / "o.jsonl",
+        "--ray",
+        "127.0.0.1:1",
+    )
     assert "cannot reach the Ray cluster at 127.0.0.1:1: Connection refused" in error
     assert time.perf_counter() - started < 10
     error = fail(capsys, "score", "--ray", labelled_jsonl, "--model", tiny_model_dir, "--out", tmp_path / "o.jsonl")
@@ -189,40 +241,81 @@ def test_an_unreachable_cluster_fails_fast_naming_the_address(ray_cluster, tiny_
     assert not (tmp_path / "o.jsonl.shards").exists()
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--shard-rows", "6"], "--shard-rows 6 must be a multiple of --block-rows 4"),
-    (["--online", "8"], "--online is not available with --ray"),
-    (["--neighbor-field", "neighbors", "--methods", "neighbor"], "give a data file, without --suite or --neighbor-field"),
-    (["--device", "cuda:1"], "each actor is given one GPU of its own; use --device cuda"),
-])
-def test_settings_that_cannot_be_sharded_are_refused_before_ray_starts(ray_cluster, tiny_model_dir, labelled_jsonl, tmp_path, capsys, extra, message):
-    args = ["score", labelled_jsonl, "--model", tiny_model_dir, "--out", tmp_path / "o.jsonl", "--ray", "--block-rows", "4", *extra]
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--shard-rows", "6"], "--shard-rows 6 must be a multiple of --block-rows 4"),
+        (["--online", "8"], "--online is not available with --ray"),
+        (
+            ["--neighbor-field", "neighbors", "--methods", "neighbor"],
+            "give a data file, without --suite or --neighbor-field",
+        ),
+        (["--device", "cuda:1"], "each actor is given one GPU of its own; use --device cuda"),
+    ],
+)
+def test_settings_that_cannot_be_sharded_are_refused_before_ray_starts(
+    ray_cluster, tiny_model_dir, labelled_jsonl, tmp_path, capsys, extra, message
+):
+    args = [
+        "score",
+        labelled_jsonl,
+        "--model",
+        tiny_model_dir,
+        "--out",
+        tmp_path / "o.jsonl",
+        "--ray",
+        "--block-rows",
+        "4",
+        *extra,
+    ]
     assert message in fail(capsys, *args)
 
 
-def test_ray_options_without_ray_and_a_pooled_method_are_refused(ray_cluster, tiny_model_dir, labelled_jsonl, tmp_path, capsys):
-    assert "--ray-workers and --shard-rows need --ray" in fail(capsys, "score", labelled_jsonl, "--out", tmp_path / "o.jsonl", "--ray-workers", "2")
+def test_ray_options_without_ray_and_a_pooled_method_are_refused(
+    ray_cluster, tiny_model_dir, labelled_jsonl, tmp_path, capsys
+):
+    assert "--ray-workers and --shard-rows need --ray" in fail(
+        capsys, "score", labelled_jsonl, "--out", tmp_path / "o.jsonl", "--ray-workers", "2"
+    )
     from mia_fast.cluster import score_on_ray
     from mia_fast.data import DataStream
     from mia_fast.methods.probe import Probe
 
     probe = Probe(np.ones(32, np.float32), 0, "split", np.zeros(32, np.float32), np.ones(32, np.float32))
     with pytest.raises(MiaFastError, match="probe standardises over all the texts scored together"):
-        score_on_ray(DataStream(labelled_jsonl), tmp_path / "o.jsonl", methods=["probe"], probe=probe, model=str(tiny_model_dir))
+        score_on_ray(
+            DataStream(labelled_jsonl), tmp_path / "o.jsonl", methods=["probe"], probe=probe, model=str(tiny_model_dir)
+        )
 
 
-def test_without_ray_installed_the_error_says_how_to_install_it(tiny_model_dir, labelled_jsonl, tmp_path, capsys, monkeypatch):
+def test_without_ray_installed_the_error_says_how_to_install_it(
+    tiny_model_dir, labelled_jsonl, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setitem(sys.modules, "ray", None)
     install = "--ray needs Ray, which is not installed here: pip install 'mia-fast[ray]'"
-    assert install in fail(capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--out", tmp_path / "o.jsonl", "--ray")
-    assert install in fail(capsys, "freq", "build", labelled_jsonl, "--tokenizer", tiny_model_dir, "--out", tmp_path / "t.freq", "--ray")
+    assert install in fail(
+        capsys, "score", labelled_jsonl, "--model", tiny_model_dir, "--out", tmp_path / "o.jsonl", "--ray"
+    )
+    assert install in fail(
+        capsys, "freq", "build", labelled_jsonl, "--tokenizer", tiny_model_dir, "--out", tmp_path / "t.freq", "--ray"
+    )
 
 
 def test_freq_build_on_ray_equals_one_process(ray_cluster, tiny_model_dir, tmp_path, capsys):
     for i in range(3):
         lines = "".join(json.dumps({"text": f"{CORPUS[(i + j) % 7]} {j}"}) + "\n" for j in range(40))
-        (tmp_path / f"c4-train.{i:05d}-of-00003.json.gz").write_bytes(gzip.compress((lines + ("not json\n" if i == 1 else "")).encode()))
-    common = ["freq", "build", *sorted(tmp_path.glob("*.json.gz")), "--tokenizer", tiny_model_dir, "--skip-bad-records", "--quiet"]
+        (tmp_path / f"c4-train.{i:05d}-of-00003.json.gz").write_bytes(
+            gzip.compress((lines + ("not json\n" if i == 1 else "")).encode())
+        )
+    common = [
+        "freq",
+        "build",
+        *sorted(tmp_path.glob("*.json.gz")),
+        "--tokenizer",
+        tiny_model_dir,
+        "--skip-bad-records",
+        "--quiet",
+    ]
     reports = []
     for out, extra in (("single.freq", []), ("ray.freq", ["--ray"])):
         assert run_cli(*common, "--out", tmp_path / out, *extra) == 0

@@ -14,7 +14,11 @@ from mia_fast.methods.pac import SwappedWords, pac_passes, polarized_distance
 from mia_fast.methods.samia import FirstHalf, rouge1_recall, samia_pass, zlib_size
 from mia_fast.pipeline.sampling import gumbel_noise
 
-TEXTS = ["the quick brown fox jumps over the lazy dog", "to be or not to be that is the question", "hello world again and again"]
+TEXTS = [
+    "the quick brown fox jumps over the lazy dog",
+    "to be or not to be that is the question",
+    "hello world again and again",
+]
 
 
 # ---- SaMIA ----
@@ -71,9 +75,13 @@ def test_samples_do_not_depend_on_batch_size_or_on_the_other_texts(tiny_model_di
     for method in methods:
         np.testing.assert_array_equal(scores[8][method], scores[100_000][method])
     alone = Detector(str(tiny_model_dir), samia_samples=3)
-    np.testing.assert_array_equal(alone.run_passes(texts[1:2], [samia_pass(alone.options())])[samia_pass(alone.options())][0], samples[8][1])
+    np.testing.assert_array_equal(
+        alone.run_passes(texts[1:2], [samia_pass(alone.options())])[samia_pass(alone.options())][0], samples[8][1]
+    )
     other_seed = Detector(str(tiny_model_dir), samia_samples=3, seed=1)
-    assert not np.array_equal(other_seed.run_passes(texts, [samia_pass(other_seed.options())])[samia_pass(other_seed.options())], samples[8])
+    assert not np.array_equal(
+        other_seed.run_passes(texts, [samia_pass(other_seed.options())])[samia_pass(other_seed.options())], samples[8]
+    )
 
 
 def test_samia_and_samia_zlib_share_one_generation_as_long_as_each_first_half(tiny_model_dir, monkeypatch):
@@ -81,7 +89,13 @@ def test_samia_and_samia_zlib_share_one_generation_as_long_as_each_first_half(ti
 
     calls = []
     original = sampling.generate
-    monkeypatch.setattr(sampling, "generate", lambda model, prompts, keys, new_tokens, *rest: calls.append((prompts, new_tokens)) or original(model, prompts, keys, new_tokens, *rest))
+    monkeypatch.setattr(
+        sampling,
+        "generate",
+        lambda model, prompts, keys, new_tokens, *rest: (
+            calls.append((prompts, new_tokens)) or original(model, prompts, keys, new_tokens, *rest)
+        ),
+    )
     detector = Detector(str(tiny_model_dir), samia_samples=4)
     detector.score(TEXTS, methods=["samia", "samia_zlib"])
     rows = [(prompt, new) for prompts, new_tokens in calls for prompt, new in zip(prompts, new_tokens)]
@@ -204,9 +218,45 @@ def test_a_parameter_pattern_that_matches_nothing_is_refused(tiny_model_dir):
 def test_cli_scores_every_new_method_and_refuses_bad_settings(tmp_path, tiny_model_dir, capsys):
     data = write_jsonl(tmp_path / "d.jsonl", [{"id": i, "text": t} for i, t in enumerate(TEXTS)])
     out = tmp_path / "s.jsonl"
-    assert run_cli("score", str(data), "--model", str(tiny_model_dir), "--methods", "samia,samia_zlib,pac,gradnorm", "--samia-samples", "2",
-            "--pac-copies", "2", "--gradnorm-norm", "2", "--gradnorm-params", "model.layers.*", "--method-seed", "3", "--out", str(out), "--quiet") == 0
+    assert (
+        run_cli(
+            "score",
+            str(data),
+            "--model",
+            str(tiny_model_dir),
+            "--methods",
+            "samia,samia_zlib,pac,gradnorm",
+            "--samia-samples",
+            "2",
+            "--pac-copies",
+            "2",
+            "--gradnorm-norm",
+            "2",
+            "--gradnorm-params",
+            "model.layers.*",
+            "--method-seed",
+            "3",
+            "--out",
+            str(out),
+            "--quiet",
+        )
+        == 0
+    )
     rows = read_jsonl(out)
-    assert [r["id"] for r in rows] == [0, 1, 2] and all(np.isfinite(r[m]) for r in rows for m in ("samia", "pac", "gradnorm"))
-    message = fail(capsys, "score", str(data), "--model", str(tiny_model_dir), "--methods", "samia", "--samia-samples", "0", "--out", str(tmp_path / "x.jsonl"))
+    assert [r["id"] for r in rows] == [0, 1, 2] and all(
+        np.isfinite(r[m]) for r in rows for m in ("samia", "pac", "gradnorm")
+    )
+    message = fail(
+        capsys,
+        "score",
+        str(data),
+        "--model",
+        str(tiny_model_dir),
+        "--methods",
+        "samia",
+        "--samia-samples",
+        "0",
+        "--out",
+        str(tmp_path / "x.jsonl"),
+    )
     assert "samia_samples must be a positive whole number" in message and not (tmp_path / "x.jsonl").exists()

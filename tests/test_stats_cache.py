@@ -13,7 +13,13 @@ from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import StatsCache, text_key
 
-TEXTS = ["the quick brown fox jumps over the lazy dog", "to be or not to be", "", "all that glitters is not gold " * 12, "a"]
+TEXTS = [
+    "the quick brown fox jumps over the lazy dog",
+    "to be or not to be",
+    "",
+    "all that glitters is not gold " * 12,
+    "a",
+]
 PREFIX = ["the rain in spain stays mainly in the plain"]
 
 
@@ -33,8 +39,12 @@ def forwards(monkeypatch):
 
 def arrays(n: int, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"target_ids": rng.integers(0, 300, n), "logp": rng.normal(size=n).astype(np.float32),
-            "mu": rng.normal(size=n).astype(np.float32), "var": rng.random(n).astype(np.float32)}
+    return {
+        "target_ids": rng.integers(0, 300, n),
+        "logp": rng.normal(size=n).astype(np.float32),
+        "mu": rng.normal(size=n).astype(np.float32),
+        "var": rng.random(n).astype(np.float32),
+    }
 
 
 def test_store_and_read_back_bit_for_bit_and_keys_separate_prefix_from_text(tmp_path):
@@ -52,11 +62,15 @@ def test_store_and_read_back_bit_for_bit_and_keys_separate_prefix_from_text(tmp_
     assert StatsCache(tmp_path, {"model": "y"}).missing(keys) == [0, 1, 2]  # another setting: another folder
 
 
-def test_a_rerun_with_other_methods_k_and_cap_runs_no_forward_and_scores_identically(tiny_model_dir, tmp_path, forwards):
+def test_a_rerun_with_other_methods_k_and_cap_runs_no_forward_and_scores_identically(
+    tiny_model_dir, tmp_path, forwards
+):
     methods = ["loss", "zlib", "mink", "minkpp", "lowercase", "recall"]
     plain = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(TEXTS, methods=methods, k=[0.2, 0.5])
     forwards.clear()
-    first = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, stats_cache=tmp_path / "cache").score(TEXTS, methods=methods[:3], k=[0.2])
+    first = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, stats_cache=tmp_path / "cache").score(
+        TEXTS, methods=methods[:3], k=[0.2]
+    )
     assert forwards  # computed and stored
     forwards.clear()
     again = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, stats_cache=tmp_path / "cache")
@@ -76,6 +90,7 @@ def test_a_rerun_with_other_methods_k_and_cap_runs_no_forward_and_scores_identic
 def test_damaged_tampered_and_foreign_shards_are_refused_and_recomputed(tiny_model_dir, tmp_path, forwards, capsys):
     cache_dir = tmp_path / "cache"
     expected = Detector(str(tiny_model_dir), stats_cache=cache_dir).score(TEXTS, methods=["loss"])["loss"]
+
     def read(path):  # into memory: the file is overwritten in place below
         with pa.OSFile(str(path)) as source:
             return pa.ipc.open_file(source).read_all()
@@ -99,7 +114,12 @@ def test_damaged_tampered_and_foreign_shards_are_refused_and_recomputed(tiny_mod
     (shard,) = [p for p in cache_dir.glob("*/*.arrow")]
     logp = table.column("logp").to_pylist()
     logp[0] = [v + 1.0 for v in logp[0]]
-    write(table.set_column(table.schema.get_field_index("logp"), "logp", pa.array(logp, table.schema.field("logp").type)).replace_schema_metadata(table.schema.metadata), shard)
+    write(
+        table.set_column(
+            table.schema.get_field_index("logp"), "logp", pa.array(logp, table.schema.field("logp").type)
+        ).replace_schema_metadata(table.schema.metadata),
+        shard,
+    )
     assert "its checksum does not match" in rerun()
 
     (shard,) = [p for p in cache_dir.glob("*/*.arrow")]
@@ -131,7 +151,9 @@ def test_score_with_stats_cache_reruns_without_a_forward(tiny_model_dir, tmp_pat
     assert forwards == [] and (tmp_path / "b.jsonl").read_text().count("\n") == len(TEXTS)
 
 
-def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_lacks(tiny_model_dir, tiny_reference_dir, tmp_path, monkeypatch, capsys):
+def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_lacks(
+    tiny_model_dir, tiny_reference_dir, tmp_path, monkeypatch, capsys
+):
     from test_cli import fail, read_jsonl
 
     import mia_fast.pipeline.models as models
@@ -139,37 +161,79 @@ def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_la
     write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(TEXTS)])
     (tmp_path / "prefix.txt").write_text(PREFIX[0] + "\n")
     cache = tmp_path / "cache"
-    assert run_cli("score", tmp_path / "in.jsonl", "--model", tiny_model_dir, "--stats-cache", cache, "--out", tmp_path / "first.jsonl",
-                   "--methods", "loss,lowercase,recall", "--prefix-nonmembers", tmp_path / "prefix.txt", "--quiet") == 0
-    reference = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(TEXTS, methods=["loss", "zlib", "mink", "minkpp", "lowercase", "recall"], k=[0.2, 0.7])
+    assert (
+        run_cli(
+            "score",
+            tmp_path / "in.jsonl",
+            "--model",
+            tiny_model_dir,
+            "--stats-cache",
+            cache,
+            "--out",
+            tmp_path / "first.jsonl",
+            "--methods",
+            "loss,lowercase,recall",
+            "--prefix-nonmembers",
+            tmp_path / "prefix.txt",
+            "--quiet",
+        )
+        == 0
+    )
+    reference = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(
+        TEXTS, methods=["loss", "zlib", "mink", "minkpp", "lowercase", "recall"], k=[0.2, 0.7]
+    )
 
     def no_model(*args, **kwargs):
         raise AssertionError("rescore loaded a model")
 
     monkeypatch.setattr(models, "load_model", no_model)
     rescore = ("rescore", tmp_path / "in.jsonl", "--stats-cache", cache, "--quiet")
-    assert run_cli(*rescore, "--out", tmp_path / "again.jsonl", "--methods", "loss,zlib,mink,minkpp,lowercase,recall", "--k", "0.2,0.7",
-                   "--prefix-nonmembers", tmp_path / "prefix.txt") == 0
+    assert (
+        run_cli(
+            *rescore,
+            "--out",
+            tmp_path / "again.jsonl",
+            "--methods",
+            "loss,zlib,mink,minkpp,lowercase,recall",
+            "--k",
+            "0.2,0.7",
+            "--prefix-nonmembers",
+            tmp_path / "prefix.txt",
+        )
+        == 0
+    )
     rows = read_jsonl(tmp_path / "again.jsonl")
     assert [r["id"] for r in rows] == list(range(len(TEXTS)))
     for column, values in reference.items():
-        np.testing.assert_allclose([np.nan if r[column] is None else r[column] for r in rows], values, rtol=1e-5, atol=1e-7, err_msg=column)
+        np.testing.assert_allclose(
+            [np.nan if r[column] is None else r[column] for r in rows], values, rtol=1e-5, atol=1e-7, err_msg=column
+        )
 
     assert "needs the model" in fail(capsys, *rescore, "--out", tmp_path / "s.jsonl", "--methods", "samia")
-    assert "method 'ref' needs a reference model" in fail(capsys, *rescore, "--out", tmp_path / "r.jsonl", "--methods", "ref")
+    assert "method 'ref' needs a reference model" in fail(
+        capsys, *rescore, "--out", tmp_path / "r.jsonl", "--methods", "ref"
+    )
     write_jsonl(tmp_path / "new.jsonl", [{"text": "never scored before"}])
-    message = fail(capsys, "rescore", tmp_path / "new.jsonl", "--stats-cache", cache, "--out", tmp_path / "n.jsonl", "--quiet")
+    message = fail(
+        capsys, "rescore", tmp_path / "new.jsonl", "--stats-cache", cache, "--out", tmp_path / "n.jsonl", "--quiet"
+    )
     assert "1 pass(es) of these texts are not in the stats cache" in message and "never scored before" in message
-    assert "holds no stats cache" in fail(capsys, *rescore[:2], "--stats-cache", tmp_path / "empty", "--out", tmp_path / "e.jsonl")
+    assert "holds no stats cache" in fail(
+        capsys, *rescore[:2], "--stats-cache", tmp_path / "empty", "--out", tmp_path / "e.jsonl"
+    )
 
     monkeypatch.undo()
     Detector(str(tiny_reference_dir), stats_cache=cache).score(TEXTS[:1], methods=["loss"])
-    assert "it holds 2 settings; pick one with --setting" in fail(capsys, *rescore, "--out", tmp_path / "two.jsonl", "--methods", "loss")
+    assert "it holds 2 settings; pick one with --setting" in fail(
+        capsys, *rescore, "--out", tmp_path / "two.jsonl", "--methods", "loss"
+    )
     setting = Detector(str(tiny_model_dir), stats_cache=cache).target.cache.setting_id
     assert run_cli(*rescore, "--out", tmp_path / "picked.jsonl", "--methods", "loss", "--setting", setting[:8]) == 0
 
 
-def test_rescore_from_a_saved_token_stats_file_serves_the_plain_pass_and_refuses_the_rest(tiny_model_dir, tmp_path, monkeypatch, capsys):
+def test_rescore_from_a_saved_token_stats_file_serves_the_plain_pass_and_refuses_the_rest(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
     from test_cli import fail, read_jsonl
 
     import mia_fast.pipeline.models as models
@@ -179,19 +243,55 @@ def test_rescore_from_a_saved_token_stats_file_serves_the_plain_pass_and_refuses
     detector = Detector(str(tiny_model_dir))
     detector.token_stats(texts).save(tmp_path / "stats.npz")
     reference = detector.score(texts, methods=["loss", "zlib", "mink", "minkpp", "lowercase"], k=[0.2, 0.7])
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rescore loaded a model")))
+    monkeypatch.setattr(
+        models, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rescore loaded a model"))
+    )
     rescore = ("rescore", tmp_path / "in.jsonl", "--stats", tmp_path / "stats.npz", "--quiet")
-    assert run_cli(*rescore, "--out", tmp_path / "again.jsonl", "--methods", "loss,zlib,mink,minkpp,lowercase", "--k", "0.2,0.7") == 0
+    assert (
+        run_cli(
+            *rescore,
+            "--out",
+            tmp_path / "again.jsonl",
+            "--methods",
+            "loss,zlib,mink,minkpp,lowercase",
+            "--k",
+            "0.2,0.7",
+        )
+        == 0
+    )
     rows = read_jsonl(tmp_path / "again.jsonl")
     for column, values in reference.items():
-        np.testing.assert_array_equal([np.nan if r[column] is None else r[column] for r in rows], values, err_msg=column)
+        np.testing.assert_array_equal(
+            [np.nan if r[column] is None else r[column] for r in rows], values, err_msg=column
+        )
 
     (tmp_path / "prefix.txt").write_text(PREFIX[0] + "\n")
-    assert "holds the plain pass only" in fail(capsys, *rescore, "--out", tmp_path / "r.jsonl", "--methods", "recall", "--prefix-nonmembers", tmp_path / "prefix.txt")
+    assert "holds the plain pass only" in fail(
+        capsys,
+        *rescore,
+        "--out",
+        tmp_path / "r.jsonl",
+        "--methods",
+        "recall",
+        "--prefix-nonmembers",
+        tmp_path / "prefix.txt",
+    )
     write_jsonl(tmp_path / "upper.jsonl", [{"text": t.upper()} for t in texts])
-    message = fail(capsys, "rescore", tmp_path / "upper.jsonl", "--stats", tmp_path / "stats.npz", "--out", tmp_path / "u.jsonl", "--methods", "lowercase")
+    message = fail(
+        capsys,
+        "rescore",
+        tmp_path / "upper.jsonl",
+        "--stats",
+        tmp_path / "stats.npz",
+        "--out",
+        tmp_path / "u.jsonl",
+        "--methods",
+        "lowercase",
+    )
     assert "holds the plain pass of the input's texts only" in message
     write_jsonl(tmp_path / "fewer.jsonl", [{"text": t} for t in texts[:2]])
-    message = fail(capsys, "rescore", tmp_path / "fewer.jsonl", "--stats", tmp_path / "stats.npz", "--out", tmp_path / "f.jsonl")
+    message = fail(
+        capsys, "rescore", tmp_path / "fewer.jsonl", "--stats", tmp_path / "stats.npz", "--out", tmp_path / "f.jsonl"
+    )
     assert f"holds the stats of {len(texts)} texts but the input has 2" in message
     assert "a --stats file holds one" in fail(capsys, *rescore, "--out", tmp_path / "x.jsonl", "--setting", "abc")

@@ -27,7 +27,10 @@ WORDS = "the quick brown fox jumps over a lazy dog while rain falls on spain".sp
 
 def make_rows(count: int, seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
-    return [{"id": f"r{i}", "text": " ".join(rng.choices(WORDS, k=rng.randint(0, 12))), "label": i % 2} for i in range(count)]
+    return [
+        {"id": f"r{i}", "text": " ".join(rng.choices(WORDS, k=rng.randint(0, 12))), "label": i % 2}
+        for i in range(count)
+    ]
 
 
 def write_input(path, rows: list[dict]):
@@ -75,11 +78,21 @@ def test_blocks_from_any_row_position_equal_the_whole_file(tmp_path, suffix):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.integers(1, 30), block=st.integers(1, 9), every=st.integers(1, 9), suffix=st.sampled_from(["jsonl", "csv", "parquet"]))
+@given(
+    rows=st.integers(1, 30),
+    block=st.integers(1, 9),
+    every=st.integers(1, 9),
+    suffix=st.sampled_from(["jsonl", "csv", "parquet"]),
+)
 def test_blocks_partition_the_file_whatever_the_sizes(tmp_path, rows, block, every, suffix):
     path = write_input(tmp_path / f"p{rows}-{block}-{every}.{suffix}", make_rows(rows, seed=rows))
     whole = read_dataset(path)
-    texts = [t for p in row_positions(path, every)[0] for b, _ in DataStream(path, start=p, limit=every).blocks(block) for t in b.texts]
+    texts = [
+        t
+        for p in row_positions(path, every)[0]
+        for b, _ in DataStream(path, start=p, limit=every).blocks(block)
+        for t in b.texts
+    ]
     assert texts == whole.texts
     ends = [end for _, end in DataStream(path).blocks(block)]
     assert ends == sorted(ends) and 0 < ends[-1] <= path.stat().st_size
@@ -121,7 +134,9 @@ def test_a_streamed_file_scores_as_the_same_file_in_memory(detector, tmp_path, s
     path = write_input(tmp_path / f"d.{suffix}", make_rows(37))
     options = dict(methods=["loss", "zlib", "mink"], k=[0.2], detector=detector, block_rows=8, progress=False)
     streamed = score_file(DataStream(path, max_words=8), tmp_path / f"streamed.{out_suffix}", **options)
-    in_memory = score_file(cut_to_words(read_dataset(path), 8), tmp_path / f"memory.{out_suffix}", **options, overlap=False)
+    in_memory = score_file(
+        cut_to_words(read_dataset(path), 8), tmp_path / f"memory.{out_suffix}", **options, overlap=False
+    )
     assert read_out(streamed) == read_out(in_memory)
     whole = detector.score([" ".join(t.split()[:8]) for t in read_dataset(path).texts], ["loss"])
     assert losses(read_out(streamed)) == pytest.approx(list(whole["loss"]), rel=1e-5, nan_ok=True)
@@ -174,7 +189,9 @@ def test_resuming_a_stream_keeps_the_written_rows_and_checks_their_ids(detector,
     score_file(DataStream(path), partial, **options, resume=True, log=notes.append)
     resumed = read_out(partial)
     assert [r["id"] for r in resumed] == [r["id"] for r in full] and resumed[:13] == full[:13]
-    assert losses(resumed) == pytest.approx(losses(full), rel=1e-6, nan_ok=True)  # row 14 shares a batch with others now
+    assert losses(resumed) == pytest.approx(
+        losses(full), rel=1e-6, nan_ok=True
+    )  # row 14 shares a batch with others now
     assert "resuming" in notes[0] and "after 13 rows" in notes[0]
     shuffled = make_rows(30)
     shuffled[5]["id"] = "other"

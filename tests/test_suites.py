@@ -30,8 +30,15 @@ def test_wikimia_from_a_split_file_in_a_directory(tmp_path):
 
 
 def test_paraphrased_wikimia_and_label_encodings(tmp_path):
-    rows = [{"input": "a", "label": "member"}, {"input": "b", "label": "nonmember"}, {"input": "c", "label": True}, {"input": "d", "label": False}]
-    data = load_suite("wikimia-paraphrased", split="WikiMIA_length64_paraphrased", files=write_jsonl(tmp_path / "p.jsonl", rows))
+    rows = [
+        {"input": "a", "label": "member"},
+        {"input": "b", "label": "nonmember"},
+        {"input": "c", "label": True},
+        {"input": "d", "label": False},
+    ]
+    data = load_suite(
+        "wikimia-paraphrased", split="WikiMIA_length64_paraphrased", files=write_jsonl(tmp_path / "p.jsonl", rows)
+    )
     assert data.labels == [1, 0, 1, 0]
     write_jsonl(tmp_path / "bad.jsonl", [{"input": "a", "label": "perhaps"}])
     with pytest.raises(MiaFastError, match="row 1: label 'perhaps' is neither member"):
@@ -42,15 +49,26 @@ def test_bookmia_keeps_the_book_as_group(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({"book_id": [0, 0, 1], "book": ["Moby Dick", "Moby Dick", "A 2023 Novel"], "snippet_id": [0, 1, 0],
-                      "snippet": ["Call me Ishmael.", "It was the whale.", "Fresh words."], "label": [1, 1, 0]})
+    table = pa.table(
+        {
+            "book_id": [0, 0, 1],
+            "book": ["Moby Dick", "Moby Dick", "A 2023 Novel"],
+            "snippet_id": [0, 1, 0],
+            "snippet": ["Call me Ishmael.", "It was the whale.", "Fresh words."],
+            "label": [1, 1, 0],
+        }
+    )
     pq.write_table(table, tmp_path / "train.parquet")
     data = load_suite("bookmia", files=tmp_path)
     assert data.groups == ["Moby Dick", "Moby Dick", "A 2023 Novel"] and data.labels == [1, 1, 0]
 
 
 def test_arxivmia_config_keeps_one_field(tmp_path):
-    rows = [{"text": "a", "label": 1, "field": "cs"}, {"text": "b", "label": 0, "field": "math"}, {"text": "c", "label": 0, "field": "cs"}]
+    rows = [
+        {"text": "a", "label": 1, "field": "cs"},
+        {"text": "b", "label": 0, "field": "math"},
+        {"text": "c", "label": 0, "field": "cs"},
+    ]
     path = write_jsonl(tmp_path / "arxiv.jsonl", rows)
     assert load_suite("arxivmia", config="cs", files=path).texts == ["a", "c"]
     assert load_suite("arxivmia", files=path).texts == ["a", "b", "c"]
@@ -59,7 +77,9 @@ def test_arxivmia_config_keeps_one_field(tmp_path):
 
 
 def test_mimir_pairs_become_two_labelled_rows(tmp_path):
-    rows = [{"member": f"m{i}", "nonmember": f"n{i}", "member_neighbors": [], "nonmember_neighbors": []} for i in range(3)]
+    rows = [
+        {"member": f"m{i}", "nonmember": f"n{i}", "member_neighbors": [], "nonmember_neighbors": []} for i in range(3)
+    ]
     write_jsonl(tmp_path / "github" / "ngram_13_0.8.jsonl", rows)
     data = load_suite("mimir", config="github", files=tmp_path)
     assert data.texts == ["m0", "n0", "m1", "n1", "m2", "n2"] and data.labels == [1, 0] * 3
@@ -90,7 +110,10 @@ def test_hub_only_dataset_offline_names_it_and_the_local_way(monkeypatch):
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(MiaFastError, match=r"could not load swj0419/BookMIA \(train\) from the Hugging Face hub.*pass its files as DATA"):
+    with pytest.raises(
+        MiaFastError,
+        match=r"could not load swj0419/BookMIA \(train\) from the Hugging Face hub.*pass its files as DATA",
+    ):
         load_suite("bookmia")
     with pytest.raises(MiaFastError, match="patentmia is not on the Hugging Face hub"):
         load_suite("patentmia")

@@ -60,5 +60,9 @@ def test_contamination_rates_per_group_highest_first():
     flags = np.array([True, True, False, False, True, False])
     scored = np.array([True, True, True, True, True, False])
     rates = contamination_rates(groups, flags, scored)
-    assert [(r["group"], r["flagged"], r["scored"]) for r in rates] == [("book A", 2, 3), ("book B", 1, 2), ("book C", 0, 0)]
+    assert [(r["group"], r["flagged"], r["scored"]) for r in rates] == [
+        ("book A", 2, 3),
+        ("book B", 1, 2),
+        ("book C", 0, 0),
+    ]
     assert rates[0]["rate"] == pytest.approx(2 / 3) and math.isnan(rates[2]["rate"])

@@ -43,7 +43,12 @@ def planted_and_unlearned(tmp_path_factory):
     """(B, C): a tiny model fine-tuned on KEPT + UNLEARNED until it has learned them, then C: B after
     gradient ascent on UNLEARNED."""
     root = tmp_path_factory.mktemp("unlearning")
-    base = save_tiny_llama(root / "base", train_tokenizer({"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}), seed=0, hidden=64)
+    base = save_tiny_llama(
+        root / "base",
+        train_tokenizer({"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}),
+        seed=0,
+        hidden=64,
+    )
     loaded = load_model(str(base), device="cpu", dtype="fp32")
     losses = fine_tune(loaded, KEPT + UNLEARNED, epochs=40, learning_rate=3e-3, batch_size=8)
     assert losses[-1] < 0.2 * losses[0]
@@ -60,11 +65,29 @@ def planted_jsonl(tmp_path_factory):
     return write_jsonl(tmp_path_factory.mktemp("planted") / "planted.jsonl", rows)
 
 
-def test_ratio_rule_flags_exactly_the_planted_texts_that_were_not_unlearned(planted_and_unlearned, planted_jsonl, tmp_path, capsys):
+def test_ratio_rule_flags_exactly_the_planted_texts_that_were_not_unlearned(
+    planted_and_unlearned, planted_jsonl, tmp_path, capsys
+):
     planted, unlearned = planted_and_unlearned
     report = tmp_path / "report"
-    assert run_cli("audit-unlearning", planted_jsonl, "--before", planted, "--after", unlearned, "--method", "mink_0.2",
-                   "--report", report, "--group-field", "book", "--quiet") == 0
+    assert (
+        run_cli(
+            "audit-unlearning",
+            planted_jsonl,
+            "--before",
+            planted,
+            "--after",
+            unlearned,
+            "--method",
+            "mink_0.2",
+            "--report",
+            report,
+            "--group-field",
+            "book",
+            "--quiet",
+        )
+        == 0
+    )
     rows = read_jsonl(report / "audit.jsonl")
     assert [r["id"] for r in rows if r["flag"]] == [f"kept-{i}" for i in range(4)]
     assert all(r["change"] == pytest.approx(r["after"] - r["before"]) and r["before"] < 0 for r in rows)
@@ -81,20 +104,54 @@ def test_threshold_rule_from_calibrate_on_the_model_after(planted_and_unlearned,
     planted, unlearned = planted_and_unlearned
     # Validation on the model after: the texts it still holds are members; texts it never saw are not.
     never_seen = ["over the dog brown lazy jumps thousand fox miles the", "7 77 1 11 5 0 22 9 333 44 8 6"]
-    validation = write_jsonl(tmp_path / "val.jsonl", [{"text": t, "label": 1} for t in KEPT] + [{"text": t, "label": 0} for t in never_seen])
+    validation = write_jsonl(
+        tmp_path / "val.jsonl", [{"text": t, "label": 1} for t in KEPT] + [{"text": t, "label": 0} for t in never_seen]
+    )
     threshold = tmp_path / "t.json"
-    assert run_cli("calibrate", validation, "--model", unlearned, "--method", "mink_0.2", "--out", threshold, "--quiet") == 0
+    assert (
+        run_cli("calibrate", validation, "--model", unlearned, "--method", "mink_0.2", "--out", threshold, "--quiet")
+        == 0
+    )
     value = json.loads(threshold.read_text())["value"]
     report = tmp_path / "report"
-    assert run_cli("audit-unlearning", planted_jsonl, "--before", planted, "--after", unlearned, "--method", "mink_0.2",
-                   "--threshold", threshold, "--report", report, "--quiet") == 0
+    assert (
+        run_cli(
+            "audit-unlearning",
+            planted_jsonl,
+            "--before",
+            planted,
+            "--after",
+            unlearned,
+            "--method",
+            "mink_0.2",
+            "--threshold",
+            threshold,
+            "--report",
+            report,
+            "--quiet",
+        )
+        == 0
+    )
     rows = read_jsonl(report / "audit.jsonl")
     assert [r["flag"] for r in rows] == [r["after"] >= value for r in rows]
     assert all(r["flag"] for r in rows if r["id"].startswith("kept"))  # the threshold's own members
     assert {r["group"] for r in rows} == {"all"}
     # Calibrated on the model after, the threshold does not transfer to another model as the one audited.
-    message = fail(capsys, "audit-unlearning", planted_jsonl, "--before", unlearned, "--after", planted, "--method", "mink_0.2",
-                   "--threshold", threshold, "--report", tmp_path / "other")
+    message = fail(
+        capsys,
+        "audit-unlearning",
+        planted_jsonl,
+        "--before",
+        unlearned,
+        "--after",
+        planted,
+        "--method",
+        "mink_0.2",
+        "--threshold",
+        threshold,
+        "--report",
+        tmp_path / "other",
+    )
     assert "calibrated under other scoring settings (model: calibrated with" in message
 
 
@@ -106,21 +163,56 @@ def test_rules_and_summary_by_hand():
     # kept shares 2/2.1 = 0.95, 0.5, 2, 0.83, unscored, 1
     assert audit.flags.tolist() == [True, False, True, False, False, True]
     summary = {e["group"]: e for e in audit.summary()}
-    assert summary["a"] == {"group": "a", "snippets": 2, "scored": 2, "flagged": 1, "rate": 0.5, "mean_change": pytest.approx((-0.1 - 2.0) / 2)}
-    assert summary["b"] == {"group": "b", "snippets": 3, "scored": 2, "flagged": 1, "rate": 0.5, "mean_change": pytest.approx((0.5 - 0.2) / 2)}
+    assert summary["a"] == {
+        "group": "a",
+        "snippets": 2,
+        "scored": 2,
+        "flagged": 1,
+        "rate": 0.5,
+        "mean_change": pytest.approx((-0.1 - 2.0) / 2),
+    }
+    assert summary["b"] == {
+        "group": "b",
+        "snippets": 3,
+        "scored": 2,
+        "flagged": 1,
+        "rate": 0.5,
+        "mean_change": pytest.approx((0.5 - 0.2) / 2),
+    }
     assert summary["c"]["rate"] == 1.0 and summary["c"]["mean_change"] == 0
     total = audit.total()
     assert (total["snippets"], total["scored"], total["flagged"]) == (6, 5, 3)
     threshold = Threshold("loss", -1.1, "accuracy", None, {})
-    assert audit_unlearning("loss", before, after, ThresholdRule(threshold, "t.json"), "B", "C").flags.tolist() == [False, False, True, False, False, False]
+    assert audit_unlearning("loss", before, after, ThresholdRule(threshold, "t.json"), "B", "C").flags.tolist() == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,
+    ]
     with pytest.raises(MiaFastError, match="must be in"):
         RatioRule("loss", 1.5)
 
 
 def test_before_and_after_models_of_different_tokenizers(tiny_model_dir, tiny_reference_dir, planted_jsonl, tmp_path):
     report = tmp_path / "report"
-    assert run_cli("audit-unlearning", planted_jsonl, "--before", tiny_model_dir, "--after", tiny_reference_dir, "--method", "loss",
-                   "--report", report, "--quiet") == 0
+    assert (
+        run_cli(
+            "audit-unlearning",
+            planted_jsonl,
+            "--before",
+            tiny_model_dir,
+            "--after",
+            tiny_reference_dir,
+            "--method",
+            "loss",
+            "--report",
+            report,
+            "--quiet",
+        )
+        == 0
+    )
     rows = read_jsonl(report / "audit.jsonl")
     texts = [r["text"] for r in read_jsonl(planted_jsonl)]
     for model, column in ((tiny_model_dir, "before"), (tiny_reference_dir, "after")):
@@ -135,7 +227,9 @@ def test_bad_inputs(tiny_model_dir, tiny_reference_dir, planted_jsonl, tmp_path,
     audit = ("audit-unlearning", planted_jsonl, *models)
     assert "unknown method 'nope'" in fail(capsys, *audit, "--method", "nope", "--report", tmp_path / "r")
     threshold = Threshold("mink_0.2", -1.0, "accuracy", None, {}).save(tmp_path / "t.json")
-    assert "is a threshold for mink_0.2, not loss" in fail(capsys, *audit, "--method", "loss", "--threshold", threshold, "--report", tmp_path / "r")
+    assert "is a threshold for mink_0.2, not loss" in fail(
+        capsys, *audit, "--method", "loss", "--threshold", threshold, "--report", tmp_path / "r"
+    )
     assert "must be in (0, 1]" in fail(capsys, *audit, "--method", "loss", "--ratio", "1.5", "--report", tmp_path / "r")
     message = fail(capsys, *audit, "--method", "minkpp_0.2", "--report", tmp_path / "r")
     assert "the ratio rule compares mean log-probabilities" in message and "pass --threshold FILE" in message

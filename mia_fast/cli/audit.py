@@ -7,7 +7,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from mia_fast.cli.options import add_input_options, add_model_options, add_scoring_options, input_name, load_input, score_into, score_settings, single_column
+from mia_fast.cli.options import (
+    add_input_options,
+    add_model_options,
+    add_scoring_options,
+    input_name,
+    load_input,
+    score_into,
+    score_settings,
+    single_column,
+)
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.thresholds import RULES
 
@@ -18,14 +27,23 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     add_scoring_options(parser, methods=False)
     if name == "calibrate":
         parser.add_argument("--method", required=True, help="one score column, e.g. minkpp_0.2, mink_0.2, loss")
-        parser.add_argument("--rule", choices=RULES, default="accuracy", help="best validation accuracy, or the highest TPR at --target-fpr")
+        parser.add_argument(
+            "--rule",
+            choices=RULES,
+            default="accuracy",
+            help="best validation accuracy, or the highest TPR at --target-fpr",
+        )
         parser.add_argument("--target-fpr", type=float, default=0.05, help="for --rule fpr (default 0.05)")
-        parser.add_argument("--out", required=True, help="the threshold file (JSON); the validation scores go beside it")
+        parser.add_argument(
+            "--out", required=True, help="the threshold file (JSON); the validation scores go beside it"
+        )
         parser.set_defaults(handler=command_calibrate)
         return
     parser.add_argument("--threshold", required=True, help="a file written by 'mia-fast calibrate'")
     parser.add_argument("--method", help="check that the threshold is for this method")
-    parser.add_argument("--out", required=True, help="one row per text with its score and flag (.jsonl); the rates go beside it")
+    parser.add_argument(
+        "--out", required=True, help="one row per text with its score and flag (.jsonl); the rates go beside it"
+    )
     parser.add_argument("--top", type=int, default=20, help="documents shown in the printed table")
     parser.set_defaults(handler=command_classify)
 
@@ -49,11 +67,15 @@ def command_calibrate(args: argparse.Namespace) -> None:
     score_into(args, dataset, scores_path)
     scores = read_scores(scores_path, [column])[column]
     settings = score_settings(args) | {"data": input_name(args)}
-    threshold = calibrate(dataset.labels, scores, column, args.rule, args.target_fpr if args.rule == "fpr" else None, settings)
+    threshold = calibrate(
+        dataset.labels, scores, column, args.rule, args.target_fpr if args.rule == "fpr" else None, settings
+    )
     threshold.save(out)
     v = threshold.validation
-    print(f"{column} >= {threshold.value:.6g} flags a member ({args.rule} rule): validation accuracy {v['accuracy']:.3f}, "
-          f"TPR {v['tpr']:.3f}, FPR {v['fpr']:.3f} on {v['members']} members and {v['nonmembers']} non-members")
+    print(
+        f"{column} >= {threshold.value:.6g} flags a member ({args.rule} rule): validation accuracy {v['accuracy']:.3f}, "
+        f"TPR {v['tpr']:.3f}, FPR {v['fpr']:.3f} on {v['members']} members and {v['nonmembers']} non-members"
+    )
     print(f"wrote {out} (validation scores: {scores_path})", file=sys.stderr)
 
 
@@ -73,12 +95,16 @@ def command_classify(args: argparse.Namespace) -> None:
     scores_path = _scores_path(out)
     score_into(args, dataset, scores_path)
     scores = read_scores(scores_path, [threshold.method])[threshold.method]
-    rates = write_classification(out, rates_path, threshold, str(args.threshold), scores, dataset.ids, dataset.labels, dataset.groups)
+    rates = write_classification(
+        out, rates_path, threshold, str(args.threshold), scores, dataset.ids, dataset.labels, dataset.groups
+    )
     print(f"{'document':<40} {'snippets':>8} {'flagged':>8} {'rate':>7}")
     for entry in rates[: args.top]:
         print(f"{entry['group'][:40]:<40} {entry['snippets']:>8} {entry['flagged']:>8} {entry['rate']:>7.1%}")
     if len(rates) > args.top:
         print(f"... {len(rates) - args.top} more in {rates_path}")
     flagged, scored = sum(e["flagged"] for e in rates), sum(e["scored"] for e in rates)
-    print(f"{flagged} of {scored} scored texts flagged ({flagged / max(scored, 1):.1%}) with {threshold.method} >= {threshold.value:.6g}")
+    print(
+        f"{flagged} of {scored} scored texts flagged ({flagged / max(scored, 1):.1%}) with {threshold.method} >= {threshold.value:.6g}"
+    )
     print(f"wrote {out} and {rates_path}", file=sys.stderr)

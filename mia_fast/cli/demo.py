@@ -20,23 +20,62 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     )
     add_model_options(demo, reference=False)  # the reference is the untouched model itself
     demo.add_argument("--report", default="report", help="report directory (default: report)")
-    demo.add_argument("--corpus", help="texts to split (.txt a text per line, .jsonl[.gz], .json.gz, .parquet); default: stdlib docstrings")
+    demo.add_argument(
+        "--corpus",
+        help="texts to split (.txt a text per line, .jsonl[.gz], .json.gz, .parquet); default: stdlib docstrings",
+    )
     demo.add_argument("--text-field", default="text")
-    demo.add_argument("--texts", type=int, default=64, help="texts drawn from the corpus, half of them members (default 64)")
+    demo.add_argument(
+        "--texts", type=int, default=64, help="texts drawn from the corpus, half of them members (default 64)"
+    )
     demo.add_argument("--epochs", type=int, default=FineTuning.epochs)
     demo.add_argument("--lr", type=float, default=FineTuning.learning_rate, help="learning rate (default 1e-4)")
     demo.add_argument("--batch-size", type=int, default=FineTuning.batch_size)
-    demo.add_argument("--max-tokens", type=int, default=FineTuning.max_tokens, help="each text is cut to this many tokens (default 128)")
+    demo.add_argument(
+        "--max-tokens",
+        type=int,
+        default=FineTuning.max_tokens,
+        help="each text is cut to this many tokens (default 128)",
+    )
     demo.add_argument("--seed", type=int, default=FineTuning.seed)
     demo.add_argument("--methods", default=",".join(DEMO_METHODS))
     demo.add_argument("--k", type=floats, help="fractions for mink/minkpp (default 0.1,...,1.0)")
-    demo.add_argument("--prefix-shots", type=int, default=PREFIX_SHOTS, help=f"for recall and conrecall: passages drawn for each prefix, known non-members and (conrecall) known members (default {PREFIX_SHOTS})")
-    demo.add_argument("--probe-texts", type=int, default=PROBE_TEXTS, help=f"for probe: passages drawn as its training set, half of them its proxy's members (default {PROBE_TEXTS})")
-    demo.add_argument("--probe-lr", type=float, default=ProbeTraining.learning_rate, help="for probe: its proxy's fine-tuning learning rate (default 1e-3)")
-    demo.add_argument("--neighbor-model", default=WORD_DROP, help=f"for neighbor: a masked LM that makes the neighbours, or {WORD_DROP!r} (default; no model)")
-    demo.add_argument("--neighbor-count", type=int, default=DEFAULT_NEIGHBORS, help=f"for neighbor: neighbours per text (default {DEFAULT_NEIGHBORS})")
+    demo.add_argument(
+        "--prefix-shots",
+        type=int,
+        default=PREFIX_SHOTS,
+        help=f"for recall and conrecall: passages drawn for each prefix, known non-members and (conrecall) known members (default {PREFIX_SHOTS})",
+    )
+    demo.add_argument(
+        "--probe-texts",
+        type=int,
+        default=PROBE_TEXTS,
+        help=f"for probe: passages drawn as its training set, half of them its proxy's members (default {PROBE_TEXTS})",
+    )
+    demo.add_argument(
+        "--probe-lr",
+        type=float,
+        default=ProbeTraining.learning_rate,
+        help="for probe: its proxy's fine-tuning learning rate (default 1e-3)",
+    )
+    demo.add_argument(
+        "--neighbor-model",
+        default=WORD_DROP,
+        help=f"for neighbor: a masked LM that makes the neighbours, or {WORD_DROP!r} (default; no model)",
+    )
+    demo.add_argument(
+        "--neighbor-count",
+        type=int,
+        default=DEFAULT_NEIGHBORS,
+        help=f"for neighbor: neighbours per text (default {DEFAULT_NEIGHBORS})",
+    )
     demo.add_argument("--bootstrap", type=int, default=1000)
-    demo.add_argument("--no-blind", dest="blind", action="store_false", help="leave out the model-free baselines (bag of words, dates)")
+    demo.add_argument(
+        "--no-blind",
+        dest="blind",
+        action="store_false",
+        help="leave out the model-free baselines (bag of words, dates)",
+    )
     demo.add_argument("--overwrite", action="store_true", help="write into a report directory that is not empty")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(handler=command_demo)
@@ -51,19 +90,41 @@ def command_demo(args: argparse.Namespace) -> None:
 
     report = Path(args.report)
     refuse_nonempty(report, args.overwrite, "--report")
-    require_positive(args, "texts", "epochs", "batch_size", "max_tokens", "prefix_shots", "probe_texts", "lr", "probe_lr", "neighbor_count")
+    require_positive(
+        args,
+        "texts",
+        "epochs",
+        "batch_size",
+        "max_tokens",
+        "prefix_shots",
+        "probe_texts",
+        "lr",
+        "probe_lr",
+        "neighbor_count",
+    )
     corpus = read_corpus(args.corpus, args.text_field) if args.corpus else stdlib_corpus()
     corpus_name = args.corpus or "Python standard library docstrings"
     methods = [m for m in args.methods.split(",") if m]
     neighbors = None
     if "neighbor" in methods:
-        neighbors = neighbor_source(args.neighbor_model, args.neighbor_count, args.seed, device=args.device, progress=not args.quiet)
+        neighbors = neighbor_source(
+            args.neighbor_model, args.neighbor_count, args.seed, device=args.device, progress=not args.quiet
+        )
         neighbors.check_covers([])  # a masked LM that fails to load stops the demo before the fine-tuning
     # Fine-tuning wants fp32 weights; the dtype option still wins if given.
     loaded = load_model(args.model, gguf=args.gguf, device=args.device, dtype=args.dtype or "fp32")
     tuning = FineTuning(args.epochs, args.lr, args.batch_size, args.max_tokens, args.seed)
     steps = args.epochs * -(-(args.texts // 2) // args.batch_size)
-    bars = [tqdm(total=steps, desc="fine-tuning on the members", unit="step", disable=args.quiet, file=sys.stderr, dynamic_ncols=True)]
+    bars = [
+        tqdm(
+            total=steps,
+            desc="fine-tuning on the members",
+            unit="step",
+            disable=args.quiet,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
+    ]
 
     def on_step(step: int, loss: float) -> None:
         bars[-1].set_postfix_str(f"loss {loss:.3f}")
@@ -72,26 +133,54 @@ def command_demo(args: argparse.Namespace) -> None:
     def on_tokenized(tokens: int) -> None:
         if len(bars) == 1:
             bars[0].close()
-            bars.append(tqdm(total=0, desc="scoring members and non-members", unit="tok", disable=args.quiet, file=sys.stderr, dynamic_ncols=True))
+            bars.append(
+                tqdm(
+                    total=0,
+                    desc="scoring members and non-members",
+                    unit="tok",
+                    disable=args.quiet,
+                    file=sys.stderr,
+                    dynamic_ncols=True,
+                )
+            )
         bars[-1].total += tokens
         bars[-1].refresh()
 
     try:
         experiment, results = run_experiment(
-            loaded, corpus, report, tuning, texts=args.texts, methods=methods,
-            ks=args.k, corpus_name=corpus_name, on_step=on_step, bootstrap=args.bootstrap,
-            on_tokenized=on_tokenized, on_progress=lambda tokens: bars[-1].update(tokens), prefix_shots=args.prefix_shots,
-            probe_texts=args.probe_texts, probe_training=ProbeTraining(learning_rate=args.probe_lr, seed=args.seed),
-            neighbors=neighbors, blind=args.blind,
+            loaded,
+            corpus,
+            report,
+            tuning,
+            texts=args.texts,
+            methods=methods,
+            ks=args.k,
+            corpus_name=corpus_name,
+            on_step=on_step,
+            bootstrap=args.bootstrap,
+            on_tokenized=on_tokenized,
+            on_progress=lambda tokens: bars[-1].update(tokens),
+            prefix_shots=args.prefix_shots,
+            probe_texts=args.probe_texts,
+            probe_training=ProbeTraining(learning_rate=args.probe_lr, seed=args.seed),
+            neighbors=neighbors,
+            blind=args.blind,
         )
     finally:
         for bar in bars:
             bar.close()
-    print(f"{len(experiment.trained)} members fine-tuned for {args.epochs} epoch(s) at lr {args.lr:g}: "
-          f"loss {experiment.losses[0]:.3f} -> {experiment.losses[-1]:.3f}; "
-          f"{len(experiment.nonmembers) + len(experiment.dev_nonmembers)} non-members held out")
+    print(
+        f"{len(experiment.trained)} members fine-tuned for {args.epochs} epoch(s) at lr {args.lr:g}: "
+        f"loss {experiment.losses[0]:.3f} -> {experiment.losses[-1]:.3f}; "
+        f"{len(experiment.nonmembers) + len(experiment.dev_nonmembers)} non-members held out"
+    )
     if experiment.dev_members:
-        print(f"probe: layer {experiment.settings['probe_layer']} picked on a dev set of {len(experiment.dev_members)} members and "
-              f"{len(experiment.dev_nonmembers)} non-members, which no method is evaluated on")
+        print(
+            f"probe: layer {experiment.settings['probe_layer']} picked on a dev set of {len(experiment.dev_members)} members and "
+            f"{len(experiment.dev_nonmembers)} non-members, which no method is evaluated on"
+        )
     print(format_table(results))
-    print(f"report: {report / 'report.html'} (also report.md, roc.png, histograms.png, metrics.json, scores.jsonl)", file=sys.stderr)
+    print(
+        f"report: {report / 'report.html'} (also report.md, roc.png, histograms.png, metrics.json, scores.jsonl)",
+        file=sys.stderr,
+    )

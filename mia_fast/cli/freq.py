@@ -19,29 +19,66 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
 
     def counting_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--out", required=True, help="the table file to write")
-        parser.add_argument("--mode", choices=MODES, default="occurrence", help="count every occurrence (default) or each id once per document")
-        parser.add_argument("--max-tokens-per-doc", type=int, help="count only each document's first N tokens (the DC-PDD code used 1024)")
+        parser.add_argument(
+            "--mode",
+            choices=MODES,
+            default="occurrence",
+            help="count every occurrence (default) or each id once per document",
+        )
+        parser.add_argument(
+            "--max-tokens-per-doc",
+            type=int,
+            help="count only each document's first N tokens (the DC-PDD code used 1024)",
+        )
         parser.add_argument("--overwrite", action="store_true", help="replace an existing table")
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
     build = actions.add_parser("build", help="tokenize text corpora with a model's tokenizer and count the tokens")
     build.set_defaults(handler=command_build)
-    build.add_argument("sources", nargs="+", help=".txt (a document per line), .jsonl[.gz], .json.gz (C4), .parquet files, directories or globs")
-    build.add_argument("--tokenizer", required=True, help="hub name, local model directory, .gguf file, or 'default' (the built-in model)")
+    build.add_argument(
+        "sources",
+        nargs="+",
+        help=".txt (a document per line), .jsonl[.gz], .json.gz (C4), .parquet files, directories or globs",
+    )
+    build.add_argument(
+        "--tokenizer",
+        required=True,
+        help="hub name, local model directory, .gguf file, or 'default' (the built-in model)",
+    )
     build.add_argument("--text-field", default="text", help="JSON field or parquet column holding the text")
     build.add_argument("--workers", type=int, help="tokenizer threads (default: one per core)")
-    build.add_argument("--vocab-size", type=int, help="the model's vocabulary size when its output head is larger than the tokenizer")
-    build.add_argument("--skip-bad-records", action="store_true", help="skip and count lines that are not valid UTF-8 or JSON or lack the text field (default: stop)")
-    build.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="count each file in a Ray task of its own (--workers threads each, default 1) "
-                       "on a Ray started here or the cluster at ADDRESS (pip install 'mia-fast[ray]')")
+    build.add_argument(
+        "--vocab-size", type=int, help="the model's vocabulary size when its output head is larger than the tokenizer"
+    )
+    build.add_argument(
+        "--skip-bad-records",
+        action="store_true",
+        help="skip and count lines that are not valid UTF-8 or JSON or lack the text field (default: stop)",
+    )
+    build.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="count each file in a Ray task of its own (--workers threads each, default 1) "
+        "on a Ray started here or the cluster at ADDRESS (pip install 'mia-fast[ray]')",
+    )
     counting_options(build)
 
-    tokens = actions.add_parser("build-tokens", help="count pre-tokenized files: raw uint16/uint32 streams, .npy, Megatron .bin/.idx")
+    tokens = actions.add_parser(
+        "build-tokens", help="count pre-tokenized files: raw uint16/uint32 streams, .npy, Megatron .bin/.idx"
+    )
     tokens.set_defaults(handler=command_build_tokens)
     tokens.add_argument("files", nargs="+", help="token files, or Megatron prefixes (PATH for PATH.bin + PATH.idx)")
     tokens.add_argument("--vocab-size", type=int, required=True)
-    tokens.add_argument("--dtype", choices=TOKEN_DTYPES, help="id type of raw files (.npy headers and Megatron indexes carry their own)")
-    tokens.add_argument("--doc-separator", type=int, help="id that ends every document of a raw stream (for --mode document or --max-tokens-per-doc)")
+    tokens.add_argument(
+        "--dtype", choices=TOKEN_DTYPES, help="id type of raw files (.npy headers and Megatron indexes carry their own)"
+    )
+    tokens.add_argument(
+        "--doc-separator",
+        type=int,
+        help="id that ends every document of a raw stream (for --mode document or --max-tokens-per-doc)",
+    )
     tokens.add_argument("--tokenizer", help="the tokenizer that made the ids, to stamp its fingerprint on the table")
     tokens.add_argument("--threads", type=int, default=0, help="counting threads (default: one per core)")
     counting_options(tokens)
@@ -92,8 +129,16 @@ def command_build(args: argparse.Namespace) -> None:
         build, options = build_from_text, {"workers": args.workers}
     tokenizer = load_tokenizer(args.tokenizer)
     report = build(
-        args.sources, tokenizer, mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc, text_field=args.text_field,
-        vocab_size=args.vocab_size, skip_bad_records=args.skip_bad_records, checkpoint_dir=checkpoints, progress=not args.quiet, **options,
+        args.sources,
+        tokenizer,
+        mode=args.mode,
+        max_tokens_per_doc=args.max_tokens_per_doc,
+        text_field=args.text_field,
+        vocab_size=args.vocab_size,
+        skip_bad_records=args.skip_bad_records,
+        checkpoint_dir=checkpoints,
+        progress=not args.quiet,
+        **options,
     )
     report.table.save(out, overwrite=args.overwrite)
     shutil.rmtree(checkpoints, ignore_errors=True)
@@ -104,7 +149,9 @@ def command_build(args: argparse.Namespace) -> None:
         for example in report.bad_examples:
             print(f"  {example}", file=sys.stderr)
     rate = report.table.tokens / max(report.seconds, 1e-9)
-    print(f"{_summary(report.table, out)} ({report.bytes_read / 2**20:.1f} MiB in {report.seconds:.1f}s, {rate / 1e6:.2f}M tokens/s)")
+    print(
+        f"{_summary(report.table, out)} ({report.bytes_read / 2**20:.1f} MiB in {report.seconds:.1f}s, {rate / 1e6:.2f}M tokens/s)"
+    )
 
 
 def command_build_tokens(args: argparse.Namespace) -> None:
@@ -116,8 +163,15 @@ def command_build_tokens(args: argparse.Namespace) -> None:
 
         fingerprint = tokenizer_fingerprint(load_tokenizer(args.tokenizer))
     table = build_from_tokens(
-        args.files, vocab_size=args.vocab_size, dtype=args.dtype, mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc,
-        doc_separator=args.doc_separator, tokenizer_fingerprint=fingerprint, threads=args.threads, progress=not args.quiet,
+        args.files,
+        vocab_size=args.vocab_size,
+        dtype=args.dtype,
+        mode=args.mode,
+        max_tokens_per_doc=args.max_tokens_per_doc,
+        doc_separator=args.doc_separator,
+        tokenizer_fingerprint=fingerprint,
+        threads=args.threads,
+        progress=not args.quiet,
     )
     table.save(out, overwrite=args.overwrite)
     print(_summary(table, out))
@@ -128,7 +182,11 @@ def command_info(args: argparse.Namespace) -> None:
     for key, value in table.header().items():
         if key != "sources":
             print(f"{key:22} {value}")
-    print(f"{'sources':22} {len(table.sources)}: " + ", ".join(table.sources[:5]) + (" ..." if len(table.sources) > 5 else ""))
+    print(
+        f"{'sources':22} {len(table.sources)}: "
+        + ", ".join(table.sources[:5])
+        + (" ..." if len(table.sources) > 5 else "")
+    )
     print(f"{'ids seen':22} {int((table.counts > 0).sum())} of {table.vocab_size}")
     decode = None
     if args.tokenizer:
@@ -140,7 +198,9 @@ def command_info(args: argparse.Namespace) -> None:
     total = max(int(table.counts.sum()), 1)
     for rank, token_id in enumerate(top, start=1):
         label = f" {decode(int(token_id))!r}" if decode else ""
-        print(f"{rank:>4}. id {int(token_id):>7}{label}: {int(table.counts[token_id]):,} ({table.counts[token_id] / total:.3%})")
+        print(
+            f"{rank:>4}. id {int(token_id):>7}{label}: {int(table.counts[token_id]):,} ({table.counts[token_id] / total:.3%})"
+        )
 
 
 def command_merge(args: argparse.Namespace) -> None:

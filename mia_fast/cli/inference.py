@@ -26,13 +26,26 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument("suspect", help="the texts in question (.jsonl[.gz], .json[.gz], .csv, .parquet)")
     parser.add_argument("validation", help="texts of the same distribution known not to be in the training data")
     parser.add_argument("--text-field", default="text")
-    parser.add_argument("--report", required=True, help="directory for dataset_inference.json, p_values.png, report.md and the scores")
+    parser.add_argument(
+        "--report", required=True, help="directory for dataset_inference.json, p_values.png, report.md and the scores"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the halves and the draws (default 0)")
-    parser.add_argument("--methods", default=FEATURE_METHODS, help=f"the features: comma-separated methods (default {FEATURE_METHODS}; ref is added with --ref-model)")
-    parser.add_argument("--k", type=floats, default=floats(FEATURE_KS), help=f"fractions for mink/minkpp (default {FEATURE_KS})")
+    parser.add_argument(
+        "--methods",
+        default=FEATURE_METHODS,
+        help=f"the features: comma-separated methods (default {FEATURE_METHODS}; ref is added with --ref-model)",
+    )
+    parser.add_argument(
+        "--k", type=floats, default=floats(FEATURE_KS), help=f"fractions for mink/minkpp (default {FEATURE_KS})"
+    )
     add_model_options(parser)
     add_scoring_options(parser, methods=False)
-    parser.set_defaults(neighbor_field=None, neighbor_model=WORD_DROP, neighbor_count=FEATURE_NEIGHBORS, handler=command_dataset_inference)
+    parser.set_defaults(
+        neighbor_field=None,
+        neighbor_model=WORD_DROP,
+        neighbor_count=FEATURE_NEIGHBORS,
+        handler=command_dataset_inference,
+    )
 
 
 def command_dataset_inference(args: argparse.Namespace) -> None:
@@ -45,27 +58,61 @@ def command_dataset_inference(args: argparse.Namespace) -> None:
 
     report = Path(args.report)
     refuse_nonempty(report, args.overwrite or args.resume, "--report")
-    sets = [read_dataset(path, args.text_field, id_field=None, label_field=None) for path in (args.suspect, args.validation)]
+    sets = [
+        read_dataset(path, args.text_field, id_field=None, label_field=None) for path in (args.suspect, args.validation)
+    ]
     for dataset, what in zip(sets, ("suspect", "validation")):
         if len(dataset.texts) < MIN_TEXTS:
-            raise MiaFastError(f"the {what} set has {len(dataset.texts)} texts; dataset inference needs at least {MIN_TEXTS}")
+            raise MiaFastError(
+                f"the {what} set has {len(dataset.texts)} texts; dataset inference needs at least {MIN_TEXTS}"
+            )
     methods = args.methods.split(",") + (["ref"] if args.ref_model and "ref" not in args.methods.split(",") else [])
     features = [c for r in resolve_methods(methods, args.k) for c in r.columns]
-    combined = Dataset(texts=sets[0].texts + sets[1].texts, ids=None, labels=[SUSPECT] * len(sets[0].texts) + [VALIDATION] * len(sets[1].texts))
+    combined = Dataset(
+        texts=sets[0].texts + sets[1].texts,
+        ids=None,
+        labels=[SUSPECT] * len(sets[0].texts) + [VALIDATION] * len(sets[1].texts),
+    )
     scores_path = report / "scores.jsonl"
     score_file(
-        combined, scores_path, methods=methods, k=args.k, a=args.a, resume=args.resume, overwrite=args.overwrite, block_rows=args.block_rows,
-        label_field="suspect", progress=not args.quiet, data_name=f"{args.suspect} + {args.validation}", log=stderr,
-        neighbors=neighbor_source(args, combined) if "neighbor" in methods else None, **detector_options(args),
+        combined,
+        scores_path,
+        methods=methods,
+        k=args.k,
+        a=args.a,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        block_rows=args.block_rows,
+        label_field="suspect",
+        progress=not args.quiet,
+        data_name=f"{args.suspect} + {args.validation}",
+        log=stderr,
+        neighbors=neighbor_source(args, combined) if "neighbor" in methods else None,
+        **detector_options(args),
     )
     columns = read_scores(scores_path, features)
     suspect_rows = slice(0, len(sets[0].texts))
     validation_rows = slice(len(sets[0].texts), None)
-    result = dataset_inference({f: v[suspect_rows] for f, v in columns.items()}, {f: v[validation_rows] for f, v in columns.items()},
-                               features, seed=args.seed)
-    meta = {"suspect": args.suspect, "validation": args.validation, "model": model_name(args),
-            "ref_model": args.ref_model, "features": ",".join(methods), "k": args.k, "seed": args.seed, "scores": str(scores_path)}
+    result = dataset_inference(
+        {f: v[suspect_rows] for f, v in columns.items()},
+        {f: v[validation_rows] for f, v in columns.items()},
+        features,
+        seed=args.seed,
+    )
+    meta = {
+        "suspect": args.suspect,
+        "validation": args.validation,
+        "model": model_name(args),
+        "ref_model": args.ref_model,
+        "features": ",".join(methods),
+        "k": args.k,
+        "seed": args.seed,
+        "scores": str(scores_path),
+    }
     written = write_dataset_inference(report, result, meta)
     print(result.summary())
-    print("held-out texts per set: " + "  ".join(f"{n}: p={p:.3g}" for n, p in zip(result.test.sizes, result.test.p_values)))
+    print(
+        "held-out texts per set: "
+        + "  ".join(f"{n}: p={p:.3g}" for n, p in zip(result.test.sizes, result.test.p_values))
+    )
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)

@@ -12,21 +12,33 @@ import importlib
 import os
 import sys
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from mia_fast.errors import MiaFastError
 
 # command: (help, module that adds its options and handler)
 COMMANDS = {
     "score": ("score texts with every requested method", "mia_fast.cli.score"),
-    "rescore": ("score again from a stats cache alone: other methods, k or cap without a model or a forward pass", "mia_fast.cli.rescore"),
+    "rescore": (
+        "score again from a stats cache alone: other methods, k or cap without a model or a forward pass",
+        "mia_fast.cli.rescore",
+    ),
     "eval": ("score labelled texts and report AUROC / TPR@FPR per method", "mia_fast.cli.score"),
     "calibrate": ("pick a decision threshold for one method on a labelled validation set", "mia_fast.cli.audit"),
     "classify": ("flag texts with a calibrated threshold; contamination rate per document", "mia_fast.cli.audit"),
-    "audit-unlearning": ("score texts under a model before and after unlearning; flag those that still look like members", "mia_fast.cli.unlearning"),
-    "demo": ("plant known members into a model by fine-tuning, then evaluate every method on them", "mia_fast.cli.demo"),
+    "audit-unlearning": (
+        "score texts under a model before and after unlearning; flag those that still look like members",
+        "mia_fast.cli.unlearning",
+    ),
+    "demo": (
+        "plant known members into a model by fine-tuning, then evaluate every method on them",
+        "mia_fast.cli.demo",
+    ),
     "freq": ("token-frequency tables of a reference corpus (for dcpdd)", "mia_fast.cli.freq"),
-    "dataset-inference": ("is a set of texts in the training data? (Maini et al.: many features, a linear model, a t-test)", "mia_fast.cli.inference"),
+    "dataset-inference": (
+        "is a set of texts in the training data? (Maini et al.: many features, a linear model, a t-test)",
+        "mia_fast.cli.inference",
+    ),
     "probe": ("train the white-box probe on a model's hidden states (for the probe method)", "mia_fast.cli.probe"),
 }
 

@@ -14,23 +14,51 @@ from mia_fast.methods.probe import NORMALIZATIONS
 def add_command(name: str, probe: argparse.ArgumentParser) -> None:
     actions = probe.add_subparsers(dest="probe_command", required=True)
     train = actions.add_parser(
-        "train", help="train a probe for a model on a labelled training set and pick its layer on a labelled dev set",
+        "train",
+        help="train a probe for a model on a labelled training set and pick its layer on a labelled dev set",
         description="TRAIN's labels say which texts the proxy (a fine-tuned copy of the model) is trained on (1) and "
-                    "which it is not (0); DEV's labels are membership in the model itself. The two must be disjoint "
-                    "from the texts the probe will judge.",
+        "which it is not (0); DEV's labels are membership in the model itself. The two must be disjoint "
+        "from the texts the probe will judge.",
     )
-    train.add_argument("--train", required=True, help="labelled texts (.jsonl[.gz], .json[.gz], .csv, .parquet): at least 4 of each class")
+    train.add_argument(
+        "--train",
+        required=True,
+        help="labelled texts (.jsonl[.gz], .json[.gz], .csv, .parquet): at least 4 of each class",
+    )
     train.add_argument("--dev", required=True, help="labelled texts for picking the layer: both classes")
     train.add_argument("--text-field", default="text")
     train.add_argument("--label-field", default="label")
     add_model_options(train, reference=False)
-    train.add_argument("--lr", type=float, default=ProbeTraining.learning_rate, help="the proxy's fine-tuning learning rate (default 1e-3)")
-    train.add_argument("--epochs", type=int, default=ProbeTraining.epochs, help="the proxy's fine-tuning epochs (default 2)")
-    train.add_argument("--batch-size", type=int, help="texts per optimizer step of the proxy (default: every member, as the paper)")
-    train.add_argument("--micro-batch", type=int, default=ProbeTraining.micro_batch, help="texts per forward while fine-tuning (gradients accumulate)")
-    train.add_argument("--probe-epochs", type=int, default=ProbeTraining.probe_epochs, help="full-batch epochs of each layer's logistic regression")
-    train.add_argument("--normalization", choices=NORMALIZATIONS, default=ProbeTraining.normalization,
-                       help="standardise dev (and later scored) activations by their own statistics (split, the paper) or the training split's")
+    train.add_argument(
+        "--lr",
+        type=float,
+        default=ProbeTraining.learning_rate,
+        help="the proxy's fine-tuning learning rate (default 1e-3)",
+    )
+    train.add_argument(
+        "--epochs", type=int, default=ProbeTraining.epochs, help="the proxy's fine-tuning epochs (default 2)"
+    )
+    train.add_argument(
+        "--batch-size", type=int, help="texts per optimizer step of the proxy (default: every member, as the paper)"
+    )
+    train.add_argument(
+        "--micro-batch",
+        type=int,
+        default=ProbeTraining.micro_batch,
+        help="texts per forward while fine-tuning (gradients accumulate)",
+    )
+    train.add_argument(
+        "--probe-epochs",
+        type=int,
+        default=ProbeTraining.probe_epochs,
+        help="full-batch epochs of each layer's logistic regression",
+    )
+    train.add_argument(
+        "--normalization",
+        choices=NORMALIZATIONS,
+        default=ProbeTraining.normalization,
+        help="standardise dev (and later scored) activations by their own statistics (split, the paper) or the training split's",
+    )
     train.add_argument("--seed", type=int, default=ProbeTraining.seed)
     train.add_argument("--batch-tokens", type=int, help="token budget per forward batch when reading activations")
     train.add_argument("--out", required=True, help="the probe directory: probe.json, probe.safetensors, dev_auroc.png")
@@ -54,11 +82,20 @@ def command_train(args: argparse.Namespace) -> None:
     dev = read_dataset(args.dev, args.text_field, None, args.label_field, require_labels=True)
     members, _ = check_labelled(train, "training", 4)
     check_labelled(dev, "dev")
-    settings = ProbeTraining(args.lr, args.epochs, args.batch_size, args.micro_batch, probe_epochs=args.probe_epochs,
-                             normalization=args.normalization, seed=args.seed)
+    settings = ProbeTraining(
+        args.lr,
+        args.epochs,
+        args.batch_size,
+        args.micro_batch,
+        probe_epochs=args.probe_epochs,
+        normalization=args.normalization,
+        seed=args.seed,
+    )
     loaded = load_model(args.model, gguf=args.gguf, device=args.device, dtype=args.dtype)
     steps = args.epochs * -(-len(members) // (args.batch_size or len(members)))
-    bar = tqdm(total=steps, desc="fine-tuning the proxy", unit="step", disable=args.quiet, file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=steps, desc="fine-tuning the proxy", unit="step", disable=args.quiet, file=sys.stderr, dynamic_ncols=True
+    )
 
     def on_step(step: int, loss: float) -> None:
         bar.set_postfix_str(f"loss {loss:.3f}")
@@ -69,12 +106,28 @@ def command_train(args: argparse.Namespace) -> None:
     def on_progress(tokens: int) -> None:
         if len(bars) == 1:
             bars[0].close()
-            bars.append(tqdm(desc="reading every layer's activations", unit="tok", disable=args.quiet, file=sys.stderr, dynamic_ncols=True))
+            bars.append(
+                tqdm(
+                    desc="reading every layer's activations",
+                    unit="tok",
+                    disable=args.quiet,
+                    file=sys.stderr,
+                    dynamic_ncols=True,
+                )
+            )
         bars[-1].update(tokens)
 
     try:
-        report = train_probe(loaded, train, dev, settings, keep_proxy=args.keep_proxy, batch_tokens=args.batch_tokens,
-                             on_step=on_step, on_progress=on_progress)
+        report = train_probe(
+            loaded,
+            train,
+            dev,
+            settings,
+            keep_proxy=args.keep_proxy,
+            batch_tokens=args.batch_tokens,
+            on_step=on_step,
+            on_progress=on_progress,
+        )
     finally:
         for each in bars:
             each.close()
@@ -83,5 +136,7 @@ def command_train(args: argparse.Namespace) -> None:
     for layer, (split, trained) in enumerate(zip(report.dev_auroc["split"], report.dev_auroc["train"])):
         mark = "  <- kept" if layer == report.probe.layer else ""
         print(f"{layer:>5} {split:>18.3f} {trained:>18.3f}{mark}")
-    print(f"kept layer {report.probe.layer} ({args.normalization} normalisation); proxy loss {report.proxy_losses[0]:.3f} -> {report.proxy_losses[-1]:.3f}")
+    print(
+        f"kept layer {report.probe.layer} ({args.normalization} normalisation); proxy loss {report.proxy_losses[0]:.3f} -> {report.proxy_losses[-1]:.3f}"
+    )
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)

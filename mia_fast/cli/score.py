@@ -28,26 +28,60 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
     add_scoring_options(parser)
     if name == "score":
-        parser.add_argument("--out", required=True, help="scores: .jsonl, .csv or .parquet (one row per input row, in order)")
+        parser.add_argument(
+            "--out", required=True, help="scores: .jsonl, .csv or .parquet (one row per input row, in order)"
+        )
         online = parser.add_argument_group("online detection (Min-K%++ §4.4)")
-        online.add_argument("--online", type=int, metavar="W", help="also score every window of W scored tokens: each row gets its best "
-                            "window (online_max, online_start, online_end, online_text) and every window's score goes to OUT_STEM.windows.jsonl")
-        online.add_argument("--online-stride", type=int, metavar="S", help="scored tokens between window starts (default W // 2)")
+        online.add_argument(
+            "--online",
+            type=int,
+            metavar="W",
+            help="also score every window of W scored tokens: each row gets its best "
+            "window (online_max, online_start, online_end, online_text) and every window's score goes to OUT_STEM.windows.jsonl",
+        )
+        online.add_argument(
+            "--online-stride", type=int, metavar="S", help="scored tokens between window starts (default W // 2)"
+        )
         online.add_argument("--online-method", help=f"loss, mink_<k> or minkpp_<k> (default {DEFAULT_ONLINE_METHOD})")
         cluster = parser.add_argument_group("Ray cluster (pip install 'mia-fast[ray]')")
-        cluster.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="score on Ray: a Ray started here, or the cluster at ADDRESS "
-                             "(host:port, ray://host:10001 or auto); shards and their manifest go to OUT.shards/")
-        cluster.add_argument("--ray-workers", type=int, metavar="N", help="model actors (default: one per GPU, or one per node without GPUs)")
-        cluster.add_argument("--shard-rows", type=int, metavar="S", help="rows per shard, a multiple of --block-rows (default 8 blocks)")
+        cluster.add_argument(
+            "--ray",
+            nargs="?",
+            const="",
+            metavar="ADDRESS",
+            help="score on Ray: a Ray started here, or the cluster at ADDRESS "
+            "(host:port, ray://host:10001 or auto); shards and their manifest go to OUT.shards/",
+        )
+        cluster.add_argument(
+            "--ray-workers",
+            type=int,
+            metavar="N",
+            help="model actors (default: one per GPU, or one per node without GPUs)",
+        )
+        cluster.add_argument(
+            "--shard-rows", type=int, metavar="S", help="rows per shard, a multiple of --block-rows (default 8 blocks)"
+        )
         parser.set_defaults(handler=command_score)
         return
     parser.add_argument("--report", help="directory for metrics.json, figures, report.md and report.html")
     parser.add_argument("--out", help="scores file (default: REPORT/scores.jsonl)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the AUROC CI")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--buckets", type=ints, help="word-length bucket edges, e.g. 32,64,128,256: metrics per bucket too")
-    parser.add_argument("--no-blind", dest="blind", action="store_false", help="leave out the model-free baselines (bag of words, dates) that check whether the split leaks")
-    parser.add_argument("--compare", nargs=2, metavar=("REPORT_A", "REPORT_B"), help="print the differences between two report directories and stop")
+    parser.add_argument(
+        "--buckets", type=ints, help="word-length bucket edges, e.g. 32,64,128,256: metrics per bucket too"
+    )
+    parser.add_argument(
+        "--no-blind",
+        dest="blind",
+        action="store_false",
+        help="leave out the model-free baselines (bag of words, dates) that check whether the split leaks",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("REPORT_A", "REPORT_B"),
+        help="print the differences between two report directories and stop",
+    )
     parser.set_defaults(handler=command_eval)
 
 
@@ -72,9 +106,23 @@ def score_with_ray(args: argparse.Namespace) -> None:
         raise MiaFastError("--ray reads DATA in shards: give a data file, without --suite or --neighbor-field")
     data = load_input(args, stream=True)
     cluster.score_on_ray(
-        data, Path(args.out), address=args.ray or None, workers=args.ray_workers, shard_rows=args.shard_rows, methods=args.methods.split(","),
-        k=args.k, a=args.a, resume=args.resume, overwrite=args.overwrite, block_rows=args.block_rows, id_field=args.id_field,
-        label_field=args.label_field, progress=not args.quiet, log=stderr, neighbors=neighbor_source(args, data), **detector_options(args),
+        data,
+        Path(args.out),
+        address=args.ray or None,
+        workers=args.ray_workers,
+        shard_rows=args.shard_rows,
+        methods=args.methods.split(","),
+        k=args.k,
+        a=args.a,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        block_rows=args.block_rows,
+        id_field=args.id_field,
+        label_field=args.label_field,
+        progress=not args.quiet,
+        log=stderr,
+        neighbors=neighbor_source(args, data),
+        **detector_options(args),
     )
 
 
@@ -106,8 +154,16 @@ def command_eval(args: argparse.Namespace) -> None:
     if args.buckets:
         names = assign_buckets([count_words(t) for t in dataset.texts], args.buckets)
         buckets = metrics.evaluate_by_group(labels, columns, names, resamples=args.bootstrap, seed=args.seed)
-    meta = {"data": input_name(args), "model": model_name(args), "scores": str(out_path), "prepend_start": args.prepend_start,
-            "max_words": args.max_words, "methods": args.methods, "k": args.k, "model_free_baselines": args.blind}
+    meta = {
+        "data": input_name(args),
+        "model": model_name(args),
+        "scores": str(out_path),
+        "prepend_start": args.prepend_start,
+        "max_words": args.max_words,
+        "methods": args.methods,
+        "k": args.k,
+        "model_free_baselines": args.blind,
+    }
     paths = write_report(args.report, labels, columns, results, meta, buckets=buckets)
     print(format_table(results))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)

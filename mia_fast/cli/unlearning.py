@@ -29,18 +29,37 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     )
     add_input_options(parser)
     models = parser.add_argument_group("models")
-    models.add_argument("--before", required=True, metavar="MODEL", help="the model before unlearning: hub name, directory or .gguf file")
-    models.add_argument("--after", required=True, metavar="MODEL", help="the model after unlearning: hub name, directory or .gguf file")
+    models.add_argument(
+        "--before",
+        required=True,
+        metavar="MODEL",
+        help="the model before unlearning: hub name, directory or .gguf file",
+    )
+    models.add_argument(
+        "--after", required=True, metavar="MODEL", help="the model after unlearning: hub name, directory or .gguf file"
+    )
     models.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     models.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
     add_scoring_options(parser, methods=False)
     audit = parser.add_argument_group("audit")
     audit.add_argument("--method", required=True, help="one score column, e.g. mink_0.2 or loss")
-    audit.add_argument("--report", required=True, help="directory for audit.jsonl, groups.json, before_after.png, report.md and the scores")
+    audit.add_argument(
+        "--report",
+        required=True,
+        help="directory for audit.jsonl, groups.json, before_after.png, report.md and the scores",
+    )
     rule = audit.add_mutually_exclusive_group()
-    rule.add_argument("--threshold", metavar="FILE", help="flag texts whose after score reaches this threshold ('mia-fast calibrate' on the model after)")
-    rule.add_argument("--ratio", type=float, help=f"flag texts whose after score kept at least this share of the before score (default {DEFAULT_RATIO}; "
-                                                  "mean log-probabilities only: loss, mink_K)")
+    rule.add_argument(
+        "--threshold",
+        metavar="FILE",
+        help="flag texts whose after score reaches this threshold ('mia-fast calibrate' on the model after)",
+    )
+    rule.add_argument(
+        "--ratio",
+        type=float,
+        help=f"flag texts whose after score kept at least this share of the before score (default {DEFAULT_RATIO}; "
+        "mean log-probabilities only: loss, mink_K)",
+    )
     parser.set_defaults(handler=command_audit_unlearning)
 
 
@@ -52,7 +71,13 @@ def _with_model(args: argparse.Namespace, model: str) -> argparse.Namespace:
 def command_audit_unlearning(args: argparse.Namespace) -> None:
     from mia_fast.data import read_scores
     from mia_fast.evaluation.thresholds import Threshold
-    from mia_fast.evaluation.unlearning import RatioRule, ThresholdRule, audit_unlearning, format_table, write_audit_report
+    from mia_fast.evaluation.unlearning import (
+        RatioRule,
+        ThresholdRule,
+        audit_unlearning,
+        format_table,
+        write_audit_report,
+    )
 
     column = single_column(args.method)
     report = Path(args.report)

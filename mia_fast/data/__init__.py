@@ -15,6 +15,16 @@ from mia_fast.data.files import (
 from mia_fast.data.suites import SUITES, load_suite
 
 __all__ = [
-    "INPUT_SUFFIXES", "OUTPUT_SUFFIXES", "SUITES", "Dataset", "DataStream", "ResultWriter", "load_suite", "parse_label", "read_dataset",
-    "read_rows", "read_scores", "read_texts",
+    "INPUT_SUFFIXES",
+    "OUTPUT_SUFFIXES",
+    "SUITES",
+    "Dataset",
+    "DataStream",
+    "ResultWriter",
+    "load_suite",
+    "parse_label",
+    "read_dataset",
+    "read_rows",
+    "read_scores",
+    "read_texts",
 ]

@@ -15,9 +15,10 @@ import math
 import os
 import sys
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,8 +32,18 @@ OUTPUT_SUFFIXES = (".jsonl", ".csv", ".parquet")
 PARQUET_CONVERSION_ROWS = 8192
 # Label encodings seen in the field's datasets, mapped to 1 = member, 0 = non-member.
 _LABEL_WORDS = {
-    "0": 0, "1": 1, "0.0": 0, "1.0": 1, "true": 1, "false": 0,
-    "member": 1, "nonmember": 0, "non-member": 0, "non_member": 0, "seen": 1, "unseen": 0,
+    "0": 0,
+    "1": 1,
+    "0.0": 0,
+    "1.0": 1,
+    "true": 1,
+    "false": 0,
+    "member": 1,
+    "nonmember": 0,
+    "non-member": 0,
+    "non_member": 0,
+    "seen": 1,
+    "unseen": 0,
 }
 
 
@@ -252,7 +263,13 @@ class DataStream:
         self.path, _ = _input_path(path)
         if max_words is not None and max_words < 1:
             raise MiaFastError(f"--max-words must be positive, got {max_words}")
-        self.fields = {"text": text_field, "id": id_field, "label": label_field, "group": group_field, "neighbors": neighbor_field}
+        self.fields = {
+            "text": text_field,
+            "id": id_field,
+            "label": label_field,
+            "group": group_field,
+            "neighbors": neighbor_field,
+        }
         self.require_labels = require_labels
         self.max_words = max_words
         self.start = start or RowPosition(0, 0)
@@ -294,11 +311,23 @@ class DataStream:
         if labels is not None:
             labels = [_row_label(path, number, value) for (number, _), value in zip(rows, labels)]
         elif self.require_labels:
-            raise MiaFastError(f"{path}: no {fields['label']!r} field; evaluation needs 0/1 labels (pick the field with --label-field)")
+            raise MiaFastError(
+                f"{path}: no {fields['label']!r} field; evaluation needs 0/1 labels (pick the field with --label-field)"
+            )
         if fields["group"] and groups is None:
             raise MiaFastError(f"{path}: no {fields['group']!r} field for --group-field")
-        neighbors = [_neighbor_list(path, number, record, fields["neighbors"]) for number, record in rows] if fields["neighbors"] else None
-        dataset = Dataset(texts=texts, ids=ids, labels=labels, groups=None if groups is None else [str(g) for g in groups], neighbors=neighbors)
+        neighbors = (
+            [_neighbor_list(path, number, record, fields["neighbors"]) for number, record in rows]
+            if fields["neighbors"]
+            else None
+        )
+        dataset = Dataset(
+            texts=texts,
+            ids=ids,
+            labels=labels,
+            groups=None if groups is None else [str(g) for g in groups],
+            neighbors=neighbors,
+        )
         return cut_to_words(dataset, self.max_words) if self.max_words is not None else dataset
 
 
@@ -315,7 +344,9 @@ def cut_to_words(dataset: Dataset, max_words: int) -> Dataset:
 def _row_text(path: Path, number: int, record: dict, field: str) -> str:
     if field not in record:
         present = ", ".join(map(str, record)) or "none"
-        raise MiaFastError(f"{path}: row at line {number} has no {field!r} field (fields: {present}); pick one with --text-field")
+        raise MiaFastError(
+            f"{path}: row at line {number} has no {field!r} field (fields: {present}); pick one with --text-field"
+        )
     text = record[field]
     if text is None:
         return ""
@@ -335,16 +366,31 @@ def read_dataset(
 ) -> Dataset:
     """Reads texts, plus ids, labels and groups where the file has those fields, and with
     ``neighbor_field`` each row's list of neighbour texts."""
-    stream = DataStream(path, text_field, id_field, label_field, require_labels=require_labels, group_field=group_field,
-                        neighbor_field=neighbor_field)
+    stream = DataStream(
+        path,
+        text_field,
+        id_field,
+        label_field,
+        require_labels=require_labels,
+        group_field=group_field,
+        neighbor_field=neighbor_field,
+    )
     return next(stream.blocks(sys.maxsize))[0]
 
 
 def _neighbor_list(path: str | os.PathLike, number: int, record: dict, field: str) -> tuple[str, ...]:
     value = record.get(field)
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        found = "missing" if field not in record else f"a {type(value).__name__}" if not isinstance(value, (list, tuple)) else "a list holding non-texts"
-        raise MiaFastError(f"{path}: row at line {number}: {field!r} is {found}, not a list of texts (--neighbor-field)")
+        found = (
+            "missing"
+            if field not in record
+            else f"a {type(value).__name__}"
+            if not isinstance(value, (list, tuple))
+            else "a list holding non-texts"
+        )
+        raise MiaFastError(
+            f"{path}: row at line {number}: {field!r} is {found}, not a list of texts (--neighbor-field)"
+        )
     return tuple(value)
 
 
@@ -389,7 +435,7 @@ def parse_label(value: Any) -> int:
         return int(value)
     if isinstance(value, str) and value.strip().lower() in _LABEL_WORDS:
         return _LABEL_WORDS[value.strip().lower()]
-    raise MiaFastError(f"label {value!r} is neither member (1, true, \"member\") nor non-member (0, false, \"nonmember\")")
+    raise MiaFastError(f'label {value!r} is neither member (1, true, "member") nor non-member (0, false, "nonmember")')
 
 
 def _row_label(path: Path, number: int, value: Any) -> int:
@@ -451,7 +497,9 @@ class ResultWriter:
             rows = list(csv.reader(io.StringIO(text, newline="")))
             if not rows or rows[0] != self.columns:
                 found = rows[0] if rows else []
-                raise MiaFastError(f"{self.stage} has columns {found}, not {self.columns}; cannot resume with other methods or fields")
+                raise MiaFastError(
+                    f"{self.stage} has columns {found}, not {self.columns}; cannot resume with other methods or fields"
+                )
             count = len(rows) - 1
         else:
             count = 0
@@ -461,7 +509,9 @@ class ResultWriter:
                 except json.JSONDecodeError:
                     raise MiaFastError(f"{self.stage}:{line_number}: not a result row; cannot resume") from None
                 if keys != self.columns:
-                    raise MiaFastError(f"{self.stage} has columns {keys}, not {self.columns}; cannot resume with other methods or fields")
+                    raise MiaFastError(
+                        f"{self.stage} has columns {keys}, not {self.columns}; cannot resume with other methods or fields"
+                    )
                 count += 1
         if len(keep) != len(raw):
             with open(self.stage, "r+b") as f:
@@ -524,7 +574,11 @@ class ResultWriter:
         # Two passes over the staged rows, a few thousand at a time: one for the column types (a column that is
         # empty in the first rows and text later is text), one to write.
         schemas = [table.schema for table in self._staged_tables()]
-        schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.table({c: [] for c in self.columns}).schema
+        schema = (
+            pa.unify_schemas(schemas, promote_options="permissive")
+            if schemas
+            else pa.table({c: [] for c in self.columns}).schema
+        )
         with pq.ParquetWriter(staging, schema) as parquet:
             for table in self._staged_tables():
                 parquet.write_table(table.select(schema.names).cast(schema))

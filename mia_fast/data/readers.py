@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 
 class BadRecord(ValueError):

@@ -59,7 +59,11 @@ SUITES: dict[str, Suite] = {
         Suite(
             "wikimia-paraphrased",
             "zjysteven/WikiMIA_paraphrased_perturbed",
-            tuple(f"WikiMIA_length{n}_{kind}" for kind in ("paraphrased", "perturbed", "paraphrased_perturbed") for n in _WIKIMIA_LENGTHS[:3]),
+            tuple(
+                f"WikiMIA_length{n}_{kind}"
+                for kind in ("paraphrased", "perturbed", "paraphrased_perturbed")
+                for n in _WIKIMIA_LENGTHS[:3]
+            ),
             "input",
         ),
         Suite("bookmia", "swj0419/BookMIA", ("train",), "snippet", group_field="book"),
@@ -99,7 +103,9 @@ def load_suite(
     if files is not None:
         rows = read_rows(_split_file(Path(files), split, config if suite.paired_fields else None))
     elif suite.hub_id is None:
-        raise MiaFastError(f"{name} is not on the Hugging Face hub: pass its files as DATA (a .jsonl with fields {suite.text_field!r} and 'label')")
+        raise MiaFastError(
+            f"{name} is not on the Hugging Face hub: pass its files as DATA (a .jsonl with fields {suite.text_field!r} and 'label')"
+        )
     else:
         rows = _hub_rows(suite, split, config)
     if suite.config_filter_field and config is not None:
@@ -130,14 +136,18 @@ def _hub_rows(suite: Suite, split: str, config: str | None) -> list[tuple[int, d
     try:
         import datasets
     except ImportError:
-        raise MiaFastError(f"{suite.name} loads from the Hugging Face hub ({suite.hub_id}) with the 'datasets' package (pip install 'mia-fast[hub]'); or {local}") from None
+        raise MiaFastError(
+            f"{suite.name} loads from the Hugging Face hub ({suite.hub_id}) with the 'datasets' package (pip install 'mia-fast[hub]'); or {local}"
+        ) from None
     # A filtering config (ArxivMIA's cs/math) selects rows, not a hub config.
     hub_config = config if suite.configs and not suite.config_filter_field else None
     try:
         loaded = datasets.load_dataset(suite.hub_id, hub_config, split=split)
     except Exception as exc:  # network, offline mode, missing split: datasets raises many types
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MiaFastError(f"could not load {suite.hub_id} ({split}) from the Hugging Face hub: {reason}. Without a hub, {local}") from None
+        raise MiaFastError(
+            f"could not load {suite.hub_id} ({split}) from the Hugging Face hub: {reason}. Without a hub, {local}"
+        ) from None
     return list(enumerate(loaded, start=1))
 
 

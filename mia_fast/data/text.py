@@ -4,7 +4,7 @@ segmentation for Chinese (PatentMIA counts its 512-word snippets that way)."""
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from mia_fast.errors import MiaFastError
 

@@ -17,7 +17,7 @@ any method's, on the same rows and bootstrap resamples:
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -30,7 +30,9 @@ _HASHED_FEATURES = 2**20
 _YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?!\d|[.,]\d)")
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
 # Matched on lower-cased text: IGNORECASE makes this alternation several times slower.
-_DATE = re.compile(rf"\b(?:(?:{_MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:{_MONTHS})\b|\d{{4}}-\d{{2}}-\d{{2}}\b)")
+_DATE = re.compile(
+    rf"\b(?:(?:{_MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:{_MONTHS})\b|\d{{4}}-\d{{2}}-\d{{2}}\b)"
+)
 
 
 def date_features(texts: Sequence[str]) -> np.ndarray:
@@ -49,7 +51,9 @@ def date_features(texts: Sequence[str]) -> np.ndarray:
 def _bag_of_words(texts: Sequence[str]):
     from sklearn.feature_extraction.text import HashingVectorizer
 
-    return HashingVectorizer(n_features=_HASHED_FEATURES, alternate_sign=False, norm=None, ngram_range=(1, 2)).transform(texts)
+    return HashingVectorizer(
+        n_features=_HASHED_FEATURES, alternate_sign=False, norm=None, ngram_range=(1, 2)
+    ).transform(texts)
 
 
 def cross_validation_folds(labels: Sequence[int], folds: int = DEFAULT_FOLDS) -> int:
@@ -57,11 +61,15 @@ def cross_validation_folds(labels: Sequence[int], folds: int = DEFAULT_FOLDS) ->
     labels = np.asarray(labels, dtype=np.int64)
     smaller = int(min(labels.sum(), len(labels) - labels.sum()))
     if smaller < 2:
-        raise MiaFastError(f"blind baselines need at least 2 members and 2 non-members to cross-validate; found {smaller} of one class (turn them off with --no-blind)")
+        raise MiaFastError(
+            f"blind baselines need at least 2 members and 2 non-members to cross-validate; found {smaller} of one class (turn them off with --no-blind)"
+        )
     return min(folds, smaller)
 
 
-def blind_scores(texts: Sequence[str], labels: Sequence[int], folds: int = DEFAULT_FOLDS, seed: int = 0) -> dict[str, np.ndarray]:
+def blind_scores(
+    texts: Sequence[str], labels: Sequence[int], folds: int = DEFAULT_FOLDS, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Out-of-fold member scores (the classifiers' decision values) of both blind baselines."""
     from sklearn.feature_extraction.text import TfidfTransformer
     from sklearn.linear_model import LogisticRegression, SGDClassifier
@@ -74,11 +82,18 @@ def blind_scores(texts: Sequence[str], labels: Sequence[int], folds: int = DEFAU
         raise MiaFastError(f"{len(texts)} texts but {len(labels)} labels")
     splitter = StratifiedKFold(n_splits=cross_validation_folds(labels, folds), shuffle=True, random_state=seed)
     classifiers = {
-        "blind_bow": (make_pipeline(TfidfTransformer(sublinear_tf=True), SGDClassifier(loss="log_loss", alpha=1e-5, random_state=seed)), _bag_of_words(texts)),
+        "blind_bow": (
+            make_pipeline(
+                TfidfTransformer(sublinear_tf=True), SGDClassifier(loss="log_loss", alpha=1e-5, random_state=seed)
+            ),
+            _bag_of_words(texts),
+        ),
         "blind_dates": (make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), date_features(texts)),
     }
     return {
-        name: cross_val_predict(classifier, features, labels, cv=splitter, method="decision_function").astype(np.float64)
+        name: cross_val_predict(classifier, features, labels, cv=splitter, method="decision_function").astype(
+            np.float64
+        )
         for name, (classifier, features) in classifiers.items()
     }
 
@@ -91,13 +106,21 @@ def blind_verdict(results: Mapping[str, MethodMetrics]) -> str | None:
         return None
     blind_name, b = max(blind.items(), key=lambda item: item[1].auroc)
     best_name, m = max(methods.items(), key=lambda item: item[1].auroc)
-    blind_text = f"the model-free baseline {blind_name} reaches AUROC {b.auroc:.3f} [{b.auroc_ci[0]:.3f}, {b.auroc_ci[1]:.3f}]"
+    blind_text = (
+        f"the model-free baseline {blind_name} reaches AUROC {b.auroc:.3f} [{b.auroc_ci[0]:.3f}, {b.auroc_ci[1]:.3f}]"
+    )
     best_text = f"the best method, {best_name}, {m.auroc:.3f} [{m.auroc_ci[0]:.3f}, {m.auroc_ci[1]:.3f}]"
     if b.auroc_ci[0] <= 0.5:
-        return (f"Model-free baselines are at chance ({blind_text}; its CI holds 0.5; {best_text}): "
-                "no sign that this split leaks through words or dates.")
+        return (
+            f"Model-free baselines are at chance ({blind_text}; its CI holds 0.5; {best_text}): "
+            "no sign that this split leaks through words or dates."
+        )
     if b.auroc >= m.auroc_ci[0] or b.auroc_ci[1] >= m.auroc:
-        return (f"WARNING: {blind_text}, within the CI of (or above) {best_text}. This benchmark's members and non-members "
-                "are separable without the model, so these scores cannot be read as membership evidence.")
-    return (f"{blind_text[0].upper()}{blind_text[1:]}, above chance but below {best_text}: the split leaks somewhat, "
-            "so part of each method's AUROC may come from the split rather than from membership.")
+        return (
+            f"WARNING: {blind_text}, within the CI of (or above) {best_text}. This benchmark's members and non-members "
+            "are separable without the model, so these scores cannot be read as membership evidence."
+        )
+    return (
+        f"{blind_text[0].upper()}{blind_text[1:]}, above chance but below {best_text}: the split leaks somewhat, "
+        "so part of each method's AUROC may come from the split rather than from membership."
+    )

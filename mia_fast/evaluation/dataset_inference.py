@@ -22,9 +22,9 @@ split, see ``evaluation.blind``) makes any test "significant".
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -63,17 +63,32 @@ class DatasetInference:
 
     def summary(self) -> str:
         t, check = self.test, self.false_positive_check
-        verdict = ("the suspect set is distinguishable from the validation set: evidence that it was trained on"
-                   if self.member else "no evidence that the suspect set was trained on")
-        sane = ("passed" if check.p_value >= SIGNIFICANCE else
-                "FAILED: two halves of the validation set look different, so the test's p-value cannot be trusted")
-        return (f"dataset inference: p = {t.p_value:.3g} with {t.test_texts[0]} suspect and {t.test_texts[1]} validation texts held out "
-                f"(one-sided Welch t-test, {SIGNIFICANCE:g} level): {verdict}.\n"
-                f"false-positive check (validation half against validation half): p = {check.p_value:.3g}, {sane}.")
+        verdict = (
+            "the suspect set is distinguishable from the validation set: evidence that it was trained on"
+            if self.member
+            else "no evidence that the suspect set was trained on"
+        )
+        sane = (
+            "passed"
+            if check.p_value >= SIGNIFICANCE
+            else "FAILED: two halves of the validation set look different, so the test's p-value cannot be trusted"
+        )
+        return (
+            f"dataset inference: p = {t.p_value:.3g} with {t.test_texts[0]} suspect and {t.test_texts[1]} validation texts held out "
+            f"(one-sided Welch t-test, {SIGNIFICANCE:g} level): {verdict}.\n"
+            f"false-positive check (validation half against validation half): p = {check.p_value:.3g}, {sane}."
+        )
 
     def to_dict(self) -> dict:
-        return {"summary": self.summary(), "member": self.member, "significance": SIGNIFICANCE, "features": self.features, "seed": self.seed,
-                "test": asdict(self.test), "false_positive_check": asdict(self.false_positive_check)}
+        return {
+            "summary": self.summary(),
+            "member": self.member,
+            "significance": SIGNIFICANCE,
+            "features": self.features,
+            "seed": self.seed,
+            "test": asdict(self.test),
+            "false_positive_check": asdict(self.false_positive_check),
+        }
 
 
 def feature_matrix(columns: Mapping[str, np.ndarray], features: Sequence[str]) -> np.ndarray:
@@ -112,7 +127,9 @@ def welch_p_value(suspect_outputs: np.ndarray, validation_outputs: np.ndarray) -
     return float(p) if np.isfinite(p) else 1.0
 
 
-def inference_test(suspect: np.ndarray, validation: np.ndarray, features: Sequence[str], seed: int, draws: int = DRAWS) -> InferenceTest:
+def inference_test(
+    suspect: np.ndarray, validation: np.ndarray, features: Sequence[str], seed: int, draws: int = DRAWS
+) -> InferenceTest:
     """The procedure on two feature matrices [texts, features] (rows with NaN already dropped)."""
     from sklearn.linear_model import LogisticRegression
 
@@ -126,17 +143,34 @@ def inference_test(suspect: np.ndarray, validation: np.ndarray, features: Sequen
     # Draws of n texts of each set for every n below the smaller held-out half; then every held-out text.
     most = min(len(s_out), len(v_out))
     sizes = [n for n in _SIZES if n < most]
-    p_values = [float(np.median([welch_p_value(rng.choice(s_out, n, replace=False), rng.choice(v_out, n, replace=False)) for _ in range(draws)]))
-                for n in sizes]
+    p_values = [
+        float(
+            np.median(
+                [
+                    welch_p_value(rng.choice(s_out, n, replace=False), rng.choice(v_out, n, replace=False))
+                    for _ in range(draws)
+                ]
+            )
+        )
+        for n in sizes
+    ]
     p_all = welch_p_value(s_out, v_out)
     return InferenceTest(
-        sizes=[*sizes, most], p_values=[*p_values, p_all], p_value=p_all, weights=dict(zip(features, model.coef_[0].round(6).tolist())),
-        train_texts=(len(s_train), len(v_train)), test_texts=(len(s_out), len(v_out)),
+        sizes=[*sizes, most],
+        p_values=[*p_values, p_all],
+        p_value=p_all,
+        weights=dict(zip(features, model.coef_[0].round(6).tolist())),
+        train_texts=(len(s_train), len(v_train)),
+        test_texts=(len(s_out), len(v_out)),
     )
 
 
 def dataset_inference(
-    suspect: Mapping[str, np.ndarray], validation: Mapping[str, np.ndarray], features: Sequence[str], seed: int = 0, draws: int = DRAWS
+    suspect: Mapping[str, np.ndarray],
+    validation: Mapping[str, np.ndarray],
+    features: Sequence[str],
+    seed: int = 0,
+    draws: int = DRAWS,
 ) -> DatasetInference:
     """Dataset inference from the score columns of the suspect and validation texts (texts with a NaN feature are left out)."""
     if not features:
@@ -159,7 +193,10 @@ def plot_p_values(path: Path, result: DatasetInference) -> Path:
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for test, label, style in ((result.test, "suspect vs validation", "-o"), (result.false_positive_check, "validation half vs half (false-positive check)", "--s")):
+    for test, label, style in (
+        (result.test, "suspect vs validation", "-o"),
+        (result.false_positive_check, "validation half vs half (false-positive check)", "--s"),
+    ):
         ax.plot(test.sizes, np.maximum(test.p_values, 1e-300), style, label=label)
     ax.axhline(SIGNIFICANCE, color="grey", linestyle=":", label=f"p = {SIGNIFICANCE:g}")
     ax.set_xscale("log")
@@ -180,13 +217,36 @@ def write_dataset_inference(directory: str | Path, result: DatasetInference, met
     data.write_text(json.dumps({"meta": dict(meta), **result.to_dict()}, indent=2) + "\n")
     figure = plot_p_values(directory / "p_values.png", result)
     t, check = result.test, result.false_positive_check
-    lines = ["# mia-fast dataset inference", "", *result.summary().splitlines(), "",
-             "| held-out texts per set | p (suspect vs validation) | p (validation half vs half) |", "|---|---|---|"]
+    lines = [
+        "# mia-fast dataset inference",
+        "",
+        *result.summary().splitlines(),
+        "",
+        "| held-out texts per set | p (suspect vs validation) | p (validation half vs half) |",
+        "|---|---|---|",
+    ]
     check_p = dict(zip(check.sizes, check.p_values))
-    lines += [f"| {n} | {p:.3g} | {check_p[n]:.3g} |" if n in check_p else f"| {n} | {p:.3g} | – |" for n, p in zip(t.sizes, t.p_values)]
-    lines += ["", "![p-values](p_values.png)", "", "## Feature weights (normalised features; positive: higher in the suspect set)", "",
-              "| feature | weight |", "|---|---|", *(f"| {f} | {w:+.4f} |" for f, w in sorted(t.weights.items(), key=lambda item: -abs(item[1]))), "",
-              "## Settings", "", "| setting | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in meta.items()), ""]
+    lines += [
+        f"| {n} | {p:.3g} | {check_p[n]:.3g} |" if n in check_p else f"| {n} | {p:.3g} | – |"
+        for n, p in zip(t.sizes, t.p_values)
+    ]
+    lines += [
+        "",
+        "![p-values](p_values.png)",
+        "",
+        "## Feature weights (normalised features; positive: higher in the suspect set)",
+        "",
+        "| feature | weight |",
+        "|---|---|",
+        *(f"| {f} | {w:+.4f} |" for f, w in sorted(t.weights.items(), key=lambda item: -abs(item[1]))),
+        "",
+        "## Settings",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        *(f"| {k} | {v} |" for k, v in meta.items()),
+        "",
+    ]
     markdown = directory / "report.md"
     markdown.write_text("\n".join(lines))
     return [data, figure, markdown]

@@ -18,9 +18,10 @@ import inspect
 import math
 import platform
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,16 +49,92 @@ PROBE_TEXTS = 32
 # With the probe, this share of the members and of the non-members is its dev set, not evaluated.
 PROBE_DEV_SHARE = 0.25
 STDLIB_MODULES = (
-    "argparse", "array", "ast", "asyncio", "base64", "bisect", "calendar", "cmath", "codecs", "collections",
-    "colorsys", "concurrent.futures", "configparser", "contextlib", "copy", "csv", "dataclasses", "datetime",
-    "decimal", "difflib", "email.message", "enum", "fnmatch", "fractions", "functools", "getopt", "gettext",
-    "glob", "graphlib", "gzip", "hashlib", "heapq", "hmac", "html", "html.parser", "http.client", "inspect",
-    "io", "ipaddress", "itertools", "json", "locale", "logging", "lzma", "math", "mimetypes", "numbers",
-    "operator", "os", "pathlib", "pickle", "platform", "pprint", "queue", "random", "re", "sched", "secrets",
-    "selectors", "shelve", "shlex", "shutil", "socket", "sqlite3", "statistics", "string", "struct",
-    "subprocess", "tarfile", "tempfile", "textwrap", "threading", "time", "timeit", "traceback", "types",
-    "typing", "unittest", "urllib.parse", "uuid", "warnings", "wave", "weakref", "xml.etree.ElementTree",
-    "zipfile", "zlib",
+    "argparse",
+    "array",
+    "ast",
+    "asyncio",
+    "base64",
+    "bisect",
+    "calendar",
+    "cmath",
+    "codecs",
+    "collections",
+    "colorsys",
+    "concurrent.futures",
+    "configparser",
+    "contextlib",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "email.message",
+    "enum",
+    "fnmatch",
+    "fractions",
+    "functools",
+    "getopt",
+    "gettext",
+    "glob",
+    "graphlib",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html",
+    "html.parser",
+    "http.client",
+    "inspect",
+    "io",
+    "ipaddress",
+    "itertools",
+    "json",
+    "locale",
+    "logging",
+    "lzma",
+    "math",
+    "mimetypes",
+    "numbers",
+    "operator",
+    "os",
+    "pathlib",
+    "pickle",
+    "platform",
+    "pprint",
+    "queue",
+    "random",
+    "re",
+    "sched",
+    "secrets",
+    "selectors",
+    "shelve",
+    "shlex",
+    "shutil",
+    "socket",
+    "sqlite3",
+    "statistics",
+    "string",
+    "struct",
+    "subprocess",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "time",
+    "timeit",
+    "traceback",
+    "types",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "uuid",
+    "warnings",
+    "wave",
+    "weakref",
+    "xml.etree.ElementTree",
+    "zipfile",
+    "zlib",
 )
 _MIN_DOC_WORDS = 40
 
@@ -81,7 +158,9 @@ def stdlib_corpus(modules: Sequence[str] = STDLIB_MODULES) -> list[str]:
                 objects += [v for a, v in vars(value).items() if not a.startswith("_") and callable(v)]
         docs.update(d for d in map(inspect.getdoc, objects) if d and len(d.split()) >= _MIN_DOC_WORDS)
     if not docs:
-        raise MiaFastError("found no standard-library docstrings (is Python running with -OO?); pass a corpus with --corpus")
+        raise MiaFastError(
+            "found no standard-library docstrings (is Python running with -OO?); pass a corpus with --corpus"
+        )
     return sorted(docs)
 
 
@@ -94,7 +173,9 @@ def prepare_texts(texts: Sequence[str], tokenizer: Any, count: int, max_tokens: 
     """``count`` distinct texts drawn at random (seeded), each cut to its first ``max_tokens`` tokens."""
     unique = list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
     if len(unique) < max(count, MIN_TEXTS):
-        raise MiaFastError(f"the corpus has {len(unique)} distinct texts; the experiment needs {max(count, MIN_TEXTS)} (at least {MIN_TEXTS} to split)")
+        raise MiaFastError(
+            f"the corpus has {len(unique)} distinct texts; the experiment needs {max(count, MIN_TEXTS)} (at least {MIN_TEXTS} to split)"
+        )
     order = np.random.default_rng(seed).permutation(len(unique))[:count]
     cut = []
     for i in order:
@@ -210,38 +291,70 @@ def run_experiment(
     members, nonmembers = split_members(prepared, tuning.seed)
     held = max(2, int(len(members) * PROBE_DEV_SHARE)) if with_probe else 0
     settings = {
-        "model": loaded.name, "corpus": corpus_name, "texts": len(prepared), "members": len(members) - held,
-        "nonmembers": len(nonmembers) - held, **asdict(tuning), "device": str(loaded.device), "python": platform.python_version(),
+        "model": loaded.name,
+        "corpus": corpus_name,
+        "texts": len(prepared),
+        "members": len(members) - held,
+        "nonmembers": len(nonmembers) - held,
+        **asdict(tuning),
+        "device": str(loaded.device),
+        "python": platform.python_version(),
     }
     if shots:
         settings["prefix_nonmember_shots"] = shots
     if member_shots:
         settings["prefix_member_shots"] = member_shots
     if with_probe:
-        settings.update(probe_texts=len(probe_pool), probe_dev_members=held, probe_dev_nonmembers=held, probe_lr=probe_training.learning_rate)
-    experiment = Experiment(members[held:], nonmembers[held:], settings, dev_members=members[:held], dev_nonmembers=nonmembers[:held],
-                            prefix_members=member_prefix)
+        settings.update(
+            probe_texts=len(probe_pool),
+            probe_dev_members=held,
+            probe_dev_nonmembers=held,
+            probe_lr=probe_training.learning_rate,
+        )
+    experiment = Experiment(
+        members[held:],
+        nonmembers[held:],
+        settings,
+        dev_members=members[:held],
+        dev_nonmembers=nonmembers[:held],
+        prefix_members=member_prefix,
+    )
     reference = None
     if "ref" in methods:
-        reference = LoadedModel(copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (untouched)", loaded.device, loaded.dtype)
+        reference = LoadedModel(
+            copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (untouched)", loaded.device, loaded.dtype
+        )
     steps_per_epoch = math.ceil(len(experiment.trained) / tuning.batch_size)
     try:
         experiment.losses = fine_tune(
-            loaded, experiment.trained, epochs=tuning.epochs, learning_rate=tuning.learning_rate, batch_size=tuning.batch_size,
-            max_tokens=tuning.max_tokens, seed=tuning.seed, on_step=on_step,
+            loaded,
+            experiment.trained,
+            epochs=tuning.epochs,
+            learning_rate=tuning.learning_rate,
+            batch_size=tuning.batch_size,
+            max_tokens=tuning.max_tokens,
+            seed=tuning.seed,
+            on_step=on_step,
         )
     except TrainingDiverged as diverged:
         experiment.losses = diverged.losses
         _write_diverged_report(report_dir, experiment, diverged, steps_per_epoch)
         raise
     experiment.seconds["fine_tune"] = time.perf_counter() - started
-    figures = [("Fine-tuning loss on the members", plot_losses(report_dir / "training_loss.png", experiment.losses, steps_per_epoch))]
+    figures = [
+        (
+            "Fine-tuning loss on the members",
+            plot_losses(report_dir / "training_loss.png", experiment.losses, steps_per_epoch),
+        )
+    ]
 
     probe = None
     if with_probe:
         probe_started = time.perf_counter()
         proxy_members, proxy_nonmembers = split_members(probe_pool, tuning.seed + 7)
-        probe_train = Dataset(proxy_members + proxy_nonmembers, None, [1] * len(proxy_members) + [0] * len(proxy_nonmembers))
+        probe_train = Dataset(
+            proxy_members + proxy_nonmembers, None, [1] * len(proxy_members) + [0] * len(proxy_nonmembers)
+        )
         dev = Dataset(experiment.dev_members + experiment.dev_nonmembers, None, [1] * held + [0] * held)
         trained_probe = train_probe(loaded, probe_train, dev, probe_training)
         probe = trained_probe.probe
@@ -254,17 +367,38 @@ def run_experiment(
     if "neighbor" in methods and neighbors is None:
         neighbors = WordDropNeighbors(seed=tuning.seed)
     if neighbors is not None:
-        settings["neighbors"] = type(neighbors).__name__ + (f" ({neighbors.model_name})" if isinstance(neighbors, MaskedLMNeighbors) else "")
-    detector = Detector(loaded, ref_model=reference, frequencies=frequencies, prefix_nonmembers=prefix, prefix_members=member_prefix,
-                        probe=probe, neighbors=neighbors, **{"seed": tuning.seed, **(method_settings or {})})
-    scores = detector.score(experiment.texts, methods=list(methods), k=list(ks or DEFAULT_KS), on_tokenized=on_tokenized, on_progress=on_progress)
+        settings["neighbors"] = type(neighbors).__name__ + (
+            f" ({neighbors.model_name})" if isinstance(neighbors, MaskedLMNeighbors) else ""
+        )
+    detector = Detector(
+        loaded,
+        ref_model=reference,
+        frequencies=frequencies,
+        prefix_nonmembers=prefix,
+        prefix_members=member_prefix,
+        probe=probe,
+        neighbors=neighbors,
+        **{"seed": tuning.seed, **(method_settings or {})},
+    )
+    scores = detector.score(
+        experiment.texts,
+        methods=list(methods),
+        k=list(ks or DEFAULT_KS),
+        on_tokenized=on_tokenized,
+        on_progress=on_progress,
+    )
     experiment.seconds["score"] = time.perf_counter() - scoring_started
     columns = {name: values for name, values in scores.items()}
     if blind:
         columns |= blind_scores(experiment.texts, experiment.labels, seed=tuning.seed)
     results = metrics.evaluate(experiment.labels, columns, resamples=bootstrap, seed=tuning.seed)
-    meta = {**settings, "first_loss": experiment.losses[0], "last_loss": experiment.losses[-1], "steps": len(experiment.losses),
-            **{f"seconds_{k}": round(v, 1) for k, v in experiment.seconds.items()}}
+    meta = {
+        **settings,
+        "first_loss": experiment.losses[0],
+        "last_loss": experiment.losses[-1],
+        "steps": len(experiment.losses),
+        **{f"seconds_{k}": round(v, 1) for k, v in experiment.seconds.items()},
+    }
     write_report(report_dir, experiment.labels, columns, results, meta, figures=figures)
     _write_scores(report_dir / "scores.jsonl", experiment, columns)
     return experiment, results
@@ -272,18 +406,34 @@ def run_experiment(
 
 def _write_scores(path: Path, experiment: Experiment, columns: dict[str, np.ndarray]) -> None:
     writer = ResultWriter(path, ["id", "label", "text", *columns], overwrite=True)
-    writer.write([
-        {"id": i, "label": int(label), "text": text, **{name: float(values[i]) for name, values in columns.items()}}
-        for i, (text, label) in enumerate(zip(experiment.texts, experiment.labels))
-    ])
+    writer.write(
+        [
+            {"id": i, "label": int(label), "text": text, **{name: float(values[i]) for name, values in columns.items()}}
+            for i, (text, label) in enumerate(zip(experiment.texts, experiment.labels))
+        ]
+    )
     writer.close()
 
 
-def _write_diverged_report(report_dir: Path, experiment: Experiment, diverged: TrainingDiverged, steps_per_epoch: int) -> None:
+def _write_diverged_report(
+    report_dir: Path, experiment: Experiment, diverged: TrainingDiverged, steps_per_epoch: int
+) -> None:
     finite = [loss if math.isfinite(loss) else float("nan") for loss in experiment.losses]
     plot_losses(report_dir / "training_loss.png", finite, steps_per_epoch)
-    lines = ["# mia-fast contamination experiment: stopped", "", f"**{diverged}.** Nothing was scored.", "",
-             "| step | loss |", "|---|---|", *(f"| {i} | {loss} |" for i, loss in enumerate(experiment.losses, start=1)), "",
-             "![fine-tuning loss](training_loss.png)", "", "| setting | value |", "|---|---|",
-             *(f"| {k} | {v} |" for k, v in experiment.settings.items()), ""]
+    lines = [
+        "# mia-fast contamination experiment: stopped",
+        "",
+        f"**{diverged}.** Nothing was scored.",
+        "",
+        "| step | loss |",
+        "|---|---|",
+        *(f"| {i} | {loss} |" for i, loss in enumerate(experiment.losses, start=1)),
+        "",
+        "![fine-tuning loss](training_loss.png)",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        *(f"| {k} | {v} |" for k, v in experiment.settings.items()),
+        "",
+    ]
     (report_dir / "report.md").write_text("\n".join(lines))

@@ -7,8 +7,8 @@ TPR@x%FPR is ``tpr[last index where fpr <= x]`` on it, the Min-K%++ code's conve
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -178,5 +178,7 @@ def evaluate_by_group(
     for group in dict.fromkeys(groups.tolist()):
         inside = groups == group
         if len(set(labels[inside].tolist())) == 2:
-            results[group] = evaluate(labels[inside], {c: v[inside] for c, v in columns.items()}, resamples=resamples, seed=seed)
+            results[group] = evaluate(
+                labels[inside], {c: v[inside] for c, v in columns.items()}, resamples=resamples, seed=seed
+            )
     return results

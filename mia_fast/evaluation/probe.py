@@ -23,9 +23,9 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -74,7 +74,9 @@ def check_labelled(dataset: Dataset, what: str, min_per_class: int = 1) -> tuple
     nonmembers = [t for t, label in zip(dataset.texts, dataset.labels) if label == 0]
     if len(members) < min_per_class or len(nonmembers) < min_per_class:
         need = f"at least {min_per_class} of each class" if min_per_class > 1 else "both classes"
-        raise MiaFastError(f"the probe's {what} set has {len(members)} members and {len(nonmembers)} non-members; it needs {need}")
+        raise MiaFastError(
+            f"the probe's {what} set has {len(members)} members and {len(nonmembers)} non-members; it needs {need}"
+        )
     return members, nonmembers
 
 
@@ -84,7 +86,9 @@ def fit_probes(features: np.ndarray, labels: np.ndarray, settings: ProbeTraining
     n_layers, _, hidden = features.shape
     bound = 1.0 / math.sqrt(hidden)  # nn.Linear's default initialisation
     initial = [
-        torch.empty(hidden).uniform_(-bound, bound, generator=torch.Generator().manual_seed(settings.seed * 100_003 + layer))
+        torch.empty(hidden).uniform_(
+            -bound, bound, generator=torch.Generator().manual_seed(settings.seed * 100_003 + layer)
+        )
         for layer in range(n_layers)
     ]
     weight = torch.nn.Parameter(torch.stack(initial))
@@ -123,11 +127,19 @@ def train_probe(
     prompt = ProbePrompt()
     seconds, started = {}, time.perf_counter()
 
-    proxy = LoadedModel(copy.deepcopy(target.model), target.tokenizer, f"{target.name} (proxy)", target.device, target.dtype)
+    proxy = LoadedModel(
+        copy.deepcopy(target.model), target.tokenizer, f"{target.name} (proxy)", target.device, target.dtype
+    )
     torch.manual_seed(settings.seed)
     proxy_losses = fine_tune(
-        proxy, [prompt(t) for t in members], epochs=settings.epochs, learning_rate=settings.learning_rate,
-        batch_size=settings.batch_size or len(members), micro_batch=settings.micro_batch, seed=settings.seed, on_step=on_step,
+        proxy,
+        [prompt(t) for t in members],
+        epochs=settings.epochs,
+        learning_rate=settings.learning_rate,
+        batch_size=settings.batch_size or len(members),
+        micro_batch=settings.micro_batch,
+        seed=settings.seed,
+        on_step=on_step,
     )
     seconds["proxy_fine_tune"] = time.perf_counter() - started
 
@@ -144,7 +156,10 @@ def train_probe(
     seconds["activations"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    train_by_layer, dev_by_layer = train_acts.transpose(1, 0, 2).astype(np.float64), dev_acts.transpose(1, 0, 2).astype(np.float64)
+    train_by_layer, dev_by_layer = (
+        train_acts.transpose(1, 0, 2).astype(np.float64),
+        dev_acts.transpose(1, 0, 2).astype(np.float64),
+    )
     train_mean = train_by_layer.mean(axis=1, keepdims=True)
     train_std = train_by_layer.std(axis=1, ddof=1, keepdims=True)
     weights, losses = fit_probes(standardise(train_by_layer), np.asarray(train.labels), settings)
@@ -159,8 +174,12 @@ def train_probe(
 
     model = target.model
     card = {
-        "model": {"name": target.name, "weights_fingerprint": target.weights_fingerprint(),
-                  "hidden_size": model.config.hidden_size, "layers": model.config.num_hidden_layers},
+        "model": {
+            "name": target.name,
+            "weights_fingerprint": target.weights_fingerprint(),
+            "hidden_size": model.config.hidden_size,
+            "layers": model.config.num_hidden_layers,
+        },
         "dev_auroc": dev_auroc,
         "best_layer": {name: int(np.argmax(values)) for name, values in dev_auroc.items()},
         "settings": asdict(settings),
@@ -170,8 +189,12 @@ def train_probe(
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
     }
     probe = Probe(
-        weights[best].astype(np.float32), best, settings.normalization, train_mean[best, 0].astype(np.float32),
-        train_std[best, 0].astype(np.float32), card,
+        weights[best].astype(np.float32),
+        best,
+        settings.normalization,
+        train_mean[best, 0].astype(np.float32),
+        train_std[best, 0].astype(np.float32),
+        card,
     )
     return ProbeReport(probe, dev_auroc, proxy_losses, losses[:, best].tolist(), seconds, proxy)
 
@@ -184,7 +207,9 @@ def plot_dev_auroc(path: Path, report: ProbeReport) -> Path:
     for name, values in report.dev_auroc.items():
         ax.plot(range(len(values)), values, marker=".", label=f"{name} normalisation")
     ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
-    ax.axvline(report.probe.layer, color="black", linestyle="--", linewidth=1, label=f"kept: layer {report.probe.layer}")
+    ax.axvline(
+        report.probe.layer, color="black", linestyle="--", linewidth=1, label=f"kept: layer {report.probe.layer}"
+    )
     ax.set_xlabel("decoder layer")
     ax.set_ylabel("dev AUROC")
     ax.set_title("probe: dev AUROC by layer")
@@ -196,7 +221,11 @@ def plot_dev_auroc(path: Path, report: ProbeReport) -> Path:
 def save_probe(directory: Path, report: ProbeReport) -> list[Path]:
     """The probe (weights and card), the dev-AUROC figure and, if kept, the proxy model."""
     report.probe.save(directory)
-    written = [directory / "probe.json", directory / "probe.safetensors", plot_dev_auroc(directory / "dev_auroc.png", report)]
+    written = [
+        directory / "probe.json",
+        directory / "probe.safetensors",
+        plot_dev_auroc(directory / "dev_auroc.png", report),
+    ]
     if report.proxy is not None:
         report.proxy.model.save_pretrained(directory / "proxy")
         report.proxy.tokenizer.save_pretrained(directory / "proxy")

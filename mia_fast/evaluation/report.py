@@ -14,8 +14,9 @@ import html
 import json
 import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,9 @@ def k_families(names: Sequence[str]) -> dict[str, list[tuple[float, str]]]:
 def shown_columns(results: Mapping[str, MethodMetrics]) -> list[str]:
     """Every column but the k-methods' other k: each family appears at its best k. Best AUROC first."""
     others = {column for columns in k_families(list(results)).values() for _, column in columns}
-    best = {max((c for _, c in columns), key=lambda c: results[c].auroc) for columns in k_families(list(results)).values()}
+    best = {
+        max((c for _, c in columns), key=lambda c: results[c].auroc) for columns in k_families(list(results)).values()
+    }
     return [name for name, _ in ranked(results) if name not in others or name in best]
 
 
@@ -83,7 +86,10 @@ def write_report(
     metrics_path.write_text(json.dumps(payload, indent=2) + "\n")
     roc = plot_roc(directory / "roc.png", labels, columns, results)
     histograms = plot_histograms(directory / "histograms.png", labels, columns, results)
-    shown = [("ROC curves (each k-method at its best k; linear and log-log axes)", roc), ("Scores of members and non-members", histograms)]
+    shown = [
+        ("ROC curves (each k-method at its best k; linear and log-log axes)", roc),
+        ("Scores of members and non-members", histograms),
+    ]
     written = [metrics_path, roc, histograms]
     if any(len(columns) > 1 for columns in k_families(list(results)).values()):
         by_k = plot_auroc_by_k(directory / "auroc_by_k.png", results)
@@ -96,10 +102,15 @@ def write_report(
 def _styles(plt, count: int) -> list[dict]:
     # 20 colours, then the same colours dashed, so that every curve stays distinguishable.
     palette = plt.get_cmap("tab20").colors
-    return [dict(color=palette[i % len(palette)], linestyle=("-", "--", "-.", ":")[i // len(palette) % 4]) for i in range(count)]
+    return [
+        dict(color=palette[i % len(palette)], linestyle=("-", "--", "-.", ":")[i // len(palette) % 4])
+        for i in range(count)
+    ]
 
 
-def plot_roc(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]) -> Path:
+def plot_roc(
+    path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]
+) -> Path:
     plt = pyplot()
     fig, (linear, loglog) = plt.subplots(1, 2, figsize=(15, 5.5))
     order = shown_columns(results)
@@ -144,7 +155,14 @@ def plot_auroc_by_k(path: Path, results: Mapping[str, MethodMetrics]) -> Path:
         ax.fill_between(ks, [r.auroc_ci[0] for r in found], [r.auroc_ci[1] for r in found], alpha=0.25, label="95% CI")
         ax.plot(ks, [r.auroc for r in found], marker="o", label="AUROC")
         best = int(np.argmax([r.auroc for r in found]))
-        ax.annotate(f"best k {ks[best]:g}: {found[best].auroc:.3f}", (ks[best], found[best].auroc), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+        ax.annotate(
+            f"best k {ks[best]:g}: {found[best].auroc:.3f}",
+            (ks[best], found[best].auroc),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="center",
+            fontsize=8,
+        )
         ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
         ax.set_ylim(top=1.06)  # room for the best k's label
         ax.set_title(family)
@@ -155,7 +173,9 @@ def plot_auroc_by_k(path: Path, results: Mapping[str, MethodMetrics]) -> Path:
     return save_figure(fig, path)
 
 
-def plot_histograms(path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]) -> Path:
+def plot_histograms(
+    path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]
+) -> Path:
     """One panel per method (k-methods at their best k), best AUROC first: the score distributions of members and non-members."""
     plt = pyplot()
     order = [(name, results[name]) for name in shown_columns(results)]
@@ -171,7 +191,7 @@ def plot_histograms(path: Path, labels: np.ndarray, columns: Mapping[str, np.nda
             ax.hist(scores[finite & (labels == label)], bins=bins, alpha=0.55, color=colour, label=legend, density=True)
         ax.set_title(f"{display_name(name)}  (AUROC {result.auroc:.3f})", fontsize=9)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(order):]:
+    for ax in list(axes.flat)[len(order) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle("score distributions (higher = more likely a member)", fontsize=11)
@@ -182,7 +202,13 @@ def _metric_rows(results: Mapping[str, MethodMetrics]) -> tuple[list[str], list[
     levels = [metrics.fpr_key(level) for level in metrics.FPR_LEVELS]
     header = ["method", "AUROC", "95% CI", *(f"TPR@{k}FPR" for k in levels), "FPR@95%TPR"]
     rows = [
-        [display_name(name), f"{r.auroc:.3f}", f"[{r.auroc_ci[0]:.3f}, {r.auroc_ci[1]:.3f}]", *(f"{r.tpr_at_fpr[k]:.3f}" for k in levels), f"{r.fpr_at_95tpr:.3f}"]
+        [
+            display_name(name),
+            f"{r.auroc:.3f}",
+            f"[{r.auroc_ci[0]:.3f}, {r.auroc_ci[1]:.3f}]",
+            *(f"{r.tpr_at_fpr[k]:.3f}" for k in levels),
+            f"{r.fpr_at_95tpr:.3f}",
+        ]
         for name, r in ranked(results)
     ]
     return header, rows
@@ -191,7 +217,10 @@ def _metric_rows(results: Mapping[str, MethodMetrics]) -> tuple[list[str], list[
 def _bucket_rows(results: Mapping[str, MethodMetrics], buckets: BucketResults) -> tuple[list[str], list[list[str]]]:
     labels = list(buckets)
     header = ["method", *(f"{b} ({_counts(buckets[b])})" for b in labels)]
-    rows = [[name, *(f"{buckets[b][name].auroc:.3f}" if name in buckets[b] else "–" for b in labels)] for name, _ in ranked(results)]
+    rows = [
+        [name, *(f"{buckets[b][name].auroc:.3f}" if name in buckets[b] else "–" for b in labels)]
+        for name, _ in ranked(results)
+    ]
     return header, rows
 
 
@@ -209,11 +238,15 @@ def write_documents(
 ) -> tuple[Path, Path]:
     """report.md (figures linked beside it) and report.html (figures embedded: one file to send)."""
     first = next(iter(results.values()))
-    summary = f"{first.n_members} members, {first.n_nonmembers} non-members, {first.n_excluded} excluded (nothing to score)"
+    summary = (
+        f"{first.n_members} members, {first.n_nonmembers} non-members, {first.n_excluded} excluded (nothing to score)"
+    )
     verdict = blind_verdict(results)
     tables = [("Detection quality, best AUROC first", *_metric_rows(results))]
     if buckets:
-        tables.append(("AUROC by text length in words (members+non-members per bucket)", *_bucket_rows(results, buckets)))
+        tables.append(
+            ("AUROC by text length in words (members+non-members per bucket)", *_bucket_rows(results, buckets))
+        )
     settings = [[str(k), _setting(v)] for k, v in meta.items()]
 
     md = ["# mia-fast evaluation report", "", summary, ""]
@@ -243,11 +276,15 @@ def write_documents(
         body.append(f"<p>{html.escape(MODEL_FREE_NOTE)}</p>")
     for caption, path in figures:
         data = base64.b64encode(path.read_bytes()).decode()
-        body.append(f"<h2>{html.escape(caption)}</h2><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>")
+        body.append(
+            f"<h2>{html.escape(caption)}</h2><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
+        )
     body.append(html_table("Settings", ["setting", "value"], settings))
     style = "body{font-family:sans-serif;max-width:1400px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}img{max-width:100%}.warning{background:#fde2e1;border-left:6px solid #c0392b;padding:8px 12px;font-weight:bold}.note{background:#eef4fb;border-left:6px solid #2c6fbb;padding:8px 12px}"
     page = directory / "report.html"
-    page.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>mia-fast report</title><style>{style}</style></head><body>{''.join(body)}</body></html>")
+    page.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>mia-fast report</title><style>{style}</style></head><body>{''.join(body)}</body></html>"
+    )
     return markdown, page
 
 
@@ -263,7 +300,11 @@ def format_table(results: Mapping[str, MethodMetrics]) -> str:
     """A fixed-width table sorted by AUROC, best first."""
     levels = [metrics.fpr_key(level) for level in metrics.FPR_LEVELS]
     width = max([16, *(len(display_name(name)) for name in results)])
-    header = f"{'method':<{width}} {'AUROC':>6} {'95% CI':>15} " + " ".join(f"{'TPR@' + k:>10}" for k in levels) + f" {'FPR@95TPR':>10}"
+    header = (
+        f"{'method':<{width}} {'AUROC':>6} {'95% CI':>15} "
+        + " ".join(f"{'TPR@' + k:>10}" for k in levels)
+        + f" {'FPR@95TPR':>10}"
+    )
     lines = [header, "-" * len(header)]
     for name, r in ranked(results):
         ci = f"[{r.auroc_ci[0]:.3f}, {r.auroc_ci[1]:.3f}]"
@@ -271,7 +312,9 @@ def format_table(results: Mapping[str, MethodMetrics]) -> str:
         lines.append(f"{display_name(name):<{width}} {r.auroc:>6.3f} {ci:>15} {tprs} {r.fpr_at_95tpr:>10.3f}")
     first = next(iter(results.values()), None)
     if first is not None:
-        lines.append(f"members: {first.n_members}, non-members: {first.n_nonmembers}, excluded (unscorable): {first.n_excluded}")
+        lines.append(
+            f"members: {first.n_members}, non-members: {first.n_nonmembers}, excluded (unscorable): {first.n_excluded}"
+        )
     if any(name in BLIND_COLUMNS for name in results):
         lines += [MODEL_FREE_NOTE, blind_verdict(results) or ""]
     return "\n".join(lines)
@@ -297,7 +340,9 @@ def compare_reports(first: str | Path, second: str | Path) -> str:
     for name in sorted(shared, key=lambda n: -b[n]["auroc"]):
         ra, rb = a[name], b[name]
         ta, tb = ra["tpr_at_fpr"]["1%"], rb["tpr_at_fpr"]["1%"]
-        lines.append(f"{name:<16} {ra['auroc']:>8.3f} {rb['auroc']:>8.3f} {rb['auroc'] - ra['auroc']:>+7.3f}   {ta:>9.3f} {tb:>9.3f} {tb - ta:>+7.3f}")
+        lines.append(
+            f"{name:<16} {ra['auroc']:>8.3f} {rb['auroc']:>8.3f} {rb['auroc'] - ra['auroc']:>+7.3f}   {ta:>9.3f} {tb:>9.3f} {tb - ta:>+7.3f}"
+        )
     for label, only in (("only in A", [n for n in a if n not in b]), ("only in B", [n for n in b if n not in a])):
         if only:
             lines.append(f"{label}: {', '.join(only)}")

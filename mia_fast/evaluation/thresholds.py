@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -56,15 +57,23 @@ class Threshold:
         """A threshold applies only to its own score column (``column``, when given), computed under the settings it was calibrated with."""
         if column is not None and column != self.method:
             raise MiaFastError(f"{source} is a threshold for {self.method}, not {column}; calibrate one for {column}")
-        mismatched = {k: (self.settings[k], v) for k, v in settings.items() if k in self.settings and self.settings[k] != v}
+        mismatched = {
+            k: (self.settings[k], v) for k, v in settings.items() if k in self.settings and self.settings[k] != v
+        }
         if mismatched:
             details = ", ".join(f"{k}: calibrated with {a!r}, now {b!r}" for k, (a, b) in mismatched.items())
-            raise MiaFastError(f"{source} was calibrated under other scoring settings ({details}); scores would not be comparable")
+            raise MiaFastError(
+                f"{source} was calibrated under other scoring settings ({details}); scores would not be comparable"
+            )
 
 
 def calibrate(
-    labels: Sequence[int], scores: Sequence[float], method: str, rule: str = "accuracy",
-    target_fpr: float | None = None, settings: dict[str, Any] | None = None,
+    labels: Sequence[int],
+    scores: Sequence[float],
+    method: str,
+    rule: str = "accuracy",
+    target_fpr: float | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> Threshold:
     """The threshold on ``scores`` that maximises validation accuracy (``rule="accuracy"``) or TPR
     subject to FPR <= ``target_fpr`` (``rule="fpr"``). Unscorable (NaN) rows are left out."""
@@ -87,8 +96,13 @@ def calibrate(
     else:
         allowed = np.where(fpr <= target_fpr)[0]
         best = int(allowed[np.argmax(tpr[allowed])])
-    validation = {"accuracy": float(accuracy[best]), "tpr": float(tpr[best]), "fpr": float(fpr[best]),
-                  "members": members, "nonmembers": nonmembers}
+    validation = {
+        "accuracy": float(accuracy[best]),
+        "tpr": float(tpr[best]),
+        "fpr": float(fpr[best]),
+        "members": members,
+        "nonmembers": nonmembers,
+    }
     return Threshold(method, float(candidates[best]), rule, target_fpr, validation, dict(settings or {}))
 
 
@@ -140,8 +154,12 @@ def write_classification(
     groups = list(groups) if groups is not None else ["all"] * len(scores)
     with open(out, "w", encoding="utf-8") as f:
         for i, score in enumerate(scores):
-            row = {"id": ids[i] if ids is not None else i, "group": groups[i],
-                   threshold.method: None if math.isnan(score) else float(score), "member": bool(flags[i]) if scored[i] else None}
+            row = {
+                "id": ids[i] if ids is not None else i,
+                "group": groups[i],
+                threshold.method: None if math.isnan(score) else float(score),
+                "member": bool(flags[i]) if scored[i] else None,
+            }
             if labels is not None:
                 row["label"] = labels[i]
             f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -57,8 +58,10 @@ class RatioRule:
         if not 0 < self.ratio <= 1:
             raise MiaFastError(f"the kept ratio must be in (0, 1], got {self.ratio}")
         if not (self.column in ("loss", "zlib") or self.column.startswith("mink_")):
-            raise MiaFastError(f"the ratio rule compares mean log-probabilities (loss, zlib, mink_K); {self.column} has no such origin: "
-                               "pass --threshold FILE (from 'mia-fast calibrate' on the model after unlearning) instead")
+            raise MiaFastError(
+                f"the ratio rule compares mean log-probabilities (loss, zlib, mink_K); {self.column} has no such origin: "
+                "pass --threshold FILE (from 'mia-fast calibrate' on the model after unlearning) instead"
+            )
 
     @property
     def description(self) -> str:
@@ -127,7 +130,12 @@ class UnlearningAudit:
 
 
 def audit_unlearning(
-    column: str, before: Sequence[float], after: Sequence[float], rule: Rule, before_model: str, after_model: str,
+    column: str,
+    before: Sequence[float],
+    after: Sequence[float],
+    rule: Rule,
+    before_model: str,
+    after_model: str,
     groups: Sequence[str] | None = None,
 ) -> UnlearningAudit:
     """Flags each text whose after score still looks like a member's by ``rule``; ``groups`` default to one, "all"."""
@@ -145,13 +153,19 @@ def plot_before_after(path: Path, audit: UnlearningAudit) -> Path:
     scored, kept = audit.scored, audit.flags
     forgotten = scored & ~kept
     fig, ax = plt.subplots(figsize=(6.4, 6))
-    ax.scatter(audit.before[forgotten], audit.after[forgotten], s=20, color="tab:blue", label=f"unlearned ({forgotten.sum()})")
-    ax.scatter(audit.before[kept], audit.after[kept], s=20, color="tab:red", label=f"still looks like a member ({kept.sum()})")
+    ax.scatter(
+        audit.before[forgotten], audit.after[forgotten], s=20, color="tab:blue", label=f"unlearned ({forgotten.sum()})"
+    )
+    ax.scatter(
+        audit.before[kept], audit.after[kept], s=20, color="tab:red", label=f"still looks like a member ({kept.sum()})"
+    )
     if scored.any():
         values = np.r_[audit.before[scored], audit.after[scored]]
         line = np.linspace(values.min(), values.max(), 2)
         ax.plot(line, line, color="grey", linestyle=":", linewidth=1, label="after = before")
-        ax.plot(line, audit.rule.boundary(line), color="tab:red", linestyle="--", linewidth=1, label="flagged from here up")
+        ax.plot(
+            line, audit.rule.boundary(line), color="tab:red", linestyle="--", linewidth=1, label="flagged from here up"
+        )
     ax.set_xlabel(f"{audit.column} before unlearning ({_short(audit.before_model)})")
     ax.set_ylabel(f"{audit.column} after unlearning ({_short(audit.after_model)})")
     ax.set_title(textwrap.fill(f"flagged when {audit.column} {audit.rule.description}", 80), fontsize=9)
@@ -161,7 +175,7 @@ def plot_before_after(path: Path, audit: UnlearningAudit) -> Path:
 
 
 def _short(name: str, width: int = 40) -> str:
-    return name if len(name) <= width else "…" + name[-(width - 1):]
+    return name if len(name) <= width else "…" + name[-(width - 1) :]
 
 
 def _number(value: float) -> float | None:
@@ -172,12 +186,18 @@ def format_table(audit: UnlearningAudit) -> str:
     """Per group and in total: texts, flagged, their share and the mean change of the score."""
     lines = [f"{'group':<32} {'texts':>6} {'flagged':>8} {'share':>7} {'mean change':>12}"]
     for entry in [*audit.summary(), {**audit.total(), "group": "total"}]:
-        lines.append(f"{entry['group'][:32]:<32} {entry['snippets']:>6} {entry['flagged']:>8} {entry['rate']:>7.1%} {entry['mean_change']:>12.4g}")
+        lines.append(
+            f"{entry['group'][:32]:<32} {entry['snippets']:>6} {entry['flagged']:>8} {entry['rate']:>7.1%} {entry['mean_change']:>12.4g}"
+        )
     return "\n".join(lines)
 
 
 def write_audit_report(
-    directory: str | Path, audit: UnlearningAudit, ids: Sequence[Any] | None, labels: Sequence[int] | None, data_name: str,
+    directory: str | Path,
+    audit: UnlearningAudit,
+    ids: Sequence[Any] | None,
+    labels: Sequence[int] | None,
+    data_name: str,
 ) -> list[Path]:
     """Writes audit.jsonl (a row per text), groups.json, before_after.png and report.md into ``directory``."""
     directory = Path(directory)
@@ -185,14 +205,28 @@ def write_audit_report(
     rows_path = directory / "audit.jsonl"
     with open(rows_path, "w", encoding="utf-8") as f:
         for i in range(audit.before.size):
-            row = {"id": ids[i] if ids is not None else i, "group": audit.groups[i], "before": _number(audit.before[i]),
-                   "after": _number(audit.after[i]), "change": _number(audit.change[i]), "flag": bool(audit.flags[i]) if audit.scored[i] else None}
+            row = {
+                "id": ids[i] if ids is not None else i,
+                "group": audit.groups[i],
+                "before": _number(audit.before[i]),
+                "after": _number(audit.after[i]),
+                "change": _number(audit.change[i]),
+                "flag": bool(audit.flags[i]) if audit.scored[i] else None,
+            }
             if labels is not None:
                 row["label"] = labels[i]
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    meta = {"data": data_name, "method": audit.column, "before": audit.before_model, "after": audit.after_model, "rule": audit.rule.description}
+    meta = {
+        "data": data_name,
+        "method": audit.column,
+        "before": audit.before_model,
+        "after": audit.after_model,
+        "rule": audit.rule.description,
+    }
     groups_path = directory / "groups.json"
-    groups_path.write_text(json.dumps({"meta": meta, "total": audit.total(), "groups": audit.summary()}, indent=1) + "\n")
+    groups_path.write_text(
+        json.dumps({"meta": meta, "total": audit.total(), "groups": audit.summary()}, indent=1) + "\n"
+    )
     plot_path = plot_before_after(directory / "before_after.png", audit)
     report_path = directory / "report.md"
     report_path.write_text(_markdown(audit, meta))
@@ -203,15 +237,28 @@ def _markdown(audit: UnlearningAudit, meta: Mapping[str, str]) -> str:
     total = audit.total()
     unscored = total["snippets"] - total["scored"]
     lines = [
-        "# mia-fast unlearning audit", "",
+        "# mia-fast unlearning audit",
+        "",
         f"**{total['flagged']} of {total['scored']} texts ({total['rate']:.1%}) still look like members** of the model after "
         f"unlearning: their {audit.column} {audit.rule.description}. Mean change of the score: {total['mean_change']:.4g} "
-        "(negative: the text became less likely)." + (f" {unscored} texts could not be scored." if unscored else ""), "",
-        "A text the model never saw keeps its score as well: read the flags of texts that were meant to be unlearned.", "",
-        "| setting | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in meta.items()), "",
-        "| group | texts | flagged | share | mean change |", "|---|---:|---:|---:|---:|",
-        *(f"| {e['group']} | {e['snippets']} | {e['flagged']} | {e['rate']:.1%} | {e['mean_change']:.4g} |" for e in audit.summary()), "",
-        f"![{audit.column} before and after unlearning](before_after.png)", "",
-        "Per text: `audit.jsonl`; per group: `groups.json`.", "",
+        "(negative: the text became less likely)." + (f" {unscored} texts could not be scored." if unscored else ""),
+        "",
+        "A text the model never saw keeps its score as well: read the flags of texts that were meant to be unlearned.",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        *(f"| {k} | {v} |" for k, v in meta.items()),
+        "",
+        "| group | texts | flagged | share | mean change |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| {e['group']} | {e['snippets']} | {e['flagged']} | {e['rate']:.1%} | {e['mean_change']:.4g} |"
+            for e in audit.summary()
+        ),
+        "",
+        f"![{audit.column} before and after unlearning](before_after.png)",
+        "",
+        "Per text: `audit.jsonl`; per group: `groups.json`.",
+        "",
     ]
     return "\n".join(lines)

@@ -56,8 +56,12 @@ def count_documents(
     needs_documents = mode == "document" or bool(max_tokens_per_doc)
     try:
         return core.count_tokens(
-            np.ascontiguousarray(ids), int(vocab_size), int(threads), offsets=offsets if needs_documents else None,
-            mode=mode, max_tokens_per_doc=int(max_tokens_per_doc or 0),
+            np.ascontiguousarray(ids),
+            int(vocab_size),
+            int(threads),
+            offsets=offsets if needs_documents else None,
+            mode=mode,
+            max_tokens_per_doc=int(max_tokens_per_doc or 0),
         )
     except core.IdOutOfRange as exc:
         raise TokenIdOutOfRange(int(exc.id), int(exc.position), int(vocab_size)) from None
@@ -89,12 +93,18 @@ def counting_tokenizer(tokenizer: Any) -> Any:
     which counting batches go through; a slow Python tokenizer is refused."""
     rust = getattr(tokenizer, "backend_tokenizer", tokenizer)
     if not hasattr(rust, "encode_batch"):
-        raise MiaFastError("building a frequency table needs a fast (Rust) tokenizer; this one is a slow Python tokenizer")
+        raise MiaFastError(
+            "building a frequency table needs a fast (Rust) tokenizer; this one is a slow Python tokenizer"
+        )
     return rust
 
 
 def tokenizer_vocab_size(tokenizer: Any) -> int:
-    return len(tokenizer) if hasattr(tokenizer, "backend_tokenizer") else counting_tokenizer(tokenizer).get_vocab_size(with_added_tokens=True)
+    return (
+        len(tokenizer)
+        if hasattr(tokenizer, "backend_tokenizer")
+        else counting_tokenizer(tokenizer).get_vocab_size(with_added_tokens=True)
+    )
 
 
 @dataclass(frozen=True)

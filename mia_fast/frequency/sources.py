@@ -23,10 +23,11 @@ import shutil
 import time
 import zlib
 from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -273,7 +274,9 @@ def build_from_text(
     ``vocab_size`` defaults to the tokenizer's; give the model's when its output head is larger.
     With ``checkpoint_dir`` every finished shard (input file) is kept there, and a rerun skips it.
     """
-    settings = text_build_settings(tokenizer, mode=mode, max_tokens_per_doc=max_tokens_per_doc, text_field=text_field, vocab_size=vocab_size)
+    settings = text_build_settings(
+        tokenizer, mode=mode, max_tokens_per_doc=max_tokens_per_doc, text_field=text_field, vocab_size=vocab_size
+    )
     files = expand_sources(sources)
     workers = workers or os.cpu_count() or 1
     fingerprint = settings["tokenizer_fingerprint"]
@@ -308,7 +311,12 @@ def build_from_text(
 
 
 def text_build_settings(
-    tokenizer: Any, *, mode: str = "occurrence", max_tokens_per_doc: int | None = None, text_field: str = "text", vocab_size: int | None = None,
+    tokenizer: Any,
+    *,
+    mode: str = "occurrence",
+    max_tokens_per_doc: int | None = None,
+    text_field: str = "text",
+    vocab_size: int | None = None,
 ) -> dict[str, Any]:
     """Everything a text build's table depends on besides its sources (checked here): what a resumed build
     must share with the one it continues, and what every shard of a distributed build is counted with."""
@@ -317,23 +325,47 @@ def text_build_settings(
     vocab_size = vocab_size or own_vocab
     if vocab_size < own_vocab:
         raise MiaFastError(f"vocab_size {vocab_size} is smaller than the tokenizer's {own_vocab} ids")
-    return {"tokenizer_fingerprint": tokenizer_fingerprint(tokenizer), "vocab_size": vocab_size, "mode": mode,
-            "max_tokens_per_doc": max_tokens_per_doc, "text_field": text_field}
+    return {
+        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+        "vocab_size": vocab_size,
+        "mode": mode,
+        "max_tokens_per_doc": max_tokens_per_doc,
+        "text_field": text_field,
+    }
 
 
-def count_text_file(path: Path, tokenizer: Any, settings: dict[str, Any], *, workers: int = 1, skip_bad_records: bool = False) -> tuple[FrequencyTable, BadRecords]:
+def count_text_file(
+    path: Path, tokenizer: Any, settings: dict[str, Any], *, workers: int = 1, skip_bad_records: bool = False
+) -> tuple[FrequencyTable, BadRecords]:
     """One corpus file counted on its own with ``settings`` (:func:`text_build_settings`), and its bad records: one shard
     of a build, whose table is ``FrequencyTable.merge`` of its files' tables in order."""
-    counter = BatchCounter(counting_tokenizer(tokenizer), settings["vocab_size"], settings["mode"], settings["max_tokens_per_doc"])
+    counter = BatchCounter(
+        counting_tokenizer(tokenizer), settings["vocab_size"], settings["mode"], settings["max_tokens_per_doc"]
+    )
     bad = BadRecords(skip=skip_bad_records)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mia-fast-tokenize") as pool:
-        table = _count_text_shard(path, settings["text_field"], bad, pool, counter, workers, settings["tokenizer_fingerprint"], _Progress(0, False))
+        table = _count_text_shard(
+            path,
+            settings["text_field"],
+            bad,
+            pool,
+            counter,
+            workers,
+            settings["tokenizer_fingerprint"],
+            _Progress(0, False),
+        )
     return table, bad
 
 
 def _count_text_shard(
-    path: Path, text_field: str, bad: BadRecords, pool: ThreadPoolExecutor, counter: BatchCounter,
-    workers: int, fingerprint: str, bar: _Progress,
+    path: Path,
+    text_field: str,
+    bad: BadRecords,
+    pool: ThreadPoolExecutor,
+    counter: BatchCounter,
+    workers: int,
+    fingerprint: str,
+    bar: _Progress,
 ) -> FrequencyTable:
     counts = np.zeros(counter.vocab_size, dtype=np.uint64)
     tokens = documents = 0
@@ -358,7 +390,9 @@ def _count_text_shard(
     while pending:
         collect()
     bar.advance(path.stat().st_size - position)
-    return FrequencyTable(counts, tokens, documents, counter.mode, counter.max_tokens_per_doc, fingerprint, (str(path),))
+    return FrequencyTable(
+        counts, tokens, documents, counter.mode, counter.max_tokens_per_doc, fingerprint, (str(path),)
+    )
 
 
 # ---- pre-tokenized corpora ----
@@ -397,7 +431,9 @@ def open_token_file(source: str | os.PathLike, dtype: str | None) -> TokenFile:
         except (ValueError, OSError) as exc:
             raise MiaFastError(f"{path}: not a readable .npy file: {exc}") from None
         if ids.ndim != 1 or ids.dtype.name not in TOKEN_DTYPES:
-            raise MiaFastError(f"{path}: expected a 1-D array of {', '.join(TOKEN_DTYPES)}, got {ids.dtype} of shape {ids.shape}")
+            raise MiaFastError(
+                f"{path}: expected a 1-D array of {', '.join(TOKEN_DTYPES)}, got {ids.dtype} of shape {ids.shape}"
+            )
         if dtype is not None and ids.dtype.name != dtype:
             raise MiaFastError(f"{path}: holds {ids.dtype.name} ids, not {dtype}")
         return TokenFile(str(path), ids, None, path.stat().st_size)
@@ -406,7 +442,9 @@ def open_token_file(source: str | os.PathLike, dtype: str | None) -> TokenFile:
     numpy_dtype = np.dtype(TOKEN_DTYPES[dtype])
     size = path.stat().st_size
     if size % numpy_dtype.itemsize:
-        raise MiaFastError(f"{path}: {size} bytes is not a whole number of {dtype} ids ({numpy_dtype.itemsize} bytes each)")
+        raise MiaFastError(
+            f"{path}: {size} bytes is not a whole number of {dtype} ids ({numpy_dtype.itemsize} bytes each)"
+        )
     return TokenFile(str(path), _memmap(path, numpy_dtype), None, size)
 
 
@@ -419,7 +457,9 @@ def _open_megatron(index_path: Path, bin_path: Path, dtype: str | None) -> Token
         raise MiaFastError(f"{index_path}: the index says {index['dtype']} ids, not {dtype}")
     expected, actual = index["total_tokens"] * index["item_size"], bin_path.stat().st_size
     if expected != actual:
-        raise MiaFastError(f"{index_path} does not match {bin_path}: the index describes {expected} bytes of tokens, the .bin holds {actual}")
+        raise MiaFastError(
+            f"{index_path} does not match {bin_path}: the index describes {expected} bytes of tokens, the .bin holds {actual}"
+        )
     ids = _memmap(bin_path, np.dtype(index["dtype"]))
     return TokenFile(str(bin_path.with_suffix("")), ids, index["document_offsets"], actual)
 
@@ -473,17 +513,23 @@ def build_from_tokens(
             if offsets is None and doc_separator is not None:
                 offsets = separator_offsets(source.ids, doc_separator)
             if needs_documents and offsets is None:
-                raise MiaFastError(f"{source.name}: {mode} mode and max_tokens_per_doc need documents; give --doc-separator for a raw token stream")
+                raise MiaFastError(
+                    f"{source.name}: {mode} mode and max_tokens_per_doc need documents; give --doc-separator for a raw token stream"
+                )
             documents = None if documents is None or offsets is None else documents + len(offsets) - 1
             for start, end, part in _chunks(len(source.ids), offsets):
                 ids = np.ascontiguousarray(source.ids[start:end])
                 try:
                     counts += count_documents(ids, part, vocab_size, mode, max_tokens_per_doc, threads)
                 except TokenIdOutOfRange as exc:
-                    raise MiaFastError(f"{source.name}: token id {exc.token_id} at position {start + exc.position} is outside the vocabulary [0, {vocab_size})") from None
+                    raise MiaFastError(
+                        f"{source.name}: token id {exc.token_id} at position {start + exc.position} is outside the vocabulary [0, {vocab_size})"
+                    ) from None
                 chunk_tokens = counted_tokens(np.diff(part), max_tokens_per_doc) if part is not None else end - start
                 tokens += chunk_tokens
                 bar.advance((end - start) * source.ids.itemsize, chunk_tokens, 0 if part is None else len(part) - 1)
     finally:
         bar.close()
-    return FrequencyTable(counts, tokens, documents, mode, max_tokens_per_doc, tokenizer_fingerprint, tuple(s.name for s in sources))
+    return FrequencyTable(
+        counts, tokens, documents, mode, max_tokens_per_doc, tokenizer_fingerprint, tuple(s.name for s in sources)
+    )

@@ -20,9 +20,10 @@ import os
 import struct
 import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -104,7 +105,9 @@ class FrequencyTable:
         """
         vocab_size = self.vocab_size if vocab_size is None else vocab_size
         if vocab_size < self.vocab_size:
-            raise FrequencyTableError(f"the table covers {self.vocab_size} ids but the model's vocabulary has only {vocab_size}")
+            raise FrequencyTableError(
+                f"the table covers {self.vocab_size} ids but the model's vocabulary has only {vocab_size}"
+            )
         counts = np.zeros(vocab_size, dtype=np.float64)
         counts[: self.vocab_size] = self.counts
         return np.log(counts + 1.0) - np.log(counts.sum() + vocab_size)
@@ -142,7 +145,10 @@ class FrequencyTable:
         _, version, header_length = _PREAMBLE.unpack_from(data)
         if version != FORMAT_VERSION:
             raise fail(f"format version {version}; this mia-fast reads version {FORMAT_VERSION}")
-        if len(data) < _PREAMBLE.size + _CHECKSUM_BYTES or hashlib.sha256(data[:-_CHECKSUM_BYTES]).digest() != data[-_CHECKSUM_BYTES:]:
+        if (
+            len(data) < _PREAMBLE.size + _CHECKSUM_BYTES
+            or hashlib.sha256(data[:-_CHECKSUM_BYTES]).digest() != data[-_CHECKSUM_BYTES:]
+        ):
             raise fail("checksum mismatch: the file is truncated or corrupt")
         counts_at = _PREAMBLE.size + header_length + (-(_PREAMBLE.size + header_length) % 8)
         if counts_at > len(data) - _CHECKSUM_BYTES:
@@ -160,7 +166,9 @@ class FrequencyTable:
         if vocab_size < 1 or not all(isinstance(s, str) for s in header["sources"]):
             raise fail("the header's vocab_size must be positive and its sources strings")
         if len(data) - _CHECKSUM_BYTES - counts_at != 8 * vocab_size:
-            raise fail(f"holds {len(data) - _CHECKSUM_BYTES - counts_at} bytes of counts, expected {8 * vocab_size} for {vocab_size} ids")
+            raise fail(
+                f"holds {len(data) - _CHECKSUM_BYTES - counts_at} bytes of counts, expected {8 * vocab_size} for {vocab_size} ids"
+            )
         counts = np.frombuffer(data, dtype="<u8", count=vocab_size, offset=counts_at).astype(np.uint64)
         total = int(counts.sum(dtype=np.uint64))
         tokens, mode = header["tokens"], header["mode"]
@@ -267,7 +275,9 @@ def laplace_log_frequencies(counts: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.log(counts.astype(np.float64) + 1.0) - np.log(total + vocab_size)
 
 
-def model_log_frequencies(source: str | os.PathLike | np.ndarray | FrequencyTable, tokenizer: Any, vocab_size: int) -> np.ndarray:
+def model_log_frequencies(
+    source: str | os.PathLike | np.ndarray | FrequencyTable, tokenizer: Any, vocab_size: int
+) -> np.ndarray:
     """ln f(v) over the model's vocabulary from a table (file or object) or a bare counts vector (.npy or array).
 
     A table must come from the model's own tokenizer (equal fingerprints); it may cover fewer ids than
@@ -280,9 +290,14 @@ def model_log_frequencies(source: str | os.PathLike | np.ndarray | FrequencyTabl
         return laplace_log_frequencies(load_counts(source), vocab_size)
     expected = tokenizer_fingerprint(tokenizer)
     if source.tokenizer_fingerprint is None:
-        warnings.warn("the frequency table has no tokenizer fingerprint, so it cannot be checked against the model's tokenizer", stacklevel=2)
+        warnings.warn(
+            "the frequency table has no tokenizer fingerprint, so it cannot be checked against the model's tokenizer",
+            stacklevel=2,
+        )
         if source.vocab_size != vocab_size:
-            raise FrequencyTableError(f"the table covers {source.vocab_size} ids but the model's vocabulary has {vocab_size}")
+            raise FrequencyTableError(
+                f"the table covers {source.vocab_size} ids but the model's vocabulary has {vocab_size}"
+            )
     elif source.tokenizer_fingerprint != expected:
         raise FrequencyTableError(
             f"the table was built with another tokenizer (fingerprint {source.tokenizer_fingerprint[:12]}…, "

@@ -27,6 +27,13 @@ from mia_fast.methods.registry import (
 )
 
 __all__ = [
-    "DEFAULT_A", "DEFAULT_KS", "DEFAULT_METHODS", "REGISTRY", "MethodOptions", "MethodRequest", "ScoringInputs",
-    "resolve_methods", "score",
+    "DEFAULT_A",
+    "DEFAULT_KS",
+    "DEFAULT_METHODS",
+    "REGISTRY",
+    "MethodOptions",
+    "MethodRequest",
+    "ScoringInputs",
+    "resolve_methods",
+    "score",
 ]

@@ -13,6 +13,12 @@ def dcpdd_score(inputs: ScoringInputs) -> np.ndarray:
     """DC-PDD: mean over first occurrences of min(p(x_t) * -ln f(x_t), a)."""
     stats = inputs.stats
     return capped_first_occurrence_mean(
-        stats.target_ids, stats.logp, stats.first_occurrence, stats.offsets, inputs.log_frequencies,
-        inputs.options.a, inputs.impl, inputs.device,
+        stats.target_ids,
+        stats.logp,
+        stats.first_occurrence,
+        stats.offsets,
+        inputs.log_frequencies,
+        inputs.options.a,
+        inputs.impl,
+        inputs.device,
     )

@@ -54,4 +54,3 @@ def neighbor_score(inputs: ScoringInputs) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a text without neighbours: NaN, by design
         return np.nanmean(losses, axis=0) - mean_loss(inputs.stats)
-

@@ -94,7 +94,9 @@ def window_starts(length: int, window: int, stride: int) -> np.ndarray:
     return starts if starts[-1] == last else np.append(starts, last)
 
 
-def online_scores(stats: TokenStats, setting: OnlineSetting, impl: str = "torch", device: Any = None) -> list[TextWindows]:
+def online_scores(
+    stats: TokenStats, setting: OnlineSetting, impl: str = "torch", device: Any = None
+) -> list[TextWindows]:
     """Every window's score of every text of ``stats`` (``impl`` and ``device`` as for the methods)."""
     per_text = [window_starts(int(n), setting.window, setting.stride) for n in stats.lengths]
     text_of = np.repeat(np.arange(len(stats), dtype=np.int64), [len(s) for s in per_text])
@@ -118,7 +120,10 @@ def _gather(stats: TokenStats, flat_starts: np.ndarray, lengths: np.ndarray) -> 
     positions = np.repeat(flat_starts - offsets[:-1], lengths) + np.arange(offsets[-1])
     target_ids = stats.target_ids[positions]
     return TokenStats(
-        offsets=offsets, target_ids=target_ids, logp=stats.logp[positions], mu=stats.mu[positions], var=stats.var[positions],
+        offsets=offsets,
+        target_ids=target_ids,
+        logp=stats.logp[positions],
+        mu=stats.mu[positions],
+        var=stats.var[positions],
         first_occurrence=first_occurrence_mask(target_ids, offsets),
     )
-

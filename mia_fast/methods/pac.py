@@ -66,7 +66,9 @@ def polarized_distance(stats: TokenStats, impl: str = "torch", device=None) -> n
 @register("pac", passes=lambda options: (PLAIN, *pac_passes(options)))
 def pac_score(inputs: ScoringInputs) -> np.ndarray:
     """Mean polarized distance of the word-swapped copies − that of the text."""
-    copies = np.stack([polarized_distance(inputs.of(p), inputs.impl, inputs.device) for p in pac_passes(inputs.options)])
+    copies = np.stack(
+        [polarized_distance(inputs.of(p), inputs.impl, inputs.device) for p in pac_passes(inputs.options)]
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a text with no token: NaN, by design
         calibrated = np.nanmean(copies, axis=0)

@@ -62,7 +62,9 @@ class Probe:
 
     def __post_init__(self) -> None:
         if self.normalization not in NORMALIZATIONS:
-            raise MiaFastError(f"probe normalisation must be one of {', '.join(NORMALIZATIONS)}, got {self.normalization!r}")
+            raise MiaFastError(
+                f"probe normalisation must be one of {', '.join(NORMALIZATIONS)}, got {self.normalization!r}"
+            )
 
     @property
     def scoring_pass(self) -> Pass:
@@ -75,8 +77,10 @@ class Probe:
         """Member probability of each row of ``activations`` [texts, hidden] (float64)."""
         if self.normalization == "split":
             if len(activations) < 2:
-                raise MiaFastError("a probe with split normalisation standardises the texts scored together, so it needs at least 2; "
-                                   "score more texts at once or use the training split's statistics (--probe-normalization train)")
+                raise MiaFastError(
+                    "a probe with split normalisation standardises the texts scored together, so it needs at least 2; "
+                    "score more texts at once or use the training split's statistics (--probe-normalization train)"
+                )
             x = standardise(activations.astype(np.float64))
         else:
             x = standardise(activations.astype(np.float64), self.train_mean, self.train_std)
@@ -91,7 +95,9 @@ class Probe:
                 f"{str(trained_for.get('weights_fingerprint'))[:12]}…), not {name!r} ({fingerprint[:12]}…); train one for this model"
             )
         if len(self.weight) != hidden_size or self.layer >= layers:
-            raise MiaFastError(f"the probe reads layer {self.layer} of hidden size {len(self.weight)}; the model has {layers} layers of {hidden_size}")
+            raise MiaFastError(
+                f"the probe reads layer {self.layer} of hidden size {len(self.weight)}; the model has {layers} layers of {hidden_size}"
+            )
 
     def save(self, directory: str | os.PathLike) -> Path:
         from safetensors.numpy import save_file
@@ -99,8 +105,16 @@ class Probe:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {"weight": self.weight, "train_mean": self.train_mean, "train_std": self.train_std}
-        save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}, str(directory / WEIGHTS_FILE))
-        card = {"format": FORMAT, **self.card, "layer": self.layer, "normalization": self.normalization, "prompt": PROMPT}
+        save_file(
+            {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}, str(directory / WEIGHTS_FILE)
+        )
+        card = {
+            "format": FORMAT,
+            **self.card,
+            "layer": self.layer,
+            "normalization": self.normalization,
+            "prompt": PROMPT,
+        }
         (directory / CARD_FILE).write_text(json.dumps(card, indent=1) + "\n")
         return directory
 
@@ -124,16 +138,30 @@ class Probe:
         missing = {"weight", "train_mean", "train_std"} - set(tensors)
         shapes = {tensors[k].shape for k in tensors}
         if missing or len(shapes) != 1 or len(next(iter(shapes))) != 1 or not isinstance(card.get("layer"), int):
-            raise MiaFastError(f"{directory}: a malformed probe (tensors {sorted(tensors)}, layer {card.get('layer')!r})")
+            raise MiaFastError(
+                f"{directory}: a malformed probe (tensors {sorted(tensors)}, layer {card.get('layer')!r})"
+            )
         info = {k: v for k, v in card.items() if k not in ("format", "layer", "normalization", "prompt")}
-        return cls(tensors["weight"], card["layer"], card.get("normalization"), tensors["train_mean"], tensors["train_std"], info)
+        return cls(
+            tensors["weight"],
+            card["layer"],
+            card.get("normalization"),
+            tensors["train_mean"],
+            tensors["train_std"],
+            info,
+        )
 
 
 def _probe_passes(options: MethodOptions) -> tuple[Pass, ...]:
     return (options.probe.scoring_pass,) if options.probe is not None else ()
 
 
-@register("probe", needs=[NEEDS_PROBE], passes=_probe_passes, pooled=lambda options: options.probe is not None and options.probe.normalization == "split")
+@register(
+    "probe",
+    needs=[NEEDS_PROBE],
+    passes=_probe_passes,
+    pooled=lambda options: options.probe is not None and options.probe.normalization == "split",
+)
 def probe_score(inputs: ScoringInputs) -> np.ndarray:
     """The trained probe's member probability from the last token's hidden state of the prompted text."""
     probe = inputs.options.probe

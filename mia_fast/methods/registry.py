@@ -10,8 +10,9 @@ Adding a method touches its own module only: write the function and decorate it 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -177,10 +178,7 @@ def resolve_methods(names: Sequence[str], ks: Sequence[float] = DEFAULT_KS) -> l
         raise MiaFastError(f"unknown method {name!r}; known methods: {', '.join(sorted(REGISTRY))}")
     if not requested:
         raise MiaFastError("no method given")
-    return [
-        MethodRequest(REGISTRY[name], tuple(dict.fromkeys(k_list)))
-        for name, k_list in requested.items()
-    ]
+    return [MethodRequest(REGISTRY[name], tuple(dict.fromkeys(k_list))) for name, k_list in requested.items()]
 
 
 def _check_k(k: float) -> float:
@@ -214,7 +212,10 @@ def check_available(
     if options.neighbors is not None:
         available.add(NEEDS_NEIGHBORS)
     for request in requests:
-        wanted = [*(p.model for p in request.method.passes(options)), *(n for n in request.method.needs if n != NEEDS_TEXT)]
+        wanted = [
+            *(p.model for p in request.method.passes(options)),
+            *(n for n in request.method.needs if n != NEEDS_TEXT),
+        ]
         for need in wanted:
             if need not in available:
                 raise MiaFastError(f"method {request.method.name!r} needs {_SUPPLY.get(need, need)}")

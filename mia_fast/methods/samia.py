@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -71,7 +71,9 @@ def mean_over_samples(inputs: ScoringInputs, weight: Callable[[list[str]], float
         if len(words) < 2:
             continue
         reference = words[split_point(words) :]
-        scores[i] = np.mean([rouge1_recall(words, reference) * weight(words) for words in (s.split() for s in samples[i])])
+        scores[i] = np.mean(
+            [rouge1_recall(words, reference) * weight(words) for words in (s.split() for s in samples[i])]
+        )
     return scores
 
 

@@ -3,7 +3,7 @@ for every k at once."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -34,8 +34,13 @@ def bottom_k_means(
     counts = bottom_k_counts(np.diff(offsets), ks)
     if impl == "triton":
         from mia_fast.kernels import bottom_k_means as kernel
+
         device = kernel_device(device)
-        means = kernel(to_device(values, np.float32, device), to_device(offsets, np.int64, device), to_device(counts, np.int64, device))
+        means = kernel(
+            to_device(values, np.float32, device),
+            to_device(offsets, np.int64, device),
+            to_device(counts, np.int64, device),
+        )
         return means.cpu().numpy()
     return _sorted_bottom_k_means(values, offsets, counts)
 
@@ -57,13 +62,21 @@ def _sorted_bottom_k_means(values: np.ndarray, offsets: np.ndarray, counts: np.n
         row_lengths = lengths[rows]
         width = int(row_lengths[-1])
         first = int(offsets[rows[0]])
-        if row_lengths[0] == width and offsets[rows[-1]] - first == (len(rows) - 1) * width and np.all(np.diff(rows) == 1):
-            block = values[first : first + len(rows) * width].reshape(len(rows), width).copy()  # texts of one length, side by side
+        if (
+            row_lengths[0] == width
+            and offsets[rows[-1]] - first == (len(rows) - 1) * width
+            and np.all(np.diff(rows) == 1)
+        ):
+            block = (
+                values[first : first + len(rows) * width].reshape(len(rows), width).copy()
+            )  # texts of one length, side by side
         else:
             row_starts = np.cumsum(row_lengths) - row_lengths
             within = np.arange(int(row_lengths.sum())) - np.repeat(row_starts, row_lengths)
             block = np.full((len(rows), width), np.nan, dtype=values.dtype)
-            block[np.repeat(np.arange(len(rows)), row_lengths), within] = values[np.repeat(offsets[rows], row_lengths) + within]
+            block[np.repeat(np.arange(len(rows)), row_lengths), within] = values[
+                np.repeat(offsets[rows], row_lengths) + within
+            ]
         block.sort(axis=1)
         sums = np.cumsum(block.astype(np.float64), axis=1)
         picked = counts[rows]

@@ -35,11 +35,15 @@ def capped_first_occurrence_mean(
     check_impl(impl)
     if impl == "triton":
         from mia_fast.kernels import capped_first_occurrence_mean as kernel
+
         device = kernel_device(device)
         means = kernel(
-            to_device(target_ids, np.int64, device), to_device(logp, np.float32, device),
-            to_device(first_occurrence, np.bool_, device), to_device(offsets, np.int64, device),
-            to_device(log_frequencies, np.float64, device), cap,
+            to_device(target_ids, np.int64, device),
+            to_device(logp, np.float32, device),
+            to_device(first_occurrence, np.bool_, device),
+            to_device(offsets, np.int64, device),
+            to_device(log_frequencies, np.float64, device),
+            cap,
         )
         return means.cpu().numpy()
     first = first_occurrence

@@ -33,7 +33,9 @@ def token_stats_torch(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torc
     return target_shifted - log_total, centred_mean - log_total, var
 
 
-def token_stats(logits: torch.Tensor, targets: torch.Tensor, impl: str = "torch") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def token_stats(
+    logits: torch.Tensor, targets: torch.Tensor, impl: str = "torch"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(logp, mu, var) in fp32 of logits [N, V] (any float dtype) at targets [N]."""
     check_impl(impl)
     if impl == "triton":
@@ -61,7 +63,9 @@ def linear_token_stats(
     keep the reference's temporaries in cache.
     """
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"hidden [N, H] and weight [V, H] expected, got {tuple(hidden.shape)} and {tuple(weight.shape)}")
+        raise ValueError(
+            f"hidden [N, H] and weight [V, H] expected, got {tuple(hidden.shape)} and {tuple(weight.shape)}"
+        )
     stats_rows = stats_rows or chunk_rows
     if chunk_rows < 1 or stats_rows < 1:
         raise ValueError(f"chunk_rows and stats_rows must be positive, got {chunk_rows} and {stats_rows}")
@@ -79,7 +83,9 @@ def linear_token_stats(
             torch.addmm(bias, hidden[start:stop], weight_t, out=logits)
         for first in range(start, stop, stats_rows):
             last = min(first + stats_rows, stop)
-            for out, value in zip(outputs, token_stats(logits[first - start : last - start], targets[first:last], impl)):
+            for out, value in zip(
+                outputs, token_stats(logits[first - start : last - start], targets[first:last], impl)
+            ):
                 out[first:last] = value
     return tuple(outputs)
 
@@ -125,7 +131,11 @@ class StreamedTokenStats:
         if self.core is not None:
             if logits.stride(-1) != 1:
                 logits = logits.contiguous()
-            values = logits.view(torch.int16).numpy().view("uint16") if logits.dtype == torch.bfloat16 else logits.float().numpy()
+            values = (
+                logits.view(torch.int16).numpy().view("uint16")
+                if logits.dtype == torch.bfloat16
+                else logits.float().numpy()
+            )
             self.core.merge_logit_chunk(values, first_id, self.target_ids, self.state, torch.get_num_threads())
             return
         logits = logits.float()
@@ -158,6 +168,9 @@ class StreamedTokenStats:
         if self.core is not None:
             top, weight, mean, m2, target_logit = self.state
             log_weight = np.log(weight)
-            return tuple(torch.from_numpy(v.astype(np.float32)) for v in (target_logit - top - log_weight, mean - log_weight, m2 / weight))
+            return tuple(
+                torch.from_numpy(v.astype(np.float32))
+                for v in (target_logit - top - log_weight, mean - log_weight, m2 / weight)
+            )
         log_weight = self.weight.log()
         return self.target_logit - self.max - log_weight, self.mean - log_weight, self.m2 / self.weight

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def plan_batches(lengths: Sequence[int], batch_tokens: int, packed: bool = False) -> list[list[int]]:

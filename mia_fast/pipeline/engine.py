@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -94,7 +95,11 @@ class StatsEngine:
         self.head = loaded.plain_linear_head() if use_hidden_states else None
         # On CPU a Llama-family model runs pad-free with fused, reordered copies of its weights (made at the first
         # pass, and again whenever the model's weights have changed since).
-        self.packs = self.head is not None and loaded.device.type == "cpu" and packed_unsupported(loaded.model, max_length) is None
+        self.packs = (
+            self.head is not None
+            and loaded.device.type == "cpu"
+            and packed_unsupported(loaded.model, max_length) is None
+        )
         self._packed: PackedDecoder | None = None
         self.backend = resolve_backend(backend, loaded.device)
         tokenizer = loaded.tokenizer
@@ -113,9 +118,15 @@ class StatsEngine:
         wherever it is loaded from."""
         loaded = self.loaded
         return {
-            "weights": loaded.weights_fingerprint(), "tokenizer": tokenizer_fingerprint(loaded.tokenizer), "dtype": str(loaded.dtype),
-            "device": loaded.device.type, "prepend_start": self.prepend_start, "max_length": self.max_length, "backend": self.backend,
-            "fused_head": self.head is not None, "packed": self.packs,
+            "weights": loaded.weights_fingerprint(),
+            "tokenizer": tokenizer_fingerprint(loaded.tokenizer),
+            "dtype": str(loaded.dtype),
+            "device": loaded.device.type,
+            "prepend_start": self.prepend_start,
+            "max_length": self.max_length,
+            "backend": self.backend,
+            "fused_head": self.head is not None,
+            "packed": self.packs,
         }
 
     def use_cache(self, directory: str | os.PathLike, log: Callable[[str], None]) -> None:
@@ -123,8 +134,10 @@ class StatsEngine:
         self.cache = StatsCache(directory, self.cache_settings(), log)
         others = self.cache.other_settings()
         if others and not self.cache.root.exists():
-            log(f"stats cache {directory}: it holds the stats of {others} other model setting(s), none of this one "
-                f"({self.loaded.name}); texts are computed and added")
+            log(
+                f"stats cache {directory}: it holds the stats of {others} other model setting(s), none of this one "
+                f"({self.loaded.name}); texts are computed and added"
+            )
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """The ids of each text: those tokenized ahead by :meth:`tokenize_ahead`, the others now."""
@@ -199,7 +212,9 @@ class StatsEngine:
         while stats is None:  # again only when a shard was refused on reading: its texts are then missing
             missing = self.cache.missing(keys)
             if missing:
-                computed = self._forward_stats([texts[i] for i in missing], on_tokenized, on_progress, [prefixes[i] for i in missing])
+                computed = self._forward_stats(
+                    [texts[i] for i in missing], on_tokenized, on_progress, [prefixes[i] for i in missing]
+                )
                 self.cache.store([keys[i] for i in missing], computed)
             stats = self.cache.stats(keys)
         return stats
@@ -229,7 +244,9 @@ class StatsEngine:
             logp = mu = var = np.zeros(0, np.float32)
         targets = [np.asarray(rows[i].ids[rows[i].first_scored :], dtype=np.int64) for i in order]
         results: list[dict[str, np.ndarray]] = [{}] * len(rows)
-        for i, t, lp, m, v in zip(order, targets, *(np.split(a, np.cumsum([len(t) for t in targets])[:-1]) for a in (logp, mu, var))):
+        for i, t, lp, m, v in zip(
+            order, targets, *(np.split(a, np.cumsum([len(t) for t in targets])[:-1]) for a in (logp, mu, var))
+        ):
             results[i] = {"target_ids": t, "logp": lp, "mu": m, "var": v}
         per_text: list[list[dict[str, np.ndarray]]] = [[] for _ in texts]
         for row, stats in zip(rows, results):
@@ -261,16 +278,25 @@ class StatsEngine:
         input_ids, attention_mask = self._padded([r.ids for r in rows])
         width = input_ids.shape[1]
         # Position p predicts the id at p + 1: score targets ids[first_scored:] of each row.
-        flat_index = np.concatenate([row * width + np.arange(r.first_scored - 1, len(r.ids) - 1) for row, r in enumerate(rows)])
-        flat_targets = self._to_device(torch.tensor([t for r in rows for t in r.ids[r.first_scored :]], dtype=torch.long))
+        flat_index = np.concatenate(
+            [row * width + np.arange(r.first_scored - 1, len(r.ids) - 1) for row, r in enumerate(rows)]
+        )
+        flat_targets = self._to_device(
+            torch.tensor([t for r in rows for t in r.ids[r.first_scored :]], dtype=torch.long)
+        )
         index = self._to_device(torch.from_numpy(flat_index))
 
         if self.head is not None:
             hidden = self.loaded.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
             return linear_token_stats(
-                selected, self.head.weight, flat_targets, self.head.bias, chunk_rows=self.chunk_rows,
-                stats_rows=self.stats_rows, impl=self.backend,
+                selected,
+                self.head.weight,
+                flat_targets,
+                self.head.bias,
+                chunk_rows=self.chunk_rows,
+                stats_rows=self.stats_rows,
+                impl=self.backend,
             )
         logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
         return self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, flat_targets)
@@ -282,12 +308,16 @@ class StatsEngine:
             self._packed = PackedDecoder(self.loaded.model)
         lengths = [len(r.ids) for r in rows]
         starts = np.cumsum([0, *lengths[:-1]])
-        index = np.concatenate([start + np.arange(r.first_scored - 1, len(r.ids) - 1) for start, r in zip(starts, rows)])
+        index = np.concatenate(
+            [start + np.arange(r.first_scored - 1, len(r.ids) - 1) for start, r in zip(starts, rows)]
+        )
         hidden = self._packed.hidden(torch.tensor([t for r in rows for t in r.ids]), lengths)
         targets = torch.tensor([t for r in rows for t in r.ids[r.first_scored :]], dtype=torch.long)
         return self._packed.token_stats(hidden.index_select(0, torch.from_numpy(index)), targets)
 
-    def _reduce_logits(self, rows: torch.Tensor, index: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _reduce_logits(
+        self, rows: torch.Tensor, index: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
         """(logp, mu, var) of the selected rows of the model's own logits, a chunk at a time."""
         parts = []
         for start in range(0, len(index), self.stats_rows):
@@ -381,8 +411,13 @@ class StatsEngine:
         for batch in plan_batches(lengths, self.batch_tokens * SAMPLE_BUDGET_FACTOR):
             rows = [jobs[b] for b in batch]
             continuations = generate(
-                self.loaded.model, [p for _, _, p, _ in rows], [row_key(readout.seed, j, f"{prefixes[i]}\0{texts[i]}") for i, j, _, _ in rows],
-                [n for _, _, _, n in rows], readout.top_k, self.pad_id, end_ids,
+                self.loaded.model,
+                [p for _, _, p, _ in rows],
+                [row_key(readout.seed, j, f"{prefixes[i]}\0{texts[i]}") for i, j, _, _ in rows],
+                [n for _, _, _, n in rows],
+                readout.top_k,
+                self.pad_id,
+                end_ids,
             )
             for (i, j, _, _), ids in zip(rows, continuations):
                 result[i, j] = tokenizer.decode(ids, skip_special_tokens=True)
@@ -404,7 +439,8 @@ class StatsEngine:
         a copy of the chosen parameters per text."""
         model = self.loaded.model
         chosen = [
-            parameter for name, parameter in model.named_parameters()
+            parameter
+            for name, parameter in model.named_parameters()
             if not readout.parameters or any(fnmatchcase(name, pattern) for pattern in readout.parameters)
         ]
         if not chosen:
@@ -428,7 +464,10 @@ class StatsEngine:
                     for row in text_rows:
                         ids = torch.tensor([row.ids], device=self.loaded.device)
                         logits = model(input_ids=ids, use_cache=False).logits[0, row.first_scored - 1 : -1].float()
-                        (torch.nn.functional.cross_entropy(logits, ids[0, row.first_scored :], reduction="sum") / targets).backward()
+                        (
+                            torch.nn.functional.cross_entropy(logits, ids[0, row.first_scored :], reduction="sum")
+                            / targets
+                        ).backward()
                         if on_progress is not None:
                             on_progress(len(row.ids))
                     grads = [p.grad.float() for p in chosen if p.grad is not None]

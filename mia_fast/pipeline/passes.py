@@ -11,8 +11,8 @@ a method brings its own in its module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 TARGET = "target"
 REFERENCE = "reference"

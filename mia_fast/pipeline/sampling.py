@@ -10,7 +10,7 @@ device. Generation itself is the model's own ``generate`` with its cache and lef
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -79,13 +79,21 @@ def generate(
         input_ids[row, width - len(ids) :] = torch.tensor(ids)
         attention_mask[row, width - len(ids) :] = 1
     config = GenerationConfig(
-        max_new_tokens=max(new_tokens), do_sample=False, pad_token_id=pad_id, eos_token_id=list(end_ids) or None,
+        max_new_tokens=max(new_tokens),
+        do_sample=False,
+        pad_token_id=pad_id,
+        eos_token_id=list(end_ids) or None,
     )
-    processors = LogitsProcessorList([
-        TopKLogitsWarper(top_k), _KeyedGumbelNoise(torch.tensor(np.asarray(keys, dtype=np.int64), device=device)),
-    ])
+    processors = LogitsProcessorList(
+        [
+            TopKLogitsWarper(top_k),
+            _KeyedGumbelNoise(torch.tensor(np.asarray(keys, dtype=np.int64), device=device)),
+        ]
+    )
     output = model.generate(
-        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config,
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        generation_config=config,
         logits_processor=processors,
     )
     continuations = []

@@ -7,10 +7,10 @@ for the first time in that text. Texts are stored ragged: flat arrays plus ``off
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -69,7 +69,9 @@ class TokenStats:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         starts = self.offsets[:-1][indices]
         positions = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-        return TokenStats(offsets=offsets, **{name: getattr(self, name)[positions] for name in (*_FIELDS, "first_occurrence")})
+        return TokenStats(
+            offsets=offsets, **{name: getattr(self, name)[positions] for name in (*_FIELDS, "first_occurrence")}
+        )
 
     @classmethod
     def from_texts(cls, per_text: Sequence[dict[str, np.ndarray]]) -> TokenStats:

@@ -21,8 +21,9 @@ import json
 import os
 import uuid
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,13 @@ from mia_fast.pipeline.stats import TokenStats
 
 CACHE_FORMAT = 1
 # The arrays of a TokenStats as stored: ids fit int32 in every vocabulary; first occurrences as bytes.
-_STORED = {"target_ids": np.int32, "logp": np.float32, "mu": np.float32, "var": np.float32, "first_occurrence": np.uint8}
+_STORED = {
+    "target_ids": np.int32,
+    "logp": np.float32,
+    "mu": np.float32,
+    "var": np.float32,
+    "first_occurrence": np.uint8,
+}
 _SETTING_KEY = b"mia_fast_setting"
 _CHECKSUM_KEY = b"mia_fast_crc32"
 
@@ -57,7 +64,12 @@ class StatsCache:
     ``log`` receives one line per refused shard.
     """
 
-    def __init__(self, directory: str | os.PathLike, settings: Mapping[str, Any], log: Callable[[str], None] = lambda message: None):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        settings: Mapping[str, Any],
+        log: Callable[[str], None] = lambda message: None,
+    ):
         self.settings = {"format": CACHE_FORMAT, **settings}
         canonical = json.dumps(self.settings, sort_keys=True, default=str)
         self.setting_id = hashlib.sha256(canonical.encode()).hexdigest()[:24]
@@ -70,10 +82,16 @@ class StatsCache:
 
     def other_settings(self) -> int:
         """How many other engine settings the directory holds stats for (a cache of another model says so)."""
-        return sum(1 for p in self.base.glob("*/settings.json") if p.parent.name != self.setting_id) if self.base.is_dir() else 0
+        return (
+            sum(1 for p in self.base.glob("*/settings.json") if p.parent.name != self.setting_id)
+            if self.base.is_dir()
+            else 0
+        )
 
     def _refuse(self, shard: Path, reason: str) -> None:
-        self.log(f"stats cache: {shard} refused ({reason}); its texts are computed again (the file is kept as {shard.name}.rejected)")
+        self.log(
+            f"stats cache: {shard} refused ({reason}); its texts are computed again (the file is kept as {shard.name}.rejected)"
+        )
         shard.rename(shard.with_name(shard.name + ".rejected"))
         self._index = {key: place for key, place in self._load_index().items() if place[0] != shard}
 
@@ -88,7 +106,9 @@ class StatsCache:
             return None
         found = (table.schema.metadata or {}).get(_SETTING_KEY)
         if found != self.setting_id.encode():
-            self._refuse(shard, f"written for another setting ({found.decode() if found else 'none'}), not {self.setting_id}")
+            self._refuse(
+                shard, f"written for another setting ({found.decode() if found else 'none'}), not {self.setting_id}"
+            )
             return None
         return table
 
@@ -99,7 +119,10 @@ class StatsCache:
                 table = self._read(shard, ["key", "length"])
                 if table is not None:
                     lengths = table.column("length").to_numpy()
-                    self._index.update((key, (shard, row, int(lengths[row]))) for row, key in enumerate(table.column("key").to_pylist()))
+                    self._index.update(
+                        (key, (shard, row, int(lengths[row])))
+                        for row, key in enumerate(table.column("key").to_pylist())
+                    )
         return self._index
 
     def missing(self, keys: Sequence[bytes]) -> list[int]:
@@ -126,8 +149,13 @@ class StatsCache:
             shard_offsets, arrays = flat
             picks = np.flatnonzero(shard_numbers == number)
             rows = all_rows[picks]
-            if np.all(np.diff(rows) == 1) and np.all(np.diff(picks) == 1):  # the usual case: a file scored again in its order
-                source, target = slice(shard_offsets[rows[0]], shard_offsets[rows[-1] + 1]), slice(offsets[picks[0]], offsets[picks[-1] + 1])
+            if np.all(np.diff(rows) == 1) and np.all(
+                np.diff(picks) == 1
+            ):  # the usual case: a file scored again in its order
+                source, target = (
+                    slice(shard_offsets[rows[0]], shard_offsets[rows[-1] + 1]),
+                    slice(offsets[picks[0]], offsets[picks[-1] + 1]),
+                )
             else:
                 counts = lengths[picks]
                 within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
@@ -135,8 +163,14 @@ class StatsCache:
                 target = np.repeat(offsets[picks], counts) + within
             for name in _STORED:
                 out[name][target] = arrays[name][source]
-        return TokenStats(offsets=offsets, target_ids=out["target_ids"].astype(np.int64), logp=out["logp"], mu=out["mu"], var=out["var"],
-                          first_occurrence=out["first_occurrence"].view(bool))
+        return TokenStats(
+            offsets=offsets,
+            target_ids=out["target_ids"].astype(np.int64),
+            logp=out["logp"],
+            mu=out["mu"],
+            var=out["var"],
+            first_occurrence=out["first_occurrence"].view(bool),
+        )
 
     def _checked_shard(self, shard: Path) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
         """A shard's row offsets and flat arrays, after its checksum; None (the shard refused) on any problem."""
@@ -144,7 +178,10 @@ class StatsCache:
         if table is None:
             return None
         lists = {name: table.column(name).combine_chunks() for name in _STORED}
-        flat = {name: np.asarray(lists[name].flatten().to_numpy(zero_copy_only=False), dtype=dtype) for name, dtype in _STORED.items()}
+        flat = {
+            name: np.asarray(lists[name].flatten().to_numpy(zero_copy_only=False), dtype=dtype)
+            for name, dtype in _STORED.items()
+        }
         lengths = table.column("length").to_numpy().astype(np.int64)
         keys = np.frombuffer(b"".join(table.column("key").to_pylist()), dtype=np.uint8)
         expected = int((table.schema.metadata or {}).get(_CHECKSUM_KEY, b"-1"))
@@ -169,21 +206,29 @@ class StatsCache:
         columns = {"key": pa.array(list(keys), pa.binary(32)), "length": pa.array(stats.lengths.astype(np.int32))}
         columns.update({name: list_type.from_arrays(offsets, pa.array(values)) for name, values in flat.items()})
         checksum = _checksum(np.frombuffer(b"".join(keys), dtype=np.uint8), stats.lengths, flat)
-        table = pa.table(columns).replace_schema_metadata({_SETTING_KEY: self.setting_id.encode(), _CHECKSUM_KEY: str(checksum).encode()})
+        table = pa.table(columns).replace_schema_metadata(
+            {_SETTING_KEY: self.setting_id.encode(), _CHECKSUM_KEY: str(checksum).encode()}
+        )
         name = f"{uuid.uuid4().hex}.arrow"
         staging = self.root / f".{name}.tmp"
         with pa.OSFile(str(staging), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         os.replace(staging, self.root / name)
         index = self._load_index()
-        index.update((key, (self.root / name, row, int(length))) for row, (key, length) in enumerate(zip(keys, stats.lengths)))
+        index.update(
+            (key, (self.root / name, row, int(length))) for row, (key, length) in enumerate(zip(keys, stats.lengths))
+        )
 
 
-def open_cache(directory: str | os.PathLike, setting: str | None = None, log: Callable[[str], None] = lambda message: None) -> StatsCache:
+def open_cache(
+    directory: str | os.PathLike, setting: str | None = None, log: Callable[[str], None] = lambda message: None
+) -> StatsCache:
     """The stats cache already in ``directory``: its only setting, or the one whose folder name starts with ``setting``."""
     folders = sorted(p.parent for p in Path(directory).glob("*/settings.json"))
     if not folders:
-        raise MiaFastError(f"{directory} holds no stats cache; write one with 'mia-fast score ... --stats-cache {directory}'")
+        raise MiaFastError(
+            f"{directory} holds no stats cache; write one with 'mia-fast score ... --stats-cache {directory}'"
+        )
     chosen = [f for f in folders if setting is None or f.name.startswith(setting)]
     if len(chosen) != 1:
         listed = "; ".join(f"{f.name} ({_describe(f)})" for f in folders)
@@ -194,7 +239,9 @@ def open_cache(directory: str | os.PathLike, setting: str | None = None, log: Ca
         raise MiaFastError(f"{chosen[0]}: not a stats cache of format {CACHE_FORMAT}")
     cache = StatsCache(directory, settings, log)
     if cache.setting_id != chosen[0].name:
-        raise MiaFastError(f"{chosen[0]}/settings.json does not match its folder: edited, or not a mia-fast stats cache")
+        raise MiaFastError(
+            f"{chosen[0]}/settings.json does not match its folder: edited, or not a mia-fast stats cache"
+        )
     return cache
 
 
@@ -216,9 +263,18 @@ class CacheOnlyEngine:
     def tokenize_ahead(self, texts: Sequence[str]) -> None:
         """Nothing to prepare: cached stats need no tokenizer."""
 
-    def run(self, readout: Readout, texts: Sequence[str], prefixes: Sequence[str] | None = None, on_tokenized=None, on_progress=None) -> TokenStats:
+    def run(
+        self,
+        readout: Readout,
+        texts: Sequence[str],
+        prefixes: Sequence[str] | None = None,
+        on_tokenized=None,
+        on_progress=None,
+    ) -> TokenStats:
         if not isinstance(readout, TokenStatsReadout):
-            raise MiaFastError(f"a cache holds token statistics only; a method reading {type(readout).__name__} needs the model: use 'mia-fast score'")
+            raise MiaFastError(
+                f"a cache holds token statistics only; a method reading {type(readout).__name__} needs the model: use 'mia-fast score'"
+            )
         prefixes = prefixes if prefixes is not None else [""] * len(texts)
         keys = [text_key(prefix, text) for prefix, text in zip(prefixes, texts)]
         stats = None
@@ -226,8 +282,10 @@ class CacheOnlyEngine:
             missing = self.cache.missing(keys)
             if missing:
                 example = texts[missing[0]] if len(texts[missing[0]]) <= 60 else texts[missing[0]][:57] + "..."
-                raise MiaFastError(f"{len(missing)} pass(es) of these texts are not in the stats cache {self.cache.root} (e.g. of {example!r}); "
-                                   "score them there first with 'mia-fast score --stats-cache' and the same methods")
+                raise MiaFastError(
+                    f"{len(missing)} pass(es) of these texts are not in the stats cache {self.cache.root} (e.g. of {example!r}); "
+                    "score them there first with 'mia-fast score --stats-cache' and the same methods"
+                )
             stats = self.cache.stats(keys)
         if on_progress is not None:
             on_progress(int(stats.lengths.sum()))
@@ -244,22 +302,35 @@ class SavedStatsEngine:
 
     def __init__(self, stats: TokenStats, texts: Sequence[str], source: str):
         if len(stats.lengths) != len(texts):
-            raise MiaFastError(f"{source} holds the stats of {len(stats.lengths)} texts but the input has {len(texts)}; "
-                               "give the texts it was computed from, in the same order")
+            raise MiaFastError(
+                f"{source} holds the stats of {len(stats.lengths)} texts but the input has {len(texts)}; "
+                "give the texts it was computed from, in the same order"
+            )
         self.stats, self.source = stats, source
         self.rows = {text: i for i, text in reversed(list(enumerate(texts)))}
 
     def tokenize_ahead(self, texts: Sequence[str]) -> None:
         """Nothing to prepare: saved stats need no tokenizer."""
 
-    def run(self, readout: Readout, texts: Sequence[str], prefixes: Sequence[str] | None = None, on_tokenized=None, on_progress=None) -> TokenStats:
+    def run(
+        self,
+        readout: Readout,
+        texts: Sequence[str],
+        prefixes: Sequence[str] | None = None,
+        on_tokenized=None,
+        on_progress=None,
+    ) -> TokenStats:
         if not isinstance(readout, TokenStatsReadout) or any(prefixes or ()):
-            raise MiaFastError(f"{self.source} holds the plain pass only; methods with other passes need a stats cache "
-                               "('mia-fast score --stats-cache DIR') or the model")
+            raise MiaFastError(
+                f"{self.source} holds the plain pass only; methods with other passes need a stats cache "
+                "('mia-fast score --stats-cache DIR') or the model"
+            )
         missing = next((text for text in texts if text not in self.rows), None)
         if missing is not None:
-            raise MiaFastError(f"{self.source} holds the plain pass of the input's texts only, not of {missing[:60]!r} "
-                               "(a method's transformed copy of a text needs a stats cache or the model)")
+            raise MiaFastError(
+                f"{self.source} holds the plain pass of the input's texts only, not of {missing[:60]!r} "
+                "(a method's transformed copy of a text needs a stats cache or the model)"
+            )
         stats = self.stats.take([self.rows[text] for text in texts])
         if on_progress is not None:
             on_progress(int(stats.lengths.sum()))
