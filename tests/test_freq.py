@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import CORPUS, train_tokenizer
 
-from mia_fast import Detector, load_model
+from mia_fast import DcpddSettings, Detector, load_model
 from mia_fast.frequency.table import (
     MAGIC,
     FrequencyTable,
@@ -154,9 +154,9 @@ def test_dcpdd_from_a_table_equals_dcpdd_from_the_same_counts_npy(tiny_model_dir
     table = FrequencyTable(counts, int(counts.sum()), 21, tokenizer_fingerprint=tokenizer_fingerprint(loaded.tokenizer))
     table.save(tmp_path / "t.freq")
     texts = ["the quick brown fox", "a journey of a thousand miles", "to be or not to be"]
-    from_npy = Detector(loaded, frequencies=tmp_path / "counts.npy").score(texts, ["dcpdd"])["dcpdd"]
-    from_file = Detector(loaded, frequencies=tmp_path / "t.freq").score(texts, ["dcpdd"])["dcpdd"]
-    from_object = Detector(loaded, frequencies=table).score(texts, ["dcpdd"])["dcpdd"]
+    from_npy = Detector(loaded, [DcpddSettings(frequencies=tmp_path / "counts.npy")]).score(texts, ["dcpdd"])["dcpdd"]
+    from_file = Detector(loaded, [DcpddSettings(frequencies=tmp_path / "t.freq")]).score(texts, ["dcpdd"])["dcpdd"]
+    from_object = Detector(loaded, [DcpddSettings(frequencies=table)]).score(texts, ["dcpdd"])["dcpdd"]
     np.testing.assert_array_equal(from_file, from_npy)
     np.testing.assert_array_equal(from_object, from_npy)
 

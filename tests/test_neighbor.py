@@ -10,7 +10,15 @@ from test_passes import MEMBER_PREFIX, PREFIX, count_sequences, stats_of
 from mia_fast import Detector
 from mia_fast.data import read_dataset
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import MethodOptions, ScoringInputs, resolve_methods, score
+from mia_fast.methods import (
+    ConRecallSettings,
+    MethodSettings,
+    NeighborSettings,
+    RecallSettings,
+    ScoringInputs,
+    resolve_methods,
+    score,
+)
 from mia_fast.methods.neighbor import neighbor_passes
 from mia_fast.pipeline.neighbors import MaskedLMNeighbors, Neighbors, WordDropNeighbors
 
@@ -20,19 +28,19 @@ NEIGHBORS = [["the quick brown cat", "the slow brown fox", "to be or not to be"]
 
 def test_formula_on_hand_built_stats_with_ragged_and_missing_neighbours():
     neighbors = Neighbors.of_texts(["a", "b", "c"], [["a1", "a2"], ["b1"], []])
-    options = MethodOptions(neighbors=neighbors)
-    first, second = neighbor_passes(options)
+    settings = MethodSettings(NeighborSettings(neighbors))
+    first, second = neighbor_passes(settings)
     assert first.transform("a") == "a1" and second.transform("b") == "" and first.transform("c") == ""
     plain = stats_of([-1.0, -3.0], [-0.5], [-2.0])
     passes = {first: stats_of([-3.0], [-1.5], []), second: stats_of([-4.0, -6.0], [], [])}
-    got = score(ScoringInputs(stats=plain, passes=passes, options=options), resolve_methods(["neighbor"]))["neighbor"]
+    got = score(ScoringInputs(stats=plain, passes=passes, settings=settings), resolve_methods(["neighbor"]))["neighbor"]
     assert got[0] == pytest.approx((3.0 + 5.0) / 2 - 2.0)  # mean neighbour loss − loss
     assert got[1] == pytest.approx(1.5 - 0.5)  # its one neighbour only
     assert np.isnan(got[2])  # no neighbours
 
 
 def test_equals_hand_computed_losses_and_runs_each_distinct_sequence_once(tiny_model_dir):
-    detector = Detector(str(tiny_model_dir), neighbors=Neighbors.of_texts(TEXTS, NEIGHBORS))
+    detector = Detector(str(tiny_model_dir), [NeighborSettings(Neighbors.of_texts(TEXTS, NEIGHBORS))])
     model, engine = detector.target.loaded.model, detector.target
     sequences = count_sequences(engine)
     got = detector.score(TEXTS, methods=["loss", "neighbor"])
@@ -54,9 +62,11 @@ def test_every_pass_of_the_prefix_and_neighbour_methods_runs_once(tiny_model_dir
     neighbors = [[f"{t} indeed", f"so {t}", f"{t} again"] for t in TEXTS]
     detector = Detector(
         str(tiny_model_dir),
-        prefix_nonmembers=PREFIX,
-        prefix_members=MEMBER_PREFIX,
-        neighbors=Neighbors.of_texts(TEXTS, neighbors),
+        [
+            RecallSettings(prefix_nonmembers=PREFIX),
+            ConRecallSettings(prefix_members=MEMBER_PREFIX),
+            NeighborSettings(Neighbors.of_texts(TEXTS, neighbors)),
+        ],
     )
     sequences = count_sequences(detector.target)
     scores = detector.score(TEXTS, methods=["recall", "conrecall", "neighbor", "loss", "mink", "minkpp"], k=[0.2])
@@ -69,7 +79,7 @@ def test_bad_neighbours_are_refused(tiny_model_dir):
     with pytest.raises(MiaFastError, match="needs the neighbour texts of every scored text"):
         Detector(str(tiny_model_dir)).score(TEXTS, methods=["neighbor"])
     with pytest.raises(MiaFastError, match="1 scored text.* no neighbour list"):  # given for another set of texts
-        Detector(str(tiny_model_dir), neighbors=Neighbors.of_texts(TEXTS[:1], NEIGHBORS[:1])).score(
+        Detector(str(tiny_model_dir), [NeighborSettings(Neighbors.of_texts(TEXTS[:1], NEIGHBORS[:1]))]).score(
             TEXTS, methods=["neighbor"]
         )
     with pytest.raises(MiaFastError, match="appears twice with different neighbours"):
@@ -108,7 +118,7 @@ def test_neighbours_from_a_data_field_on_the_command_line(tiny_model_dir, tmp_pa
         )
         == 0
     )
-    expected = Detector(str(tiny_model_dir), neighbors=Neighbors.of_texts(TEXTS, NEIGHBORS)).score(
+    expected = Detector(str(tiny_model_dir), [NeighborSettings(Neighbors.of_texts(TEXTS, NEIGHBORS))]).score(
         TEXTS, methods=["neighbor"]
     )["neighbor"]
     np.testing.assert_allclose([r["neighbor"] for r in read_jsonl(out)], expected, rtol=1e-5)
@@ -228,10 +238,12 @@ def test_word_drop_neighbours_need_no_model():
 
 def test_generated_neighbours_score_like_the_same_neighbours_given(tiny_model_dir, tiny_masked_lm, tmp_path):
     generator = MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm), cache=tmp_path)
-    got = Detector(str(tiny_model_dir), neighbors=generator).score(SENTENCES, methods=["neighbor"])["neighbor"]
+    got = Detector(str(tiny_model_dir), [NeighborSettings(generator)]).score(SENTENCES, methods=["neighbor"])[
+        "neighbor"
+    ]
     given = Neighbors.of_texts(SENTENCES, [generator.of(t) for t in SENTENCES])
     np.testing.assert_array_equal(
-        got, Detector(str(tiny_model_dir), neighbors=given).score(SENTENCES, methods=["neighbor"])["neighbor"]
+        got, Detector(str(tiny_model_dir), [NeighborSettings(given)]).score(SENTENCES, methods=["neighbor"])["neighbor"]
     )
 
 
@@ -260,7 +272,7 @@ def test_masked_lm_neighbours_from_the_command_line_and_a_model_that_fails(
         == 0
     )
     expected = Detector(
-        str(tiny_model_dir), neighbors=MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm))
+        str(tiny_model_dir), [NeighborSettings(MaskedLMNeighbors(count=3, model_name=str(tiny_masked_lm)))]
     ).score(SENTENCES, methods=["neighbor"])
     np.testing.assert_allclose([r["neighbor"] for r in read_jsonl(out)], expected["neighbor"], rtol=1e-6)
     assert any((tmp_path / "cache" / "neighbors").iterdir())

@@ -10,7 +10,16 @@ import torch
 from conftest import random_sentence, train_tokenizer
 from test_cli import fail, read_jsonl, run_cli, write_jsonl
 
-from mia_fast import Detector, load_model, score_file
+from mia_fast import (
+    ComputeConfig,
+    Detector,
+    OutputConfig,
+    ProbeSettings,
+    RunConfig,
+    ScoringConfig,
+    load_model,
+    score_file,
+)
 from mia_fast.data import Dataset
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.probe import ProbeTraining, fit_probes, save_probe, train_probe
@@ -178,13 +187,13 @@ def test_the_probe_method_scores_from_the_chosen_layer(trained, tmp_path):
     loaded, report = trained
     save_probe(tmp_path / "p", report)
     texts = texts_of(6, seed=9)
-    detector = Detector(loaded, probe=tmp_path / "p")
+    detector = Detector(loaded, [ProbeSettings(tmp_path / "p")])
     scores = detector.score(texts, methods=["loss", "probe"])["probe"]
     layer = report.probe.layer
     acts = StatsEngine(loaded).hidden_states([ProbePrompt()(t) for t in texts], HiddenStatesReadout((layer,)))[:, 0]
     np.testing.assert_allclose(scores, report.probe.score(acts), rtol=1e-6)
     assert ((scores > 0) & (scores < 1)).all()
-    train_norm = Detector(loaded, probe=tmp_path / "p", probe_normalization="train").score(
+    train_norm = Detector(loaded, [ProbeSettings(tmp_path / "p", normalization="train")]).score(
         texts[:1], methods=["probe"]
     )["probe"]
     np.testing.assert_allclose(train_norm, report.probe.with_normalization("train").score(acts[:1]), rtol=1e-6)
@@ -194,9 +203,9 @@ def test_a_probe_for_another_model_or_a_damaged_probe_is_refused(trained, tiny_e
     loaded, report = trained
     save_probe(tmp_path / "p", report)
     with pytest.raises(MiaFastError, match="this probe was trained for"):
-        Detector(str(tiny_eos_only_model_dir), probe=tmp_path / "p")
+        Detector(str(tiny_eos_only_model_dir), [ProbeSettings(tmp_path / "p")])
     with pytest.raises(MiaFastError, match="no such probe directory"):
-        Detector(loaded, probe=tmp_path / "missing")
+        Detector(loaded, [ProbeSettings(tmp_path / "missing")])
     truncated = tmp_path / "truncated"
     save_probe(truncated, report)
     data = (truncated / "probe.safetensors").read_bytes()
@@ -212,7 +221,7 @@ def test_a_probe_for_another_model_or_a_damaged_probe_is_refused(trained, tiny_e
         np.zeros(64, np.float32), 0, "split", np.zeros(64, np.float32), np.ones(64, np.float32), report.probe.card
     )
     with pytest.raises(MiaFastError, match="hidden size 64"):
-        Detector(loaded, probe=wide)
+        Detector(loaded, [ProbeSettings(wide)])
 
 
 def test_bad_training_sets_are_refused(tiny_model_dir):
@@ -247,26 +256,28 @@ def test_a_file_scored_with_split_normalisation_is_one_block(trained, tmp_path):
     notes = []
     out = score_file(
         dataset,
-        tmp_path / "s.jsonl",
-        methods=["probe"],
-        block_rows=2,
-        detector=Detector(loaded, probe=tmp_path / "p"),
-        progress=False,
+        RunConfig(
+            OutputConfig(tmp_path / "s.jsonl", block_rows=2),
+            scoring=ScoringConfig(methods=["probe"]),
+            compute=ComputeConfig(progress=False),
+        ),
+        detector=Detector(loaded, [ProbeSettings(tmp_path / "p")]),
         log=notes.append,
     )
     assert "scoring 9 rows in one block" in notes[0]
-    expected = Detector(loaded, probe=tmp_path / "p").score(texts, methods=["probe"])["probe"]
+    expected = Detector(loaded, [ProbeSettings(tmp_path / "p")]).score(texts, methods=["probe"])["probe"]
     np.testing.assert_allclose([r["probe"] for r in read_jsonl(out)], expected, rtol=1e-6)
     partial = tmp_path / "partial.jsonl"
     partial.write_text("".join(out.read_text().splitlines(keepends=True)[:4]))
     with pytest.raises(MiaFastError, match="must score all rows together"):
         score_file(
             dataset,
-            partial,
-            methods=["probe"],
-            detector=Detector(loaded, probe=tmp_path / "p"),
-            resume=True,
-            progress=False,
+            RunConfig(
+                OutputConfig(partial, resume=True),
+                scoring=ScoringConfig(methods=["probe"]),
+                compute=ComputeConfig(progress=False),
+            ),
+            detector=Detector(loaded, [ProbeSettings(tmp_path / "p")]),
         )
 
 
@@ -356,7 +367,7 @@ def test_probe_train_keeps_the_proxy_when_asked(tiny_model_dir, tmp_path):
 def test_scoring_with_the_probe_alone_runs_only_its_shortened_forward(trained, tmp_path):
     loaded, report = trained
     texts = texts_of(5, seed=11) + [""]
-    detector = Detector(loaded, probe=report.probe)
+    detector = Detector(loaded, [ProbeSettings(report.probe)])
     layers_run = []
     handles = [
         layer.register_forward_hook(lambda *_, i=i: layers_run.append(i))

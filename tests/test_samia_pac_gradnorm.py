@@ -7,12 +7,14 @@ import torch
 from test_cli import fail, read_jsonl, run_cli, write_jsonl
 from test_passes import count_sequences, stats_of
 
-from mia_fast import Detector
+from mia_fast import ComputeConfig, Detector
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import MethodOptions, ScoringInputs, resolve_methods, score
-from mia_fast.methods.pac import SwappedWords, pac_passes, polarized_distance
-from mia_fast.methods.samia import FirstHalf, rouge1_recall, samia_pass, zlib_size
+from mia_fast.methods import MethodSettings, ScoringInputs, resolve_methods, score
+from mia_fast.methods.gradnorm import GradnormSettings
+from mia_fast.methods.pac import PacSettings, SwappedWords, pac_passes, polarized_distance
+from mia_fast.methods.samia import FirstHalf, SamiaSettings, rouge1_recall, samia_pass, zlib_size
 from mia_fast.pipeline.sampling import gumbel_noise
+from mia_fast.scoring.planner import run_passes
 
 TEXTS = [
     "the quick brown fox jumps over the lazy dog",
@@ -32,10 +34,10 @@ def test_rouge1_recall_and_halves_by_hand():
 
 
 def test_samia_scores_from_hand_built_samples():
-    options = MethodOptions(samia_samples=2)
+    settings = MethodSettings(SamiaSettings(samples=2))
     texts = ["a b c d", "x y z w", "lonely"]
     samples = np.array([["c d", "c c e"], ["", "w w w w"], ["", ""]], dtype=object)
-    inputs = ScoringInputs(stats=None, passes={samia_pass(options): samples}, texts=texts, options=options)
+    inputs = ScoringInputs(stats=None, passes={samia_pass(settings): samples}, texts=texts, settings=settings)
     got = score(inputs, resolve_methods(["samia", "samia_zlib"]))
     # Second halves: "c d" and "z w". Recalls: (1 + 1/2) / 2 and (0 + 1/2) / 2; "lonely" has no halves.
     np.testing.assert_allclose(got["samia"][:2], [0.75, 0.25])
@@ -68,19 +70,23 @@ def test_samples_do_not_depend_on_batch_size_or_on_the_other_texts(tiny_model_di
     texts = [*TEXTS, "one two three four five six seven eight nine ten"]
     samples, scores = {}, {}
     for budget in (8, 100_000):
-        detector = Detector(str(tiny_model_dir), samia_samples=3, batch_tokens=budget)
-        samples[budget] = detector.run_passes(texts, [samia_pass(detector.options())])[samia_pass(detector.options())]
+        detector = Detector(str(tiny_model_dir), [SamiaSettings(samples=3)], compute=ComputeConfig(batch_tokens=budget))
+        samples[budget] = run_passes(detector.engines, texts, [samia_pass(detector.settings)])[
+            samia_pass(detector.settings)
+        ]
         scores[budget] = detector.score(texts, methods=methods)
     np.testing.assert_array_equal(samples[8], samples[100_000])
     for method in methods:
         np.testing.assert_array_equal(scores[8][method], scores[100_000][method])
-    alone = Detector(str(tiny_model_dir), samia_samples=3)
+    alone = Detector(str(tiny_model_dir), [SamiaSettings(samples=3)])
     np.testing.assert_array_equal(
-        alone.run_passes(texts[1:2], [samia_pass(alone.options())])[samia_pass(alone.options())][0], samples[8][1]
+        run_passes(alone.engines, texts[1:2], [samia_pass(alone.settings)])[samia_pass(alone.settings)][0],
+        samples[8][1],
     )
-    other_seed = Detector(str(tiny_model_dir), samia_samples=3, seed=1)
+    other_seed = Detector(str(tiny_model_dir), [SamiaSettings(samples=3, seed=1)])
     assert not np.array_equal(
-        other_seed.run_passes(texts, [samia_pass(other_seed.options())])[samia_pass(other_seed.options())], samples[8]
+        run_passes(other_seed.engines, texts, [samia_pass(other_seed.settings)])[samia_pass(other_seed.settings)],
+        samples[8],
     )
 
 
@@ -96,7 +102,7 @@ def test_samia_and_samia_zlib_share_one_generation_as_long_as_each_first_half(ti
             calls.append((prompts, new_tokens)) or original(model, prompts, keys, new_tokens, *rest)
         ),
     )
-    detector = Detector(str(tiny_model_dir), samia_samples=4)
+    detector = Detector(str(tiny_model_dir), [SamiaSettings(samples=4)])
     detector.score(TEXTS, methods=["samia", "samia_zlib"])
     rows = [(prompt, new) for prompts, new_tokens in calls for prompt, new in zip(prompts, new_tokens)]
     assert len(rows) == len(TEXTS) * 4
@@ -123,17 +129,17 @@ def test_polarized_distance_and_pac_on_hand_built_stats():
     expected = 0.0 - np.mean(-np.arange(14, 20))
     assert polarized_distance(stats_of(list(logp)))[0] == pytest.approx(expected)
     assert polarized_distance(stats_of([-2.0]))[0] == 0.0  # one token: max(1, ·) on both sides
-    options = MethodOptions(pac_copies=2)
-    first, second = pac_passes(options)
+    settings = MethodSettings(PacSettings(copies=2))
+    first, second = pac_passes(settings)
     plain = stats_of([-1.0, -3.0], [])
     passes = {first: stats_of([-1.0, -5.0], []), second: stats_of([-2.0, -2.0], [])}
-    got = score(ScoringInputs(stats=plain, passes=passes, options=options), resolve_methods(["pac"]))["pac"]
+    got = score(ScoringInputs(stats=plain, passes=passes, settings=settings), resolve_methods(["pac"]))["pac"]
     assert got[0] == pytest.approx(((-1.0 + 5.0) + 0.0) / 2 - (-1.0 + 3.0))
     assert np.isnan(got[1])
 
 
 def test_pac_equals_hand_computed_log_probs_and_runs_each_copy_once(tiny_model_dir):
-    detector = Detector(str(tiny_model_dir), pac_copies=3)
+    detector = Detector(str(tiny_model_dir), [PacSettings(copies=3)])
     model, engine = detector.target.loaded.model, detector.target
     sequences = count_sequences(engine)
     texts = [*TEXTS, "alone"]
@@ -162,7 +168,7 @@ def test_pac_equals_hand_computed_log_probs_and_runs_each_copy_once(tiny_model_d
 
 def test_gradnorm_of_the_head_equals_its_closed_form(tiny_model_dir):
     """d mean-loss / d W_head = (1/T) Σ_t (softmax(W h_t) - onehot(y_t)) h_tᵀ, computed without autograd."""
-    detector = Detector(str(tiny_model_dir), gradnorm_norm=2, gradnorm_params=["lm_head.weight"])
+    detector = Detector(str(tiny_model_dir), [GradnormSettings(norm=2, params=("lm_head.weight",))])
     model, engine = detector.target.loaded.model, detector.target
     got = detector.score(TEXTS, methods=["gradnorm"])["gradnorm"]
     for i, text in enumerate(TEXTS):
@@ -177,7 +183,7 @@ def test_gradnorm_of_the_head_equals_its_closed_form(tiny_model_dir):
 
 
 def test_gradnorm_over_all_parameters_matches_a_per_text_backward_and_leaves_the_model_as_it_was(tiny_model_dir):
-    detector = Detector(str(tiny_model_dir), batch_tokens=16)
+    detector = Detector(str(tiny_model_dir), compute=ComputeConfig(batch_tokens=16))
     model, engine = detector.target.loaded.model, detector.target
     flags = [p.requires_grad for p in model.parameters()]
     long_text = " ".join(["the lazy dog sleeps under the warm sun"] * 12)  # longer than the 64-token window
@@ -198,21 +204,23 @@ def test_gradnorm_over_all_parameters_matches_a_per_text_backward_and_leaves_the
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("make", "message"),
     [
-        (dict(samia_samples=0), "samia_samples must be a positive whole number"),
-        (dict(pac_copies=-1), "pac_copies must be a positive whole number"),
-        (dict(gradnorm_norm=3), "order must be 1, 2 or inf"),
+        (lambda: SamiaSettings(samples=0), "samia_samples must be a positive whole number"),
+        (lambda: PacSettings(copies=-1), "pac_copies must be a positive whole number"),
+        (lambda: GradnormSettings(norm=3), "order must be 1, 2 or inf"),
     ],
 )
-def test_bad_settings_are_refused_before_any_model_is_loaded(options, message):
+def test_bad_settings_are_refused_before_any_model_is_loaded(make, message):
     with pytest.raises(MiaFastError, match=message):
-        MethodOptions(**options)
+        make()
 
 
 def test_a_parameter_pattern_that_matches_nothing_is_refused(tiny_model_dir):
     with pytest.raises(MiaFastError, match="no parameter of .* matches model.nothing.*"):
-        Detector(str(tiny_model_dir), gradnorm_params=["model.nothing.*"]).score(TEXTS, methods=["gradnorm"])
+        Detector(str(tiny_model_dir), [GradnormSettings(params=("model.nothing.*",))]).score(
+            TEXTS, methods=["gradnorm"]
+        )
 
 
 def test_cli_scores_every_new_method_and_refuses_bad_settings(tmp_path, tiny_model_dir, capsys):

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from test_cli import run_cli, write_jsonl
 
-from mia_fast import Detector
+from mia_fast import ComputeConfig, DcpddSettings, Detector, RecallSettings
 from mia_fast.errors import MiaFastError
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.stats import TokenStats
@@ -66,20 +66,24 @@ def test_a_rerun_with_other_methods_k_and_cap_runs_no_forward_and_scores_identic
     tiny_model_dir, tmp_path, forwards
 ):
     methods = ["loss", "zlib", "mink", "minkpp", "lowercase", "recall"]
-    plain = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(TEXTS, methods=methods, k=[0.2, 0.5])
-    forwards.clear()
-    first = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, stats_cache=tmp_path / "cache").score(
-        TEXTS, methods=methods[:3], k=[0.2]
+    plain = Detector(str(tiny_model_dir), [RecallSettings(prefix_nonmembers=PREFIX)]).score(
+        TEXTS, methods=methods, k=[0.2, 0.5]
     )
+    forwards.clear()
+    first = Detector(
+        str(tiny_model_dir), [RecallSettings(prefix_nonmembers=PREFIX)], ComputeConfig(stats_cache=tmp_path / "cache")
+    ).score(TEXTS, methods=methods[:3], k=[0.2])
     assert forwards  # computed and stored
     forwards.clear()
-    again = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, stats_cache=tmp_path / "cache")
+    again = Detector(
+        str(tiny_model_dir), [RecallSettings(prefix_nonmembers=PREFIX)], ComputeConfig(stats_cache=tmp_path / "cache")
+    )
     assert np.array_equal(again.score(TEXTS, methods=methods[:3], k=[0.2])["loss"], first["loss"], equal_nan=True)
     assert forwards == []
-    rescored = again.score(TEXTS, methods=methods, k=[0.2, 0.5], a=0.05)
+    rescored = again.score(TEXTS, methods=methods, k=[0.2, 0.5], settings=[DcpddSettings(a=0.05)])
     assert forwards  # lowercase and recall's prefix pass are new passes: run once, then cached
     forwards.clear()
-    cached = again.score(TEXTS, methods=methods, k=[0.2, 0.5], a=0.05)
+    cached = again.score(TEXTS, methods=methods, k=[0.2, 0.5], settings=[DcpddSettings(a=0.05)])
     assert forwards == []
     for column in plain:
         assert np.array_equal(cached[column], rescored[column], equal_nan=True), column  # read back bit for bit
@@ -89,7 +93,9 @@ def test_a_rerun_with_other_methods_k_and_cap_runs_no_forward_and_scores_identic
 
 def test_damaged_tampered_and_foreign_shards_are_refused_and_recomputed(tiny_model_dir, tmp_path, forwards, capsys):
     cache_dir = tmp_path / "cache"
-    expected = Detector(str(tiny_model_dir), stats_cache=cache_dir).score(TEXTS, methods=["loss"])["loss"]
+    expected = Detector(str(tiny_model_dir), compute=ComputeConfig(stats_cache=cache_dir)).score(
+        TEXTS, methods=["loss"]
+    )["loss"]
 
     def read(path):  # into memory: the file is overwritten in place below
         with pa.OSFile(str(path)) as source:
@@ -104,7 +110,9 @@ def test_damaged_tampered_and_foreign_shards_are_refused_and_recomputed(tiny_mod
 
     def rerun() -> str:
         forwards.clear()
-        scores = Detector(str(tiny_model_dir), stats_cache=cache_dir).score(TEXTS, methods=["loss"])["loss"]
+        scores = Detector(str(tiny_model_dir), compute=ComputeConfig(stats_cache=cache_dir)).score(
+            TEXTS, methods=["loss"]
+        )["loss"]
         assert forwards and np.array_equal(scores, expected, equal_nan=True)
         return capsys.readouterr().err
 
@@ -128,9 +136,13 @@ def test_damaged_tampered_and_foreign_shards_are_refused_and_recomputed(tiny_mod
 
 
 def test_another_models_cache_is_not_used(tiny_model_dir, tiny_reference_dir, tmp_path, forwards, capsys):
-    Detector(str(tiny_reference_dir), stats_cache=tmp_path / "cache").score(TEXTS[:2], methods=["loss"])
+    Detector(str(tiny_reference_dir), compute=ComputeConfig(stats_cache=tmp_path / "cache")).score(
+        TEXTS[:2], methods=["loss"]
+    )
     forwards.clear()
-    Detector(str(tiny_model_dir), stats_cache=tmp_path / "cache").score(TEXTS[:2], methods=["loss"])
+    Detector(str(tiny_model_dir), compute=ComputeConfig(stats_cache=tmp_path / "cache")).score(
+        TEXTS[:2], methods=["loss"]
+    )
     assert forwards
     assert "holds the stats of 1 other model setting(s), none of this one" in capsys.readouterr().err
     assert len(list((tmp_path / "cache").glob("*/settings.json"))) == 2
@@ -139,7 +151,7 @@ def test_another_models_cache_is_not_used(tiny_model_dir, tiny_reference_dir, tm
 def test_a_file_as_the_cache_directory_is_refused(tiny_model_dir, tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(MiaFastError, match="is a file, not a directory"):
-        Detector(str(tiny_model_dir), stats_cache=tmp_path / "file")
+        Detector(str(tiny_model_dir), compute=ComputeConfig(stats_cache=tmp_path / "file"))
 
 
 def test_score_with_stats_cache_reruns_without_a_forward(tiny_model_dir, tmp_path, forwards):
@@ -179,7 +191,7 @@ def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_la
         )
         == 0
     )
-    reference = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(
+    reference = Detector(str(tiny_model_dir), [RecallSettings(prefix_nonmembers=PREFIX)]).score(
         TEXTS, methods=["loss", "zlib", "mink", "minkpp", "lowercase", "recall"], k=[0.2, 0.7]
     )
 
@@ -223,11 +235,11 @@ def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_la
     )
 
     monkeypatch.undo()
-    Detector(str(tiny_reference_dir), stats_cache=cache).score(TEXTS[:1], methods=["loss"])
+    Detector(str(tiny_reference_dir), compute=ComputeConfig(stats_cache=cache)).score(TEXTS[:1], methods=["loss"])
     assert "it holds 2 settings; pick one with --setting" in fail(
         capsys, *rescore, "--out", tmp_path / "two.jsonl", "--methods", "loss"
     )
-    setting = Detector(str(tiny_model_dir), stats_cache=cache).target.cache.setting_id
+    setting = Detector(str(tiny_model_dir), compute=ComputeConfig(stats_cache=cache)).target.cache.setting_id
     assert run_cli(*rescore, "--out", tmp_path / "picked.jsonl", "--methods", "loss", "--setting", setting[:8]) == 0
 
 

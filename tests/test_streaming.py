@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mia_fast import Detector, score_file
-from mia_fast import api as api_module
+from mia_fast import ComputeConfig, Detector, OutputConfig, RunConfig, ScoringConfig, score_file
 from mia_fast.data import DataStream, read_dataset
 from mia_fast.data.files import ResultWriter, cut_to_words, iter_rows, row_positions
 from mia_fast.errors import MiaFastError
+from mia_fast.scoring import runner as runner_module
 
 WORDS = "the quick brown fox jumps over a lazy dog while rain falls on spain".split()
 
@@ -66,7 +66,7 @@ def test_blocks_from_any_row_position_equal_the_whole_file(tmp_path, suffix):
     assert total == 40 and [p.row for p in positions] == list(range(0, 40, 6))
     assert all((p.offset is not None) == (suffix in ("jsonl", "csv")) for p in positions)
     for position in positions:
-        stream = DataStream(path, start=position, limit=6)
+        stream = DataStream(path).part(position, 6)
         blocks = [block for block, _ in stream.blocks(4)]
         assert [len(b.texts) for b in blocks] == ([4, 2] if position.row + 6 <= 40 else [4])
         expected = whole.rows(position.row, position.row + 6)
@@ -90,7 +90,7 @@ def test_blocks_partition_the_file_whatever_the_sizes(tmp_path, rows, block, eve
     texts = [
         t
         for p in row_positions(path, every)[0]
-        for b, _ in DataStream(path, start=p, limit=every).blocks(block)
+        for b, _ in DataStream(path).part(p, every).blocks(block)
         for t in b.texts
     ]
     assert texts == whole.texts
@@ -128,14 +128,27 @@ def detector(tiny_model_dir):
     return Detector(str(tiny_model_dir))
 
 
+def run_config(out, scoring: ScoringConfig, block_rows: int, resume: bool = False, overlap: bool = True) -> RunConfig:
+    """A run into ``out`` without a progress bar."""
+    return RunConfig(
+        OutputConfig(out, resume=resume, block_rows=block_rows),
+        scoring=scoring,
+        compute=ComputeConfig(progress=False, overlap=overlap),
+    )
+
+
 @pytest.mark.parametrize("out_suffix", ["jsonl", "parquet"])
 @pytest.mark.parametrize("suffix", ["jsonl.gz", "csv", "parquet"])
 def test_a_streamed_file_scores_as_the_same_file_in_memory(detector, tmp_path, suffix, out_suffix):
     path = write_input(tmp_path / f"d.{suffix}", make_rows(37))
-    options = dict(methods=["loss", "zlib", "mink"], k=[0.2], detector=detector, block_rows=8, progress=False)
-    streamed = score_file(DataStream(path, max_words=8), tmp_path / f"streamed.{out_suffix}", **options)
+    scoring = ScoringConfig(methods=["loss", "zlib", "mink"], k=[0.2])
+    streamed = score_file(
+        DataStream(path, max_words=8), run_config(tmp_path / f"streamed.{out_suffix}", scoring, 8), detector
+    )
     in_memory = score_file(
-        cut_to_words(read_dataset(path), 8), tmp_path / f"memory.{out_suffix}", **options, overlap=False
+        cut_to_words(read_dataset(path), 8),
+        run_config(tmp_path / f"memory.{out_suffix}", scoring, 8, overlap=False),
+        detector,
     )
     assert read_out(streamed) == read_out(in_memory)
     whole = detector.score([" ".join(t.split()[:8]) for t in read_dataset(path).texts], ["loss"])
@@ -155,11 +168,13 @@ def losses(rows: list[dict]) -> list[float]:
 def test_scores_do_not_depend_on_thread_timing(detector, tmp_path, monkeypatch):
     """Reading ahead and writing behind are slowed at random; the output is still the one-thread output."""
     path = write_input(tmp_path / "d.jsonl", make_rows(60, seed=3))
-    options = dict(methods=["loss", "minkpp"], k=[0.3], detector=detector, block_rows=7, progress=False)
-    expected = read_out(score_file(DataStream(path), tmp_path / "sequential.jsonl", **options, overlap=False))
+    scoring = ScoringConfig(methods=["loss", "minkpp"], k=[0.3])
+    expected = read_out(
+        score_file(DataStream(path), run_config(tmp_path / "sequential.jsonl", scoring, 7, overlap=False), detector)
+    )
     rng = random.Random(0)
     threads = set()
-    read_ahead, write = api_module._read_ahead, ResultWriter.write
+    read_ahead, write = runner_module._read_ahead, ResultWriter.write
 
     def slow_read_ahead(*args):
         threads.add(threading.current_thread().name)
@@ -171,22 +186,25 @@ def test_scores_do_not_depend_on_thread_timing(detector, tmp_path, monkeypatch):
         time.sleep(rng.random() * 0.02)
         write(self, rows)
 
-    monkeypatch.setattr(api_module, "_read_ahead", slow_read_ahead)
+    monkeypatch.setattr(runner_module, "_read_ahead", slow_read_ahead)
     monkeypatch.setattr(ResultWriter, "write", slow_write)
     for attempt in range(3):
-        assert read_out(score_file(DataStream(path), tmp_path / f"overlapped{attempt}.jsonl", **options)) == expected
+        overlapped = score_file(
+            DataStream(path), run_config(tmp_path / f"overlapped{attempt}.jsonl", scoring, 7), detector
+        )
+        assert read_out(overlapped) == expected
     assert threading.current_thread().name not in threads and len(threads) == 2
 
 
 def test_resuming_a_stream_keeps_the_written_rows_and_checks_their_ids(detector, tmp_path):
     path = write_input(tmp_path / "d.csv", make_rows(30))
-    options = dict(methods=["loss"], detector=detector, block_rows=4, progress=False)
-    full = read_out(score_file(DataStream(path), tmp_path / "full.jsonl", **options))
+    scoring = ScoringConfig(methods=["loss"])
+    full = read_out(score_file(DataStream(path), run_config(tmp_path / "full.jsonl", scoring, 4), detector))
     partial = tmp_path / "partial.jsonl"
     lines = (tmp_path / "full.jsonl").read_text().splitlines(keepends=True)
     partial.write_text("".join(lines[:13]) + lines[13][:10])  # killed while writing row 14
     notes = []
-    score_file(DataStream(path), partial, **options, resume=True, log=notes.append)
+    score_file(DataStream(path), run_config(partial, scoring, 4, resume=True), detector, log=notes.append)
     resumed = read_out(partial)
     assert [r["id"] for r in resumed] == [r["id"] for r in full] and resumed[:13] == full[:13]
     assert losses(resumed) == pytest.approx(
@@ -198,11 +216,11 @@ def test_resuming_a_stream_keeps_the_written_rows_and_checks_their_ids(detector,
     other = write_input(tmp_path / "other.csv", shuffled)
     partial.write_text("".join(lines[:13]))
     with pytest.raises(MiaFastError, match="ids differ"):
-        score_file(DataStream(other), partial, **options, resume=True)
+        score_file(DataStream(other), run_config(partial, scoring, 4, resume=True), detector)
     assert partial.read_text() == "".join(lines[:13])
     short = write_input(tmp_path / "short.csv", make_rows(9))
     with pytest.raises(MiaFastError, match="holds 13 rows but the input only 9"):
-        score_file(DataStream(short), partial, **options, resume=True)
+        score_file(DataStream(short), run_config(partial, scoring, 4, resume=True), detector)
 
 
 def test_a_bad_row_mid_stream_stops_the_run_and_keeps_the_blocks_before_it(detector, tmp_path):
@@ -212,7 +230,7 @@ def test_a_bad_row_mid_stream_stops_the_run_and_keeps_the_blocks_before_it(detec
     path.write_text("\n".join(lines) + "\n")
     out = tmp_path / "s.jsonl"
     with pytest.raises(MiaFastError, match=r"d.jsonl:16: malformed JSON"):
-        score_file(DataStream(path), out, methods=["loss"], detector=detector, block_rows=5, progress=False)
+        score_file(DataStream(path), run_config(out, ScoringConfig(methods=["loss"]), 5), detector)
     assert [r["id"] for r in read_out(out)] == [f"r{i}" for i in range(15)]
 
 
