@@ -27,7 +27,8 @@ SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
 
 
 def passages(count: int, words: int) -> tuple[list[str], np.ndarray]:
-    """Up to ``count`` passages of ``words`` words, taken from the subsets in turn (then from those that have more); and each one's subset index."""
+    """Up to ``count`` passages of ``words`` words, taken from the subsets in turn (then from those that have
+    more); and each one's subset index."""
     cut: list[tuple[str, int]] = []
     pools = [
         [

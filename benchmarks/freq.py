@@ -97,15 +97,17 @@ def bench_tokens(workdir: Path, gib: float, n_rounds: int, threads: int) -> dict
         sample = ids[:PUBLIC_LOOP_TOKENS].tolist()
         median = rounds(
             {
-                "mia_fast_build_tokens": lambda: build_from_tokens(
+                "mia_fast_build_tokens": lambda path=path, vocab=vocab, dtype=dtype: build_from_tokens(
                     [path], vocab_size=vocab, dtype=dtype, threads=threads
                 ),
-                "numpy_bincount": lambda: np.bincount(np.memmap(path, dtype=dtype, mode="r"), minlength=vocab),
-                "read_only": lambda: read_bandwidth(path, threads),
+                "numpy_bincount": lambda path=path, vocab=vocab, dtype=dtype: np.bincount(
+                    np.memmap(path, dtype=dtype, mode="r"), minlength=vocab
+                ),
+                "read_only": lambda path=path: read_bandwidth(path, threads),
             },
             n_rounds,
         )
-        public_seconds = timed(lambda: public_count_loop(sample, vocab)) * n / len(sample)
+        public_seconds = timed(lambda sample=sample, vocab=vocab: public_count_loop(sample, vocab)) * n / len(sample)
         ours = median["mia_fast_build_tokens"]
         results[dtype] = {
             "vocab_size": vocab,
@@ -237,14 +239,16 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=2) + "\n")
     for dtype, r in result.get("pre_tokenized", {}).items():
         print(
-            f"{dtype}: {r['tokens_per_second']['mia_fast_build_tokens'] / 1e6:.0f}M tok/s, {r['speedup_vs_bincount']:.1f}x bincount, "
+            f"{dtype}: {r['tokens_per_second']['mia_fast_build_tokens'] / 1e6:.0f}M tok/s, "
+            f"{r['speedup_vs_bincount']:.1f}x bincount, "
             f"{r['speedup_vs_public_loop']:.0f}x public loop, {r['fraction_of_read_bandwidth']:.0%} of read bandwidth "
             f"({r['read_bandwidth_bytes_per_second'] / 1e9:.1f} GB/s)"
         )
     if "text" in result:
         t = result["text"]
         print(
-            f"text: {t['tokens_per_second']['mia_fast_build'] / 1e6:.2f}M tok/s, counting adds {t['counting_overhead_vs_tokenizing']:+.1%} "
+            f"text: {t['tokens_per_second']['mia_fast_build'] / 1e6:.2f}M tok/s, "
+            f"counting adds {t['counting_overhead_vs_tokenizing']:+.1%} "
             f"over tokenizing alone, {t['speedup_vs_public_loop']:.1f}x the public loop"
         )
     print(f"wrote {out}")

@@ -566,7 +566,8 @@ def main() -> None:
     for name, check in result["goals"].items():
         relation = ">=" if check["at_least"] else "<="
         print(
-            f"goal {name}: {check['measured']:.3g} ({relation} {check['goal']:g} wanted) -> {'met' if check['met'] else 'NOT met'}"
+            f"goal {name}: {check['measured']:.3g} ({relation} {check['goal']:g} wanted) "
+            f"-> {'met' if check['met'] else 'NOT met'}"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"kernels-{device_slug(device)}"

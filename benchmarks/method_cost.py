@@ -134,14 +134,14 @@ def main() -> None:
         for method in METHODS:
             loss_s, _ = timed(lambda on_tokenized: detector.score(texts, methods=["loss"], on_tokenized=on_tokenized))
             method_s, tokens_run[method] = timed(
-                lambda on_tokenized: detector.score(texts, methods=[method], on_tokenized=on_tokenized)
+                lambda on_tokenized, method=method: detector.score(texts, methods=[method], on_tokenized=on_tokenized)
             )
             seconds[method].append(method_s)
             loss_beside[method].append(loss_s)
             print(f"round {round_ + 1}: {method} {method_s:.1f} s (loss beside it {loss_s:.1f} s)", flush=True)
         for kind, passes in pass_kinds.items():
             pass_s, pass_tokens[kind] = timed(
-                lambda on_tokenized: detector.run_passes(texts, passes, on_tokenized=on_tokenized)
+                lambda on_tokenized, passes=passes: detector.run_passes(texts, passes, on_tokenized=on_tokenized)
             )
             pass_seconds[kind].append(pass_s)
 
@@ -158,7 +158,8 @@ def main() -> None:
             "loss_seconds": loss_beside[method],
         }
         print(
-            f"{method:10s} {1000 * median / input_tokens:7.2f} s per 1000 input tokens, {median / loss_median:6.2f}x loss"
+            f"{method:10s} {1000 * median / input_tokens:7.2f} s per 1000 input tokens, "
+            f"{median / loss_median:6.2f}x loss"
         )
     per_pass = {}
     for kind in pass_kinds:

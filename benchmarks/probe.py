@@ -62,7 +62,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     trainings = {}
     for lr in args.lrs:
         report, seconds = timed(
-            lambda: train_probe(loaded, probe_train, dev, ProbeTraining(learning_rate=lr, seed=seed))
+            lambda lr=lr: train_probe(loaded, probe_train, dev, ProbeTraining(learning_rate=lr, seed=seed))
         )
         trainings[lr] = (report, seconds)
     chosen = max(trainings, key=lambda lr: max(trainings[lr][0].dev_auroc["split"]))
@@ -156,7 +156,8 @@ def main() -> None:
         print(f"seed {run['seed']}: probe layer {run['probe_layer']} (proxy lr {run['chosen_proxy_lr']:g})")
         for name, r in sorted(run["auroc"].items(), key=lambda item: -item[1]["auroc"]):
             print(
-                f"  {name:<14} AUROC {r['auroc']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]  TPR@1%FPR {r['tpr_at_1pct_fpr']:.3f}"
+                f"  {name:<14} AUROC {r['auroc']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]  "
+                f"TPR@1%FPR {r['tpr_at_1pct_fpr']:.3f}"
             )
         print("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in run["seconds"].items()))
     print(f"wrote {path}")

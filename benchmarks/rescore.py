@@ -65,7 +65,8 @@ def main() -> None:
         scores = Detector.from_stats_cache(directory).score(texts, methods=METHODS, k=list(DEFAULT_KS))
         seconds = time.perf_counter() - started
     print(
-        f"{args.texts} texts x {args.tokens} tokens ({size / 2**30:.2f} GiB of shards): re-scored {len(scores)} columns in {seconds:.1f} s"
+        f"{args.texts} texts x {args.tokens} tokens ({size / 2**30:.2f} GiB of shards): "
+        f"re-scored {len(scores)} columns in {seconds:.1f} s"
         + (f" (filling the cache took {filled:.1f} s)" if filled else "")
     )
     RESULTS.mkdir(exist_ok=True)

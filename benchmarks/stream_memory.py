@@ -3,11 +3,11 @@
     python benchmarks/stream_memory.py [--rows 10000,1000000] [--code DIR ...]
 
 Writes a .jsonl input of short rows (an id and 2 to 8 words), scores it with ``mia-fast score`` (loss and
-zlib; 16384 tokens per batch) using a tiny random model (2 layers, hidden 32, a 300-token BPE tokenizer trained here: the model's
-cost is not what is measured) in a fresh process per run, and records that process's peak resident memory
-(``ru_maxrss``), its wall time and the SHA-256 of the scores file. ``--code`` runs the same command with
-another checkout's ``mia_fast`` (e.g. a ``git worktree`` of an earlier commit), so the
-outputs and the memory of two versions can be compared on the same inputs. Writes
+zlib; 16384 tokens per batch) using a tiny random model (2 layers, hidden 32, a 300-token BPE tokenizer
+trained here: the model's cost is not what is measured) in a fresh process per run, and records that
+process's peak resident memory (``ru_maxrss``), its wall time and the SHA-256 of the scores file.
+``--code`` runs the same command with another checkout's ``mia_fast`` (e.g. a ``git worktree`` of an
+earlier commit), so the outputs and the memory of two versions can be compared on the same inputs. Writes
 ``results/stream-memory-<cores>core.json``.
 """
 
@@ -39,7 +39,8 @@ RUN_FROM_CHECKOUT = (
     "sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith('_editable')]; "
     "sys.path.insert(0, code); runpy.run_module('mia_fast.cli', run_name='__main__')"
 )
-# A tiny model's forward costs less than a batch's overhead: larger batches than the CPU default keep 1M rows to minutes.
+# A tiny model's forward costs less than a batch's overhead: larger batches than the CPU default keep 1M rows
+# to minutes.
 BATCH_TOKENS = 16384
 
 

@@ -1,6 +1,7 @@
 """Does the unlearning audit find the texts a model failed to forget? A controlled case on real text.
 
-    python benchmarks/unlearning.py [--method mink_0.2] [--planted 16] [--never-seen 16] [--ascent-lr 5e-5] [--ascent-steps 4]
+    python benchmarks/unlearning.py [--method mink_0.2] [--planted 16] [--never-seen 16]
+        [--ascent-lr 5e-5] [--ascent-steps 4]
 
 Passages of the shared pile_test wikipedia_en, each cut to 128 tokens: ``--planted`` of them are
 planted into the built-in SmolLM2-135M by fine-tuning as ``mia-fast demo`` does (3 epochs, lr 1e-4,

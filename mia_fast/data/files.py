@@ -62,11 +62,15 @@ class Dataset:
 
     def rows(self, start: int, stop: int) -> Dataset:
         """Rows [start, stop) as a Dataset of their own."""
-        cut = lambda values: None if values is None else values[start:stop]
+
+        def cut(values):
+            return None if values is None else values[start:stop]
+
         return Dataset(cut(self.texts), cut(self.ids), cut(self.labels), cut(self.groups), cut(self.neighbors))
 
     def blocks(self, rows: int) -> Iterator[tuple[Dataset, int]]:
-        """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the characters of text up to its end."""
+        """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the characters of text up to its
+        end."""
         if not self.texts:
             raise MiaFastError("the dataset holds no rows")
         done = 0
@@ -136,7 +140,8 @@ def _records(path: Path, suffix: str, start: RowPosition) -> Iterator[tuple[int,
 
 
 def _skip(records: Iterator[tuple[int, dict, int]], start: RowPosition) -> Iterator[tuple[int, dict, int]]:
-    """The records from ``start.row`` on: reached by seeking where ``start`` has an offset, else by reading past them."""
+    """The records from ``start.row`` on: reached by seeking where ``start`` has an offset, else by reading past
+    them."""
     skip = 0 if start.offset is not None else start.row
     for index, record in enumerate(records):
         if index >= skip:
@@ -161,7 +166,8 @@ def _csv_records(path: Path, start: RowPosition) -> Iterator[tuple[int, dict, in
 
     def decoded(lines: Iterator[tuple[int, bytes, int]]) -> Iterator[str]:
         nonlocal position
-        for _, line, position in lines:
+        for _, line, line_end in lines:
+            position = line_end
             yield line.decode("utf-8")
 
     header = next(csv.reader(decoded(iter_lines(path))), None)
@@ -210,7 +216,8 @@ def _csv_row_starts(path: Path) -> Iterator[int]:
 
     def lines() -> Iterator[str]:
         nonlocal end
-        for _, line, end in iter_lines(path):
+        for _, line, line_end in iter_lines(path):
+            end = line_end
             yield line.decode("utf-8")
 
     reader = csv.reader(lines())
@@ -287,7 +294,8 @@ class DataStream:
         return self.path.stat().st_size
 
     def blocks(self, rows: int) -> Iterator[tuple[Dataset, int]]:
-        """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the bytes of the file read by its end."""
+        """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the bytes of the file read by its
+        end."""
         present: dict[str, bool] = {}
         chunk: list[tuple[int, dict]] = []
         read = 0
@@ -510,7 +518,8 @@ class ResultWriter:
                     raise MiaFastError(f"{self.stage}:{line_number}: not a result row; cannot resume") from None
                 if keys != self.columns:
                     raise MiaFastError(
-                        f"{self.stage} has columns {keys}, not {self.columns}; cannot resume with other methods or fields"
+                        f"{self.stage} has columns {keys}, not {self.columns}; "
+                        "cannot resume with other methods or fields"
                     )
                 count += 1
         if len(keep) != len(raw):

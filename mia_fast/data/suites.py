@@ -104,7 +104,8 @@ def load_suite(
         rows = read_rows(_split_file(Path(files), split, config if suite.paired_fields else None))
     elif suite.hub_id is None:
         raise MiaFastError(
-            f"{name} is not on the Hugging Face hub: pass its files as DATA (a .jsonl with fields {suite.text_field!r} and 'label')"
+            f"{name} is not on the Hugging Face hub: pass its files as DATA "
+            f"(a .jsonl with fields {suite.text_field!r} and 'label')"
         )
     else:
         rows = _hub_rows(suite, split, config)
@@ -137,7 +138,8 @@ def _hub_rows(suite: Suite, split: str, config: str | None) -> list[tuple[int, d
         import datasets
     except ImportError:
         raise MiaFastError(
-            f"{suite.name} loads from the Hugging Face hub ({suite.hub_id}) with the 'datasets' package (pip install 'mia-fast[hub]'); or {local}"
+            f"{suite.name} loads from the Hugging Face hub ({suite.hub_id}) with the 'datasets' package "
+            f"(pip install 'mia-fast[hub]'); or {local}"
         ) from None
     # A filtering config (ArxivMIA's cs/math) selects rows, not a hub config.
     hub_config = config if suite.configs and not suite.config_filter_field else None

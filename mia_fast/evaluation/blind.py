@@ -28,7 +28,10 @@ BLIND_COLUMNS = ("blind_bow", "blind_dates")
 DEFAULT_FOLDS = 5
 _HASHED_FEATURES = 2**20
 _YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?!\d|[.,]\d)")
-_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+_MONTHS = (
+    "january|february|march|april|may|june|july|august|september|october|november|december"
+    "|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
 # Matched on lower-cased text: IGNORECASE makes this alternation several times slower.
 _DATE = re.compile(
     rf"\b(?:(?:{_MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:{_MONTHS})\b|\d{{4}}-\d{{2}}-\d{{2}}\b)"
@@ -57,12 +60,14 @@ def _bag_of_words(texts: Sequence[str]):
 
 
 def cross_validation_folds(labels: Sequence[int], folds: int = DEFAULT_FOLDS) -> int:
-    """The folds the blind baselines will use (at most one per text of the smaller class); refuses fewer than 2 of a class."""
+    """The folds the blind baselines will use (at most one per text of the smaller class); refuses fewer than 2 of
+    a class."""
     labels = np.asarray(labels, dtype=np.int64)
     smaller = int(min(labels.sum(), len(labels) - labels.sum()))
     if smaller < 2:
         raise MiaFastError(
-            f"blind baselines need at least 2 members and 2 non-members to cross-validate; found {smaller} of one class (turn them off with --no-blind)"
+            "blind baselines need at least 2 members and 2 non-members to cross-validate; "
+            f"found {smaller} of one class (turn them off with --no-blind)"
         )
     return min(folds, smaller)
 

@@ -74,7 +74,8 @@ class DatasetInference:
             else "FAILED: two halves of the validation set look different, so the test's p-value cannot be trusted"
         )
         return (
-            f"dataset inference: p = {t.p_value:.3g} with {t.test_texts[0]} suspect and {t.test_texts[1]} validation texts held out "
+            f"dataset inference: p = {t.p_value:.3g} with {t.test_texts[0]} suspect and "
+            f"{t.test_texts[1]} validation texts held out "
             f"(one-sided Welch t-test, {SIGNIFICANCE:g} level): {verdict}.\n"
             f"false-positive check (validation half against validation half): p = {check.p_value:.3g}, {sane}."
         )
@@ -104,7 +105,8 @@ def _check_size(count: int, what: str) -> None:
 
 
 def normalise(suspect: np.ndarray, validation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Clips each feature to the pooled 2.5th-97.5th percentiles, then z-normalises it with the suspect set's statistics."""
+    """Clips each feature to the pooled 2.5th-97.5th percentiles, then z-normalises it with the suspect set's
+    statistics."""
     low, high = np.percentile(np.vstack([suspect, validation]), [CLIP_PERCENT, 100 - CLIP_PERCENT], axis=0)
     suspect, validation = np.clip(suspect, low, high), np.clip(validation, low, high)
     mean, std = suspect.mean(axis=0), suspect.std(axis=0)
@@ -118,7 +120,8 @@ def _halves(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
 
 
 def welch_p_value(suspect_outputs: np.ndarray, validation_outputs: np.ndarray) -> float:
-    """One-sided Welch t-test: are the suspect outputs greater? Two constant samples: 0 when the suspect's is greater, else 1."""
+    """One-sided Welch t-test: are the suspect outputs greater? Two constant samples: 0 when the suspect's is
+    greater, else 1."""
     from scipy.stats import ttest_ind
 
     if np.ptp(suspect_outputs) == 0 and np.ptp(validation_outputs) == 0:
@@ -172,7 +175,8 @@ def dataset_inference(
     seed: int = 0,
     draws: int = DRAWS,
 ) -> DatasetInference:
-    """Dataset inference from the score columns of the suspect and validation texts (texts with a NaN feature are left out)."""
+    """Dataset inference from the score columns of the suspect and validation texts (texts with a NaN feature are
+    left out)."""
     if not features:
         raise MiaFastError("dataset inference needs at least one feature")
     s, v = feature_matrix(suspect, features), feature_matrix(validation, features)

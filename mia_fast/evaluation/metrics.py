@@ -172,7 +172,8 @@ def evaluate_by_group(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
 ) -> dict[str, dict[str, MethodMetrics]]:
-    """:func:`evaluate` within each group (e.g. a length bucket) that holds both classes, in order of first appearance."""
+    """:func:`evaluate` within each group (e.g. a length bucket) that holds both classes, in order of first
+    appearance."""
     labels, groups = np.asarray(labels), np.asarray(groups)
     results = {}
     for group in dict.fromkeys(groups.tolist()):

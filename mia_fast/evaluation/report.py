@@ -176,7 +176,8 @@ def plot_auroc_by_k(path: Path, results: Mapping[str, MethodMetrics]) -> Path:
 def plot_histograms(
     path: Path, labels: np.ndarray, columns: Mapping[str, np.ndarray], results: Mapping[str, MethodMetrics]
 ) -> Path:
-    """One panel per method (k-methods at their best k), best AUROC first: the score distributions of members and non-members."""
+    """One panel per method (k-methods at their best k), best AUROC first: the score distributions of members and
+    non-members."""
     plt = pyplot()
     order = [(name, results[name]) for name in shown_columns(results)]
     cols = min(5, len(order))
@@ -280,10 +281,19 @@ def write_documents(
             f"<h2>{html.escape(caption)}</h2><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
         )
     body.append(html_table("Settings", ["setting", "value"], settings))
-    style = "body{font-family:sans-serif;max-width:1400px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}img{max-width:100%}.warning{background:#fde2e1;border-left:6px solid #c0392b;padding:8px 12px;font-weight:bold}.note{background:#eef4fb;border-left:6px solid #2c6fbb;padding:8px 12px}"
+    style = (
+        "body{font-family:sans-serif;max-width:1400px;margin:2em auto}"
+        "table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+        "td:first-child{text-align:left}"
+        "img{max-width:100%}"
+        ".warning{background:#fde2e1;border-left:6px solid #c0392b;padding:8px 12px;font-weight:bold}"
+        ".note{background:#eef4fb;border-left:6px solid #2c6fbb;padding:8px 12px}"
+    )
     page = directory / "report.html"
     page.write_text(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>mia-fast report</title><style>{style}</style></head><body>{''.join(body)}</body></html>"
+        "<!doctype html><html><head><meta charset='utf-8'><title>mia-fast report</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
     )
     return markdown, page
 
@@ -341,7 +351,8 @@ def compare_reports(first: str | Path, second: str | Path) -> str:
         ra, rb = a[name], b[name]
         ta, tb = ra["tpr_at_fpr"]["1%"], rb["tpr_at_fpr"]["1%"]
         lines.append(
-            f"{name:<16} {ra['auroc']:>8.3f} {rb['auroc']:>8.3f} {rb['auroc'] - ra['auroc']:>+7.3f}   {ta:>9.3f} {tb:>9.3f} {tb - ta:>+7.3f}"
+            f"{name:<16} {ra['auroc']:>8.3f} {rb['auroc']:>8.3f} {rb['auroc'] - ra['auroc']:>+7.3f}   "
+            f"{ta:>9.3f} {tb:>9.3f} {tb - ta:>+7.3f}"
         )
     for label, only in (("only in A", [n for n in a if n not in b]), ("only in B", [n for n in b if n not in a])):
         if only:

@@ -337,8 +337,8 @@ def text_build_settings(
 def count_text_file(
     path: Path, tokenizer: Any, settings: dict[str, Any], *, workers: int = 1, skip_bad_records: bool = False
 ) -> tuple[FrequencyTable, BadRecords]:
-    """One corpus file counted on its own with ``settings`` (:func:`text_build_settings`), and its bad records: one shard
-    of a build, whose table is ``FrequencyTable.merge`` of its files' tables in order."""
+    """One corpus file counted on its own with ``settings`` (:func:`text_build_settings`), and its bad records: one
+    shard of a build, whose table is ``FrequencyTable.merge`` of its files' tables in order."""
     counter = BatchCounter(
         counting_tokenizer(tokenizer), settings["vocab_size"], settings["mode"], settings["max_tokens_per_doc"]
     )
@@ -458,7 +458,8 @@ def _open_megatron(index_path: Path, bin_path: Path, dtype: str | None) -> Token
     expected, actual = index["total_tokens"] * index["item_size"], bin_path.stat().st_size
     if expected != actual:
         raise MiaFastError(
-            f"{index_path} does not match {bin_path}: the index describes {expected} bytes of tokens, the .bin holds {actual}"
+            f"{index_path} does not match {bin_path}: the index describes {expected} bytes of tokens, "
+            f"the .bin holds {actual}"
         )
     ids = _memmap(bin_path, np.dtype(index["dtype"]))
     return TokenFile(str(bin_path.with_suffix("")), ids, index["document_offsets"], actual)
@@ -514,7 +515,8 @@ def build_from_tokens(
                 offsets = separator_offsets(source.ids, doc_separator)
             if needs_documents and offsets is None:
                 raise MiaFastError(
-                    f"{source.name}: {mode} mode and max_tokens_per_doc need documents; give --doc-separator for a raw token stream"
+                    f"{source.name}: {mode} mode and max_tokens_per_doc need documents; "
+                    "give --doc-separator for a raw token stream"
                 )
             documents = None if documents is None or offsets is None else documents + len(offsets) - 1
             for start, end, part in _chunks(len(source.ids), offsets):
@@ -523,7 +525,8 @@ def build_from_tokens(
                     counts += count_documents(ids, part, vocab_size, mode, max_tokens_per_doc, threads)
                 except TokenIdOutOfRange as exc:
                     raise MiaFastError(
-                        f"{source.name}: token id {exc.token_id} at position {start + exc.position} is outside the vocabulary [0, {vocab_size})"
+                        f"{source.name}: token id {exc.token_id} at position {start + exc.position} "
+                        f"is outside the vocabulary [0, {vocab_size})"
                     ) from None
                 chunk_tokens = counted_tokens(np.diff(part), max_tokens_per_doc) if part is not None else end - start
                 tokens += chunk_tokens

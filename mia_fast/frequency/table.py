@@ -167,7 +167,8 @@ class FrequencyTable:
             raise fail("the header's vocab_size must be positive and its sources strings")
         if len(data) - _CHECKSUM_BYTES - counts_at != 8 * vocab_size:
             raise fail(
-                f"holds {len(data) - _CHECKSUM_BYTES - counts_at} bytes of counts, expected {8 * vocab_size} for {vocab_size} ids"
+                f"holds {len(data) - _CHECKSUM_BYTES - counts_at} bytes of counts, "
+                f"expected {8 * vocab_size} for {vocab_size} ids"
             )
         counts = np.frombuffer(data, dtype="<u8", count=vocab_size, offset=counts_at).astype(np.uint64)
         total = int(counts.sum(dtype=np.uint64))
@@ -205,7 +206,8 @@ class FrequencyTable:
             for attribute in ("vocab_size", "mode", "max_tokens_per_doc", "tokenizer_fingerprint"):
                 if getattr(table, attribute) != getattr(first, attribute):
                     raise FrequencyTableError(
-                        f"cannot merge: table {i} has {attribute} {getattr(table, attribute)!r}, table 1 has {getattr(first, attribute)!r}"
+                        f"cannot merge: table {i} has {attribute} {getattr(table, attribute)!r}, "
+                        f"table 1 has {getattr(first, attribute)!r}"
                     )
         documents = [t.documents for t in tables]
         return cls(

@@ -17,7 +17,8 @@ def segment_mean(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     scored = lengths > 0
     means = np.full(len(lengths), np.nan)
     if scored.any():
-        # Each nonempty text's sum runs from its start to the next nonempty text's start: the empty ones between hold nothing.
+        # Each nonempty text's sum runs from its start to the next nonempty text's start: the empty ones between
+        # hold nothing.
         means[scored] = np.add.reduceat(values[: offsets[-1]], offsets[:-1][scored], dtype=np.float64) / lengths[scored]
     return means
 

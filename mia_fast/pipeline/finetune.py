@@ -53,7 +53,8 @@ def fine_tune(
     generator = np.random.default_rng(seed + 2)
     losses: list[float] = []
     model.train()
-    # Dropout draws from torch's global generator: seeded (and restored afterwards) so that a fine-tuning repeats exactly.
+    # Dropout draws from torch's global generator: seeded (and restored afterwards) so that a fine-tuning repeats
+    # exactly.
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         try:

@@ -174,7 +174,8 @@ def pretrained_source(model: str | None = None, gguf: str | os.PathLike | None =
 
 
 def load_tokenizer(model: str | None = None):
-    """The tokenizer of a hub model, local directory or GGUF file; the built-in default model's for None or "default"."""
+    """The tokenizer of a hub model, local directory or GGUF file; the built-in default model's for None or
+    "default"."""
     from transformers import AutoTokenizer
 
     source, name = pretrained_source(None if model == "default" else model)

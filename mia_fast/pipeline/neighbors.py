@@ -90,6 +90,7 @@ class GeneratedNeighbors(ABC):
     def check_covers(self, texts: Sequence[str]) -> None:
         """Every text gets neighbours; a generator that needs a model loads it here, so that a model
         that fails to load stops the run before anything is scored."""
+        return None  # a hook, not abstract: a generator without a model (WordDropNeighbors) has nothing to check
 
     def prepare(self, texts: Sequence[str]) -> None:
         from tqdm.auto import tqdm
