@@ -13,6 +13,7 @@ from mia_fast import load_model
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.blind import BLIND_COLUMNS
 from mia_fast.evaluation.experiments import (
+    ExperimentDesign,
     FineTuning,
     TrainingDiverged,
     prepare_texts,
@@ -20,6 +21,10 @@ from mia_fast.evaluation.experiments import (
     split_members,
     stdlib_corpus,
 )
+from mia_fast.methods.dcpdd import DcpddSettings
+from mia_fast.methods.pac import PacSettings
+from mia_fast.methods.samia import SamiaSettings
+from mia_fast.scoring.config import ScoringConfig
 
 
 def corpus_texts(n=40):
@@ -51,11 +56,8 @@ def test_fine_tuning_plants_members_that_the_methods_find(tiny_model_dir, tmp_pa
         loaded,
         corpus_texts(),
         tmp_path / "r",
-        tuning,
-        texts=24,
-        methods=["loss", "mink", "ref"],
-        ks=[0.2],
-        bootstrap=50,
+        ExperimentDesign(tuning, texts=24, bootstrap=50),
+        ScoringConfig(methods=["loss", "mink", "ref"], k=[0.2]),
     )
     assert experiment.losses[-1] < experiment.losses[0]
     assert results["ref"].auroc > 0.9 and results["loss"].auroc > 0.8
@@ -75,11 +77,8 @@ def test_prefixes_are_drawn_beside_the_experiment_never_scored_and_only_the_memb
         loaded,
         corpus_texts(),
         tmp_path / "r",
-        tuning,
-        texts=16,
-        methods=["loss", "recall", "conrecall"],
-        bootstrap=20,
-        prefix_shots=2,
+        ExperimentDesign(tuning, texts=16, bootstrap=20, prefix_shots=2),
+        ScoringConfig(methods=["loss", "recall", "conrecall"]),
     )
     assert set(results) - set(BLIND_COLUMNS) == {"loss", "recall", "conrecall"} and np.isfinite(
         results["conrecall"].auroc
@@ -97,7 +96,11 @@ def test_the_neighbour_attack_in_the_experiment_uses_word_drop_neighbours_by_def
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
     _, results = run_experiment(
-        loaded, corpus_texts(), tmp_path / "r", tuning, texts=16, methods=["loss", "neighbor"], bootstrap=20
+        loaded,
+        corpus_texts(),
+        tmp_path / "r",
+        ExperimentDesign(tuning, texts=16, bootstrap=20),
+        ScoringConfig(methods=["loss", "neighbor"]),
     )
     assert set(results) - set(BLIND_COLUMNS) == {"loss", "neighbor"} and np.isfinite(results["neighbor"].auroc)
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]["neighbors"] == "WordDropNeighbors"
@@ -112,12 +115,15 @@ def test_the_experiment_runs_the_sampled_white_box_and_frequency_methods_with_it
         loaded,
         corpus_texts(),
         tmp_path / "r",
-        tuning,
-        texts=16,
-        methods=methods,
-        bootstrap=20,
-        frequencies=counts,
-        method_settings={"samia_samples": 2, "pac_copies": 2},
+        ExperimentDesign(tuning, texts=16, bootstrap=20),
+        ScoringConfig(
+            methods=methods,
+            settings=[
+                DcpddSettings(frequencies=counts),
+                SamiaSettings(samples=2, seed=tuning.seed),
+                PacSettings(copies=2, seed=tuning.seed),
+            ],
+        ),
     )
     assert set(results) - set(BLIND_COLUMNS) == set(methods) and all(np.isfinite(results[m].auroc) for m in methods)
     meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
@@ -135,12 +141,8 @@ def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_metho
         loaded,
         corpus_texts(),
         tmp_path / "r",
-        tuning,
-        texts=16,
-        methods=["loss", "probe"],
-        bootstrap=20,
-        probe_texts=12,
-        probe_training=ProbeTraining(probe_epochs=50),
+        ExperimentDesign(tuning, texts=16, bootstrap=20, probe_texts=12, probe_training=ProbeTraining(probe_epochs=50)),
+        ScoringConfig(methods=["loss", "probe"]),
     )
     assert (
         set(results) - set(BLIND_COLUMNS) == {"loss", "probe"}
@@ -157,7 +159,7 @@ def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_metho
 def test_a_corpus_too_small_to_split_is_refused(tiny_model_dir, tmp_path):
     loaded = load_model(str(tiny_model_dir))
     with pytest.raises(MiaFastError, match="the corpus has 5 distinct texts; the experiment needs 8"):
-        run_experiment(loaded, ["a b", "c d", "e f", "g h", "a b", "i j"], tmp_path / "r", texts=4)
+        run_experiment(loaded, ["a b", "c d", "e f", "g h", "a b", "i j"], tmp_path / "r", ExperimentDesign(texts=4))
 
 
 def test_a_diverging_fine_tuning_stops_and_keeps_a_report(tiny_model_dir, tmp_path, monkeypatch):
@@ -175,7 +177,10 @@ def test_a_diverging_fine_tuning_stops_and_keeps_a_report(tiny_model_dir, tmp_pa
     monkeypatch.setattr(loaded.model, "forward", nan_on_third_step)
     with pytest.raises(TrainingDiverged, match="the loss is nan at step 3"):
         run_experiment(
-            loaded, corpus_texts(), tmp_path / "r", FineTuning(epochs=2, batch_size=4, max_tokens=16), texts=16
+            loaded,
+            corpus_texts(),
+            tmp_path / "r",
+            ExperimentDesign(FineTuning(epochs=2, batch_size=4, max_tokens=16), texts=16),
         )
     report = (tmp_path / "r" / "report.md").read_text()
     assert "stopped" in report and "| 3 | nan |" in report and (tmp_path / "r" / "training_loss.png").is_file()

@@ -101,7 +101,7 @@ def test_bad_settings_are_refused(arguments, message):
 def test_a_text_of_one_window_scores_as_detector_score(tiny_model_dir):
     detector = Detector(str(tiny_model_dir))
     texts = ["the quick brown fox jumps over", "all that glitters is not gold", ""]
-    n_tokens = detector.scored_positions(texts)
+    n_tokens = detector.target.scored_positions(texts)
     plain = detector.score(texts, methods=["loss", "mink", "minkpp"], k=[0.2, 0.5])
     for column in ["loss", "mink_0.2", "minkpp_0.5"]:
         for window in (int(n_tokens.max()), int(n_tokens.max()) + 10):

@@ -279,12 +279,18 @@ def test_ray_options_without_ray_and_a_pooled_method_are_refused(
     )
     from mia_fast.cluster import score_on_ray
     from mia_fast.data import DataStream
-    from mia_fast.methods.probe import Probe
+    from mia_fast.methods.probe import Probe, ProbeSettings
+    from mia_fast.scoring.config import ModelConfig, OutputConfig, RunConfig, ScoringConfig
 
     probe = Probe(np.ones(32, np.float32), 0, "split", np.zeros(32, np.float32), np.ones(32, np.float32))
     with pytest.raises(MiaFastError, match="probe standardises over all the texts scored together"):
         score_on_ray(
-            DataStream(labelled_jsonl), tmp_path / "o.jsonl", methods=["probe"], probe=probe, model=str(tiny_model_dir)
+            DataStream(labelled_jsonl),
+            RunConfig(
+                OutputConfig(tmp_path / "o.jsonl"),
+                ModelConfig(str(tiny_model_dir)),
+                ScoringConfig(methods=["probe"], settings=[ProbeSettings(probe=probe)]),
+            ),
         )
 
 

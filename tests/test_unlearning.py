@@ -9,7 +9,7 @@ import pytest
 from conftest import save_tiny_llama, train_tokenizer
 from test_cli import fail, read_jsonl, run_cli, write_jsonl
 
-from mia_fast.api import Detector
+from mia_fast.api import Detector, ModelConfig
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.thresholds import Threshold
 from mia_fast.evaluation.unlearning import RatioRule, ThresholdRule, audit_unlearning
@@ -216,7 +216,7 @@ def test_before_and_after_models_of_different_tokenizers(tiny_model_dir, tiny_re
     rows = read_jsonl(report / "audit.jsonl")
     texts = [r["text"] for r in read_jsonl(planted_jsonl)]
     for model, column in ((tiny_model_dir, "before"), (tiny_reference_dir, "after")):
-        expected = Detector(str(model), device="cpu").score(texts, methods=["loss"])["loss"]
+        expected = Detector(ModelConfig(str(model), device="cpu")).score(texts, methods=["loss"])["loss"]
         assert [r[column] for r in rows] == pytest.approx(expected.tolist(), rel=1e-6)
     before_tokens = [r["n_tokens"] for r in read_jsonl(report / "scores-before.jsonl")]
     assert before_tokens != [r["n_tokens"] for r in read_jsonl(report / "scores-after.jsonl")]  # each its own tokenizer
