@@ -16,7 +16,6 @@ Ray is imported only inside these functions.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -25,9 +24,9 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mia_fast.data.files import (
     OUTPUT_SUFFIXES,
@@ -39,7 +38,9 @@ from mia_fast.data.files import (
 )
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import write_atomically
-from mia_fast.methods.registry import DEFAULT_A, DEFAULT_KS, DEFAULT_METHODS
+
+if TYPE_CHECKING:
+    from mia_fast.scoring.config import RunConfig
 
 INSTALL_HINT = "pip install 'mia-fast[ray]'"
 # A shard is this many blocks unless told otherwise: large enough that an actor's per-shard cost (opening
@@ -49,8 +50,6 @@ MANIFEST = "_manifest.json"  # leading "_": Parquet readers of the directory (py
 # Seconds to wait for a cluster's address to answer before giving up.
 CONNECT_TIMEOUT_S = 5
 DEFAULT_PORTS = {"ray://": 10001, "": 6379}
-# Detector options that change how fast scores come, never their values.
-_SPEED_ONLY = ("stats_cache",)
 
 
 def require_ray() -> Any:
@@ -69,7 +68,8 @@ def check_address(address: str | None) -> None:
         return
     if Path(address).exists():
         raise MiaFastError(
-            f"--ray took {address!r} as the cluster address, but it is a file: write --ray=ADDRESS, or put --ray after the input"
+            f"--ray took {address!r} as the cluster address, but it is a file: write --ray=ADDRESS, or put --ray "
+            "after the input"
         )
     if address in ("auto", "local"):
         return
@@ -193,13 +193,7 @@ class _ShardJob:
 
     data: DataStream
     directory: Path
-    methods: tuple[str, ...]
-    k: tuple[float, ...]
-    a: float
-    block_rows: int
-    id_field: str
-    label_field: str
-    detector_options: dict[str, Any]
+    config: RunConfig
 
     def stream(self, shard: _Shard) -> DataStream:
         return self.data.part(shard.start, shard.rows)
@@ -207,23 +201,12 @@ class _ShardJob:
     def score(self, shard: _Shard, detector: Any) -> None:
         """Scores one shard into its file: under its hidden name (continued after its last block if a killed
         run left it), then renamed, so that a shard's file exists only when whole."""
-        from mia_fast.api import score_file
+        from mia_fast.scoring.runner import score_file
 
         partial = self.directory / shard.partial_name
-        score_file(
-            self.stream(shard),
-            partial,
-            methods=self.methods,
-            k=self.k,
-            a=self.a,
-            detector=detector,
-            resume=True,
-            block_rows=self.block_rows,
-            id_field=self.id_field,
-            label_field=self.label_field,
-            progress=False,
-            data_name=str(self.data.path),
-        )
+        output = replace(self.config.output, out=partial, resume=True, overwrite=False)
+        config = replace(self.config, output=output, compute=replace(self.config.compute, progress=False))
+        score_file(self.stream(shard), config, detector, data_name=str(self.data.path))
         os.replace(partial, self.directory / shard.name)
 
 
@@ -233,11 +216,12 @@ class ShardScorer:
     shard failed in one line. (Texts that could not be scored are counted by the driver, over all shards.)"""
 
     def __init__(self, job: _ShardJob) -> None:
-        from mia_fast.api import Detector
+        from mia_fast.scoring.detector import Detector
 
         self.job, self.detector, self.error = job, None, ""
+        config = job.config
         try:
-            self.detector = Detector(**job.detector_options)
+            self.detector = Detector(config.model, config.scoring.settings, config.compute)
         except MiaFastError as exc:
             self.error = str(exc)
 
@@ -250,22 +234,6 @@ class ShardScorer:
             except MiaFastError as exc:
                 error = str(exc)
         return {"shard": [shard.to_json()], "error": [error]}
-
-
-def _setting(value: Any) -> Any:
-    """A run setting as JSON for the manifest: long lists by their digest, objects by their fields."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, (list, tuple)):
-        return "sha256:" + hashlib.sha256(json.dumps([_setting(v) for v in value]).encode()).hexdigest()[:16]
-    if is_dataclass(value):
-        return {
-            "type": type(value).__name__,
-            **{f.name: _setting(getattr(value, f.name)) for f in fields(value) if f.repr and f.name != "progress"},
-        }
-    return repr(value)
 
 
 class _Manifest:
@@ -300,7 +268,8 @@ class _Manifest:
         )
         if changed:
             raise MiaFastError(
-                f"{directory} holds a run with other settings ({', '.join(changed)} differ); pass --overwrite to start over"
+                f"{directory} holds a run with other settings ({', '.join(changed)} differ); pass --overwrite to "
+                "start over"
             )
         self.content = recorded
 
@@ -338,63 +307,46 @@ class _Manifest:
         write_atomically(self.path, json.dumps(self.content, indent=1).encode())
 
 
-def _run_settings(
-    data: DataStream,
-    methods: Sequence[str],
-    k: Sequence[float],
-    a: float,
-    block_rows: int,
-    shard_rows: int,
-    id_field: str,
-    label_field: str,
-    detector_options: dict[str, Any],
-) -> dict[str, Any]:
-    """Everything that decides the rows of OUT: the input file as it is now, the fields, the methods and every
-    model and method option (a rerun with any of them changed would mix two runs' scores)."""
+def _run_settings(data: DataStream, config: RunConfig, shard_rows: int) -> dict[str, Any]:
+    """Everything that decides the rows of OUT: the input file as it is now, the fields, the blocks and shards,
+    and every setting that changes a score, of every method, requested or not (a rerun with any of them changed
+    would mix two runs' scores)."""
+    from mia_fast.methods.registry import REGISTRY, recorded_settings
+
     stat = data.path.stat()
     settings = {
         "input": [str(data.path.resolve()), stat.st_size, stat.st_mtime_ns],
         "fields": data.fields,
         "max_words": data.max_words,
-        "output_fields": [id_field, label_field],
-        "methods": list(methods),
-        "k": list(k),
-        "a": a,
-        "block_rows": block_rows,
+        "output_fields": [config.output.id_field, config.output.label_field],
+        "block_rows": config.output.block_rows,
         "shard_rows": shard_rows,
-        **{name: _setting(value) for name, value in sorted(detector_options.items()) if name not in _SPEED_ONLY},
+        **recorded_settings(REGISTRY.values(), config.scoring.settings),
+        **config.recorded(),
     }
     return json.loads(json.dumps(settings))  # as a manifest holds them, so that the two compare
 
 
-def _check_before_ray(methods: Sequence[str], k: Sequence[float], a: float, detector_options: dict[str, Any]) -> None:
-    """What can be refused before Ray starts: unknown or unavailable methods, methods that score all rows
-    together, options that cannot travel to an actor."""
-    from mia_fast.api import METHOD_SETTINGS, load_probe, method_options
-    from mia_fast.methods import registry
+def _check_before_ray(config: RunConfig) -> None:
+    """What can be refused before Ray starts: what a run here refuses before loading a model, methods that score
+    all rows together, settings that cannot travel to an actor."""
+    from mia_fast.methods.registry import pooled_methods
     from mia_fast.pipeline.models import LoadedModel
-    from mia_fast.pipeline.passes import REFERENCE
+    from mia_fast.scoring.runner import check_before_loading
 
-    if "online" in detector_options:
+    if config.scoring.online is not None:
         raise MiaFastError("online detection (--online) is not available with --ray; score without --ray")
     for role in ("model", "ref_model"):
-        if isinstance(detector_options.get(role), LoadedModel):
+        if isinstance(getattr(config.model, role), LoadedModel):
             raise MiaFastError(
-                f"with --ray every actor loads its own model: give {role} as a hub name or a directory, not a model in memory"
+                f"with --ray every actor loads its own model: give {role} as a hub name or a directory, "
+                "not a model in memory"
             )
-    device = detector_options.get("device")
+    device = config.model.device
     if device is not None and device.startswith("cuda:"):
         raise MiaFastError(f"--device {device}: with --ray each actor is given one GPU of its own; use --device cuda")
-    requests = registry.resolve_methods(methods, k)
-    probe = load_probe(detector_options.get("probe"), detector_options.get("probe_normalization"))
-    options = method_options(a, probe, **{name: v for name, v in detector_options.items() if name in METHOD_SETTINGS})
-    registry.check_available(
-        requests,
-        options,
-        models=[REFERENCE] if detector_options.get("ref_model") is not None else [],
-        has_frequencies=detector_options.get("frequencies") is not None,
-    )
-    pooled = [r.method.name for r in requests if r.method.pooled(options)]
+    requests, settings = check_before_loading(config.model, config.scoring)
+    pooled = pooled_methods(requests, settings)
     if pooled:
         raise MiaFastError(
             f"{', '.join(pooled)} standardises over all the texts scored together, so its scores cannot be cut into "
@@ -420,56 +372,55 @@ def _actor_resources(
     if (gpus if on_gpu else cpus) < workers * (1 if on_gpu else cpus_each):
         kind, has = ("GPUs", gpus) if on_gpu else ("CPUs", cpus)
         log(
-            f"the cluster has {has} {kind} now, not enough for {workers} actors: the run waits for nodes to join (lower --ray-workers if none will)"
+            f"the cluster has {has} {kind} now, not enough for {workers} actors: the run waits for nodes to join "
+            "(lower --ray-workers if none will)"
         )
     return workers, cpus_each, 1 if on_gpu else 0
 
 
+@dataclass(frozen=True)
+class RayConfig:
+    """Where and how wide a Ray run goes: ``address`` a cluster (``host:port``, ``ray://host:port``, ``auto``), or
+    None for a Ray started here (or the one RAY_ADDRESS names, or one already initialized in this process);
+    ``workers`` model actors (default: one per GPU, or one per node without GPUs); ``shard_rows`` rows per
+    shard, a multiple of the block rows (default ``SHARD_BLOCKS`` blocks)."""
+
+    address: str | None = None
+    workers: int | None = None
+    shard_rows: int | None = None
+
+
 def score_on_ray(
     data: DataStream,
-    out: str | os.PathLike,
-    *,
-    address: str | None = None,
-    workers: int | None = None,
-    shard_rows: int | None = None,
-    methods: Sequence[str] = DEFAULT_METHODS,
-    k: Sequence[float] = DEFAULT_KS,
-    a: float = DEFAULT_A,
-    resume: bool = False,
-    overwrite: bool = False,
-    block_rows: int = 512,
-    id_field: str = "id",
-    label_field: str = "label",
-    progress: bool = True,
+    config: RunConfig,
+    cluster: RayConfig | None = None,
     log: Callable[[str], None] = lambda message: None,
-    **detector_options: Any,
 ) -> Path:
-    """Scores the data file of ``data`` into ``out`` (.jsonl, .csv or .parquet) on Ray, row for row what
-    :func:`mia_fast.api.score_file` writes in one process (see the module docstring).
-
-    ``address``: a Ray cluster (``host:port``, ``ray://host:port``, ``auto``), or None for a Ray started here
-    (or the one RAY_ADDRESS names, or one already initialized in this process). ``workers``: model actors
-    (default: one per GPU, or one per node without GPUs). ``shard_rows``: rows per shard, a multiple of
-    ``block_rows`` (default ``SHARD_BLOCKS`` blocks). The input, OUT and the model must be at paths every
-    node can read (and write, for OUT), or the model a hub name. ``detector_options`` are
-    :class:`mia_fast.api.Detector`'s; each actor makes its own Detector from them.
+    """Scores the data file of ``data`` into ``config.output.out`` (.jsonl, .csv or .parquet) on Ray, row for row
+    what :func:`mia_fast.api.score_file` writes in one process with the same ``config`` (a
+    :class:`mia_fast.scoring.config.RunConfig`; see the module docstring). The input, OUT and the model must be
+    at paths every node can read (and write, for OUT), or the model a hub name; each actor makes its own
+    Detector from ``config``.
     """
-    out = Path(out)
+    cluster = cluster or RayConfig()
+    address, workers, out = cluster.address, cluster.workers, config.output.path
+    block_rows, resume, overwrite = config.output.block_rows, config.output.resume, config.output.overwrite
+    progress = config.compute.progress
     require_ray()
     check_address(address)
     if not out.name.lower().endswith(OUTPUT_SUFFIXES):
         raise MiaFastError(f"{out}: unsupported output format; use one of {', '.join(OUTPUT_SUFFIXES)}")
     if block_rows < 1:
         raise MiaFastError("--block-rows must be positive")
-    shard_rows = shard_rows or SHARD_BLOCKS * block_rows
+    shard_rows = cluster.shard_rows or SHARD_BLOCKS * block_rows
     if shard_rows < 1 or shard_rows % block_rows:
         raise MiaFastError(
             f"--shard-rows {shard_rows} must be a multiple of --block-rows {block_rows}, so that every block is "
             "scored as in one process"
         )
-    _check_before_ray(methods, k, a, detector_options)
+    _check_before_ray(config)
     directory = out.with_name(out.name + ".shards")
-    settings = _run_settings(data, methods, k, a, block_rows, shard_rows, id_field, label_field, detector_options)
+    settings = _run_settings(data, config, shard_rows)
     manifest = _Manifest(directory, settings, resume, overwrite, out)
     if manifest.content["merged"] and out.is_file():
         log(f"{out}: all {manifest.content['rows']} rows already scored")
@@ -479,9 +430,7 @@ def score_on_ray(
     if len(todo) < len(shards):
         log(f"resuming: {len(shards) - len(todo)} of {len(shards)} shards already scored in {directory}")
     if todo:
-        job = _ShardJob(
-            data, directory, tuple(methods), tuple(k), a, block_rows, id_field, label_field, detector_options
-        )
+        job = _ShardJob(data, directory, config)
         _score_shards(job, todo, manifest, address, workers, progress, log, total_rows=manifest.content["rows"])
     missing = [shard.describe() for shard in shards if not manifest.finished(shard)]
     if missing:
@@ -510,7 +459,7 @@ def _score_shards(
     with ray_session(address) as ray, _quiet_ray_data():
         from ray.data import ActorPoolStrategy
 
-        actors, cpus, gpus = _actor_resources(ray, job.detector_options.get("device"), workers, len(todo), log)
+        actors, cpus, gpus = _actor_resources(ray, job.config.model.device, workers, len(todo), log)
         log(
             f"scoring {len(todo)} shards of up to {todo[0].rows} rows with {actors} model actor(s) on Ray "
             f"({gpus or cpus} {'GPU' if gpus else 'CPU'}{'s' if (gpus or cpus) > 1 else ''} each)"
@@ -559,7 +508,8 @@ def _merge_shards(files: list[Path], out: Path) -> tuple[int, int]:
         shard = pq.ParquetFile(path)
         if shard.schema_arrow.names != columns:
             raise MiaFastError(
-                f"{path} has columns {shard.schema_arrow.names}, not {columns} as {files[0].name}: does every row have the same fields?"
+                f"{path} has columns {shard.schema_arrow.names}, not {columns} as {files[0].name}: does every row "
+                "have the same fields?"
             )
         for batch in shard.iter_batches(batch_size=PARQUET_CONVERSION_ROWS):
             rows = batch.to_pylist()

@@ -19,6 +19,7 @@ STAGE_ORDER = [
     ("frequency",),
     ("pipeline",),
     ("methods",),
+    ("scoring",),
     ("api",),
     ("cluster",),
     ("evaluation",),
@@ -171,3 +172,75 @@ def test_the_checks_catch_each_kind_of_violation(name, source, expected):
 
 def test_the_cycle_check_finds_a_loop():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+MAX_PARAMETERS = 8
+API_MAX_LINES = 250
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    return any(
+        (isinstance(d, ast.Name) and d.id == "dataclass")
+        or (isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id == "dataclass")
+        for d in node.decorator_list
+    )
+
+
+def wide_signatures(module: str, source: str) -> list[str]:
+    """Public functions, methods and dataclass constructors of ``source`` taking more than MAX_PARAMETERS
+    parameters (``self``/``cls`` not counted), and any taking ``**kwargs``: settings travel as typed objects."""
+    problems = []
+
+    def check(function: ast.FunctionDef | ast.AsyncFunctionDef, owner: str) -> None:
+        if function.name.startswith("_") and function.name != "__init__":
+            return
+        args = function.args
+        names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+        count = len([n for n in names if n not in ("self", "cls")]) + (args.vararg is not None)
+        where = f"{module}.{owner}{function.name}"
+        if count > MAX_PARAMETERS:
+            problems.append(f"{where} takes {count} parameters (at most {MAX_PARAMETERS})")
+        if args.kwarg is not None:
+            problems.append(f"{where} takes **{args.kwarg.arg}")
+
+    def visit(body: list[ast.stmt], owner: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                check(node, owner)
+            elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                if _is_dataclass(node):
+                    annotated = [n for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+                    fields = [n for n in annotated if "ClassVar" not in ast.unparse(n.annotation)]
+                    if len(fields) > MAX_PARAMETERS:
+                        problems.append(
+                            f"{module}.{node.name} is a dataclass of {len(fields)} fields (at most {MAX_PARAMETERS})"
+                        )
+                visit(node.body, f"{owner}{node.name}.")
+
+    visit(ast.parse(source).body, "")
+    return problems
+
+
+def test_no_public_function_or_constructor_takes_more_than_eight_parameters_or_kwargs():
+    files = source_files()
+    problems = [p for name, path in files.items() for p in wide_signatures(name, path.read_text())]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_signature_check_catches_wide_functions_kwargs_and_dataclasses():
+    source = (
+        "def wide(a, b, c, d, e, f, g, h, i): ...\n"
+        "def forwarding(a, **options): ...\n"
+        "def _private(a, b, c, d, e, f, g, h, i): ...\n"
+        "@dataclass(frozen=True)\nclass Config:\n" + "".join(f"    f{i}: int = 0\n" for i in range(9))
+    )
+    problems = wide_signatures("m", source)
+    assert any("m.wide takes 9" in p for p in problems)
+    assert any("m.forwarding takes **options" in p for p in problems)
+    assert any("m.Config is a dataclass of 9 fields" in p for p in problems)
+    assert not any("_private" in p for p in problems)
+
+
+def test_the_api_module_is_a_thin_front_door():
+    lines = (ROOT / "mia_fast" / "api.py").read_text().count("\n")
+    assert lines <= API_MAX_LINES, f"mia_fast/api.py has {lines} lines (at most {API_MAX_LINES})"

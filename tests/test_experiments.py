@@ -220,7 +220,7 @@ def test_demo_command_end_to_end(tiny_model_dir, tmp_path, capsys):
 
 
 def test_a_fine_tuning_with_dropout_repeats_exactly_and_leaves_the_global_generator_alone(tiny_model_dir):
-    from mia_fast.pipeline.finetune import fine_tune
+    from mia_fast.pipeline.finetune import FineTuning, fine_tune
 
     def tuned_losses(caller_seed: int) -> tuple[list[float], torch.Tensor]:
         loaded = load_model(str(tiny_model_dir))
@@ -228,7 +228,9 @@ def test_a_fine_tuning_with_dropout_repeats_exactly_and_leaves_the_global_genera
             if hasattr(module, "attention_dropout"):
                 module.attention_dropout = 0.5  # dropout draws random numbers in training
         torch.manual_seed(caller_seed)  # whatever state the caller left the global generator in
-        losses = fine_tune(loaded, corpus_texts(8), epochs=2, learning_rate=1e-3, batch_size=4, seed=0)
+        losses = fine_tune(
+            loaded, corpus_texts(8), FineTuning(epochs=2, learning_rate=1e-3, batch_size=4, max_tokens=None)
+        )
         return losses, torch.rand(1)
 
     first, after_first = tuned_losses(caller_seed=1)

@@ -12,7 +12,7 @@ from mia_fast.cli import main
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import ScoringInputs, online
 from mia_fast.methods.online import OnlineSetting, online_scores, window_starts
-from mia_fast.pipeline.finetune import fine_tune
+from mia_fast.pipeline.finetune import FineTuning, fine_tune
 
 
 def hand_built_stats(lengths, seed=0):
@@ -130,7 +130,7 @@ def test_the_best_window_finds_a_member_paragraph_planted_in_non_member_text(tin
     member = random_sentence(rng, 14)
     text = f"{random_sentence(rng, 20)} {member} {random_sentence(rng, 20)}"
     loaded = load_model(str(tiny_model_dir))
-    losses = fine_tune(loaded, [member], epochs=40, learning_rate=3e-3, batch_size=1)
+    losses = fine_tune(loaded, [member], FineTuning(epochs=40, learning_rate=3e-3, batch_size=1, max_tokens=None))
     assert losses[-1] < 0.05, "the paragraph must be memorised"
     detector = Detector(loaded)
 

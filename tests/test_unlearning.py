@@ -13,7 +13,7 @@ from mia_fast.api import Detector, ModelConfig
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.thresholds import Threshold
 from mia_fast.evaluation.unlearning import RatioRule, ThresholdRule, audit_unlearning
-from mia_fast.pipeline.finetune import fine_tune
+from mia_fast.pipeline.finetune import FineTuning, fine_tune
 from mia_fast.pipeline.models import load_model
 
 # Kept and unlearned texts share no characters but the space, so that the ascent on the unlearned
@@ -50,10 +50,14 @@ def planted_and_unlearned(tmp_path_factory):
         hidden=64,
     )
     loaded = load_model(str(base), device="cpu", dtype="fp32")
-    losses = fine_tune(loaded, KEPT + UNLEARNED, epochs=40, learning_rate=3e-3, batch_size=8)
+    losses = fine_tune(
+        loaded, KEPT + UNLEARNED, FineTuning(epochs=40, learning_rate=3e-3, batch_size=8, max_tokens=None)
+    )
     assert losses[-1] < 0.2 * losses[0]
     planted = save(loaded, root / "planted")
-    ascent = fine_tune(loaded, UNLEARNED, epochs=3, learning_rate=1e-4, batch_size=4, ascent=True)
+    ascent = fine_tune(
+        loaded, UNLEARNED, FineTuning(epochs=3, learning_rate=1e-4, batch_size=4, max_tokens=None), ascent=True
+    )
     assert ascent == sorted(ascent) and ascent[-1] > ascent[0]  # the true loss, rising
     return planted, save(loaded, root / "unlearned")
 

@@ -13,9 +13,10 @@ from mia_fast.cli.options import (
     add_scoring_options,
     input_name,
     load_input,
-    score_into,
+    run_config,
     score_settings,
     single_column,
+    stderr,
 )
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.thresholds import RULES
@@ -53,51 +54,41 @@ def _scores_path(out: Path) -> Path:
 
 
 def command_calibrate(args: argparse.Namespace) -> None:
-    from mia_fast.data import read_scores
-    from mia_fast.evaluation.thresholds import calibrate, require_both_classes
+    from mia_fast.evaluation.workflows import CalibrationRule, calibrate_file
 
     column = single_column(args.method)
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise MiaFastError(f"{out} exists; pass --overwrite to replace it")
     dataset = load_input(args, require_labels=True)
-    require_both_classes(dataset.labels)  # before any scoring
-    args.methods, args.k = column, []
-    scores_path = _scores_path(out)
-    score_into(args, dataset, scores_path)
-    scores = read_scores(scores_path, [column])[column]
-    settings = score_settings(args) | {"data": input_name(args)}
-    threshold = calibrate(
-        dataset.labels, scores, column, args.rule, args.target_fpr if args.rule == "fpr" else None, settings
-    )
+    config = run_config(args, dataset, _scores_path(out), methods=column)
+    settings = score_settings(config, args) | {"data": input_name(args)}
+    rule = CalibrationRule(column, args.rule, args.target_fpr)
+    threshold = calibrate_file(dataset, config, rule, settings, input_name(args), log=stderr)
     threshold.save(out)
     v = threshold.validation
     print(
         f"{column} >= {threshold.value:.6g} flags a member ({args.rule} rule): validation accuracy {v['accuracy']:.3f}, "
         f"TPR {v['tpr']:.3f}, FPR {v['fpr']:.3f} on {v['members']} members and {v['nonmembers']} non-members"
     )
-    print(f"wrote {out} (validation scores: {scores_path})", file=sys.stderr)
+    print(f"wrote {out} (validation scores: {config.output.path})", file=sys.stderr)
 
 
 def command_classify(args: argparse.Namespace) -> None:
-    from mia_fast.data import read_scores
-    from mia_fast.evaluation.thresholds import Threshold, write_classification
+    from mia_fast.evaluation.thresholds import Threshold
+    from mia_fast.evaluation.workflows import classify_file
 
     threshold = Threshold.load(args.threshold)
-    threshold.check_use(args.threshold, score_settings(args), single_column(args.method) if args.method else None)
     out = Path(args.out)
+    column = single_column(args.method) if args.method else None
+    threshold.check_use(args.threshold, score_settings(run_config(args, None, out, threshold.method), args), column)
     rates_path = out.with_name(out.stem + ".rates.json")
     for path in (out, rates_path):
         if path.exists() and not args.overwrite:
             raise MiaFastError(f"{path} exists; pass --overwrite to replace it")
     dataset = load_input(args)
-    args.methods, args.k = threshold.method, []
-    scores_path = _scores_path(out)
-    score_into(args, dataset, scores_path)
-    scores = read_scores(scores_path, [threshold.method])[threshold.method]
-    rates = write_classification(
-        out, rates_path, threshold, str(args.threshold), scores, dataset.ids, dataset.labels, dataset.groups
-    )
+    config = run_config(args, dataset, _scores_path(out), threshold.method)
+    rates = classify_file(dataset, config, threshold, str(args.threshold), out, input_name(args), log=stderr)
     print(f"{'document':<40} {'snippets':>8} {'flagged':>8} {'rate':>7}")
     for entry in rates[: args.top]:
         print(f"{entry['group'][:40]:<40} {entry['snippets']:>8} {entry['flagged']:>8} {entry['rate']:>7.1%}")
@@ -105,6 +96,7 @@ def command_classify(args: argparse.Namespace) -> None:
         print(f"... {len(rates) - args.top} more in {rates_path}")
     flagged, scored = sum(e["flagged"] for e in rates), sum(e["scored"] for e in rates)
     print(
-        f"{flagged} of {scored} scored texts flagged ({flagged / max(scored, 1):.1%}) with {threshold.method} >= {threshold.value:.6g}"
+        f"{flagged} of {scored} scored texts flagged ({flagged / max(scored, 1):.1%}) "
+        f"with {threshold.method} >= {threshold.value:.6g}"
     )
     print(f"wrote {out} and {rates_path}", file=sys.stderr)

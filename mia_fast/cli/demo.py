@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from mia_fast.cli.options import add_model_options, floats, refuse_nonempty, require_positive
@@ -84,9 +85,17 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
 def command_demo(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
-    from mia_fast.evaluation.experiments import read_corpus, run_experiment, stdlib_corpus
+    from mia_fast.evaluation.experiments import (
+        ExperimentDesign,
+        ExperimentProgress,
+        read_corpus,
+        run_experiment,
+        stdlib_corpus,
+    )
     from mia_fast.evaluation.report import format_table
+    from mia_fast.methods.neighbor import NeighborSettings
     from mia_fast.pipeline.models import load_model
+    from mia_fast.scoring.config import ScoringConfig
 
     report = Path(args.report)
     refuse_nonempty(report, args.overwrite, "--report")
@@ -147,25 +156,21 @@ def command_demo(args: argparse.Namespace) -> None:
         bars[-1].refresh()
 
     try:
-        experiment, results = run_experiment(
-            loaded,
-            corpus,
-            report,
+        design = ExperimentDesign(
             tuning,
-            texts=args.texts,
-            methods=methods,
-            ks=args.k,
-            corpus_name=corpus_name,
-            on_step=on_step,
-            bootstrap=args.bootstrap,
-            on_tokenized=on_tokenized,
-            on_progress=lambda tokens: bars[-1].update(tokens),
-            prefix_shots=args.prefix_shots,
-            probe_texts=args.probe_texts,
-            probe_training=ProbeTraining(learning_rate=args.probe_lr, seed=args.seed),
-            neighbors=neighbors,
-            blind=args.blind,
+            args.texts,
+            args.prefix_shots,
+            args.probe_texts,
+            ProbeTraining(learning_rate=args.probe_lr, seed=args.seed),
+            args.bootstrap,
+            args.blind,
         )
+        settings = [NeighborSettings(neighbors)] if neighbors is not None else []
+        scoring = ScoringConfig(methods=tuple(methods), settings=settings)
+        if args.k:
+            scoring = replace(scoring, k=tuple(args.k))
+        progress = ExperimentProgress(on_step, on_tokenized, lambda tokens: bars[-1].update(tokens))
+        experiment, results = run_experiment(loaded, corpus, report, design, scoring, corpus_name, progress)
     finally:
         for bar in bars:
             bar.close()

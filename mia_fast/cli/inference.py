@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from mia_fast.cli.options import add_model_options, add_scoring_options, floats, refuse_nonempty
@@ -49,12 +50,12 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_dataset_inference(args: argparse.Namespace) -> None:
-    from mia_fast.api import score_file
-    from mia_fast.cli.options import detector_options, model_name, neighbor_source, stderr
+    from mia_fast.cli.options import run_config, stderr
     from mia_fast.data import Dataset, read_dataset, read_scores
     from mia_fast.errors import MiaFastError
     from mia_fast.evaluation.dataset_inference import MIN_TEXTS, dataset_inference, write_dataset_inference
     from mia_fast.methods import resolve_methods
+    from mia_fast.scoring.runner import score_file
 
     report = Path(args.report)
     refuse_nonempty(report, args.overwrite or args.resume, "--report")
@@ -74,22 +75,10 @@ def command_dataset_inference(args: argparse.Namespace) -> None:
         labels=[SUSPECT] * len(sets[0].texts) + [VALIDATION] * len(sets[1].texts),
     )
     scores_path = report / "scores.jsonl"
-    score_file(
-        combined,
-        scores_path,
-        methods=methods,
-        k=args.k,
-        a=args.a,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        block_rows=args.block_rows,
-        label_field="suspect",
-        progress=not args.quiet,
-        data_name=f"{args.suspect} + {args.validation}",
-        log=stderr,
-        neighbors=neighbor_source(args, combined) if "neighbor" in methods else None,
-        **detector_options(args),
-    )
+    config = run_config(args, combined, scores_path)
+    output = replace(config.output, label_field="suspect")
+    config = replace(config, output=output, scoring=replace(config.scoring, methods=tuple(methods)))
+    score_file(combined, config, log=stderr, data_name=f"{args.suspect} + {args.validation}")
     columns = read_scores(scores_path, features)
     suspect_rows = slice(0, len(sets[0].texts))
     validation_rows = slice(len(sets[0].texts), None)
@@ -102,7 +91,7 @@ def command_dataset_inference(args: argparse.Namespace) -> None:
     meta = {
         "suspect": args.suspect,
         "validation": args.validation,
-        "model": model_name(args),
+        "model": config.model.name,
         "ref_model": args.ref_model,
         "features": ",".join(methods),
         "k": args.k,

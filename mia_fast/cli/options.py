@@ -5,21 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from mia_fast.data import SUITES
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import (
-    DEFAULT_A,
-    DEFAULT_GAMMA,
-    DEFAULT_KS,
-    DEFAULT_METHODS,
-    DEFAULT_PAC_COPIES,
-    DEFAULT_SAMIA_SAMPLES,
-)
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, REGISTRY, setting_options
 from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP
-
-DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
+from mia_fast.scoring.config import DEFAULT_BLOCK_ROWS
 
 
 def floats(text: str) -> list[float]:
@@ -95,85 +86,47 @@ def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -
     model.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
 
 
+def add_method_settings(group: argparse._ArgumentGroup) -> None:
+    """Every method setting's flag, as the registry derives them from the methods' settings classes (a value not
+    given is None: the setting's default)."""
+    for option in setting_options():
+        flag, default = option.flag, option.default
+        number = isinstance(default, (int, float)) and not isinstance(default, bool)
+        group.add_argument(
+            f"--{flag.name}",
+            *(f"--{alias}" for alias in flag.aliases),
+            dest=option.key,
+            type=flag.parse or (type(default) if number else None),
+            choices=flag.choices,
+            metavar=flag.metavar,
+            default=None,
+            help=option.help,
+        )
+
+
 def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -> None:
     scoring = parser.add_argument_group("scoring")
     if methods:
         scoring.add_argument(
             "--methods",
             default=",".join(DEFAULT_METHODS),
-            help="comma-separated: loss,zlib,mink,minkpp,dcpdd,lowercase,ref,recall,conrecall,neighbor,samia,samia_zlib,pac,gradnorm,probe (or mink_0.2 ...)",
+            help=f"comma-separated: {','.join(REGISTRY)} (or mink_0.2 ...)",
         )
         scoring.add_argument(
             "--k", type=floats, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)"
         )
-    scoring.add_argument("--a", type=float, default=DEFAULT_A, help="DC-PDD cap (default 0.01)")
-    scoring.add_argument(
-        "--freq-table",
-        "--freq-counts",
-        dest="freq_table",
-        help="for dcpdd: a frequency table of a reference corpus ('mia-fast freq build'), or per-id counts (.npy)",
-    )
-    scoring.add_argument(
-        "--prefix-nonmembers",
-        metavar="FILE",
-        help="for recall and conrecall: known non-member texts for the prefix (.txt a text per line, or any DATA format with --text-field)",
-    )
-    scoring.add_argument(
-        "--prefix-members",
-        metavar="FILE",
-        help="for conrecall: known member texts for its member prefix (same formats)",
-    )
-    scoring.add_argument(
-        "--conrecall-gamma",
-        type=float,
-        default=DEFAULT_GAMMA,
-        help="conrecall's weight of the member prefix (default 0.5)",
-    )
+    add_method_settings(parser.add_argument_group("method settings"))
     scoring.add_argument(
         "--neighbor-model",
         metavar="MODEL",
-        help=f"for neighbor without --neighbor-field: a masked LM (BERT/RoBERTa family, hub name or directory) that makes each text's neighbours, or {WORD_DROP!r} (no model: one word left out)",
+        help="for neighbor without --neighbor-field: a masked LM (BERT/RoBERTa family, hub name or directory) that "
+        f"makes each text's neighbours, or {WORD_DROP!r} (no model: one word left out)",
     )
     scoring.add_argument(
         "--neighbor-count",
         type=int,
         default=DEFAULT_NEIGHBORS,
         help=f"neighbours made per text (default {DEFAULT_NEIGHBORS})",
-    )
-    scoring.add_argument(
-        "--samia-samples",
-        type=int,
-        default=DEFAULT_SAMIA_SAMPLES,
-        help=f"for samia: continuations sampled per text (default {DEFAULT_SAMIA_SAMPLES})",
-    )
-    scoring.add_argument(
-        "--pac-copies",
-        type=int,
-        default=DEFAULT_PAC_COPIES,
-        help=f"for pac: word-swapped copies per text (default {DEFAULT_PAC_COPIES})",
-    )
-    scoring.add_argument(
-        "--gradnorm-norm",
-        type=float,
-        choices=[1.0, 2.0, float("inf")],
-        default=float("inf"),
-        help="for gradnorm: 1, 2 or inf (default inf, as MIMIR)",
-    )
-    scoring.add_argument(
-        "--gradnorm-params",
-        metavar="PATTERNS",
-        help="for gradnorm: comma-separated fnmatch patterns of parameter names, e.g. 'model.layers.*.mlp.*' (default: all)",
-    )
-    scoring.add_argument(
-        "--method-seed", type=int, default=0, help="seed of samia's sampling and pac's word swaps (default 0)"
-    )
-    scoring.add_argument(
-        "--probe", metavar="PROBE_DIR", help="for probe: a probe trained for this model ('mia-fast probe train')"
-    )
-    scoring.add_argument(
-        "--probe-normalization",
-        choices=["split", "train"],
-        help="standardise the probe's activations by the scored texts' own statistics (split, the paper) or the training split's (default: as trained)",
     )
     scoring.add_argument(
         "--prepend-start",
@@ -191,47 +144,82 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
         help="token statistics and reductions: Triton kernels (auto on CUDA) or the reference",
     )
     scoring.add_argument("--max-length", type=int, help="window length for long texts (default: the model context)")
+    add_output_options(parser, stats_cache=True)
+
+
+def add_output_options(parser: argparse.ArgumentParser, stats_cache: bool = False) -> None:
     output = parser.add_argument_group("output")
     output.add_argument("--resume", action="store_true", help="continue an interrupted output")
     output.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    output.add_argument("--block-rows", type=int, default=512, help="rows scored and written per block")
-    output.add_argument(
-        "--stats-cache",
-        metavar="DIR",
-        help="keep every pass's token statistics in DIR (Parquet): a rerun with any methods, k or --a needs no forward pass for texts already there",
-    )
+    output.add_argument("--block-rows", type=int, default=DEFAULT_BLOCK_ROWS, help="rows scored and written per block")
+    if stats_cache:
+        output.add_argument(
+            "--stats-cache",
+            metavar="DIR",
+            help="keep every pass's token statistics in DIR (Parquet): a rerun with any methods, k or --a needs no "
+            "forward pass for texts already there",
+        )
     output.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-# Settings that change what a score means: a threshold only transfers when they are equal.
-SCORE_SETTINGS = (
-    "model",
-    "prepend_start",
-    "max_words",
-    "a",
-    "freq_table",
-    "ref_model",
-    "prefix_nonmembers",
-    "prefix_members",
-    "conrecall_gamma",
-    "neighbor_field",
-    "neighbor_model",
-    "neighbor_count",
-    "samia_samples",
-    "pac_copies",
-    "gradnorm_norm",
-    "gradnorm_params",
-    "method_seed",
-    "probe",
-    "probe_normalization",
-)
+def method_settings(args: argparse.Namespace, dataset=None):
+    """The methods' settings from their flags (a file of texts read with --text-field), with the neighbours of
+    --neighbor-field or --neighbor-model."""
+    from mia_fast.data import read_texts
+    from mia_fast.methods.neighbor import NeighborSettings
+    from mia_fast.methods.registry import settings_from_values
+
+    values = {}
+    for option in setting_options():
+        value = getattr(args, option.key, None)
+        read = value is not None and option.flag.texts_file
+        values[option.key] = read_texts(value, args.text_field) if read else value
+    settings = settings_from_values(values)
+    neighbors = neighbor_source(args, dataset) if dataset is not None else None
+    return settings.replace(NeighborSettings(neighbors)) if neighbors is not None else settings
 
 
-def score_settings(args: argparse.Namespace) -> dict:
-    """The options that change what a score means, as a threshold records them."""
-    values = {name: getattr(args, name, None) for name in SCORE_SETTINGS}
-    values["model"] = model_name(args)
-    return values
+def model_config(args: argparse.Namespace, model: str | None = None):
+    """The ModelConfig of the model options; ``model`` in place of --model and --gguf where given."""
+    from mia_fast.scoring.config import ModelConfig
+
+    return ModelConfig(
+        model=model if model is not None else args.model,
+        gguf=None if model is not None else args.gguf,
+        ref_model=getattr(args, "ref_model", None),
+        device=args.device,
+        dtype=args.dtype,
+        prepend_start=getattr(args, "prepend_start", True),
+        max_length=getattr(args, "max_length", None),
+        backend=getattr(args, "backend", "auto"),
+    )
+
+
+def run_config(args: argparse.Namespace, dataset, out, methods: str | None = None, model: str | None = None):
+    """The RunConfig of the command's options, scoring into ``out``; ``methods`` (comma-separated, with no k
+    list) in place of --methods and --k where given, ``model`` in place of --model."""
+    from mia_fast.scoring.config import ComputeConfig, OutputConfig, RunConfig, ScoringConfig
+
+    scoring = ScoringConfig(
+        methods=tuple((methods or args.methods).split(",")),
+        k=() if methods else tuple(args.k),
+        settings=method_settings(args, dataset),
+        online=online_setting(args),
+    )
+    id_field, label_field = getattr(args, "id_field", "id"), getattr(args, "label_field", "label")
+    output = OutputConfig(out, args.resume, args.overwrite, args.block_rows, id_field, label_field)
+    compute = ComputeConfig(
+        batch_tokens=getattr(args, "batch_tokens", None),
+        stats_cache=getattr(args, "stats_cache", None),
+        progress=not args.quiet,
+    )
+    return RunConfig(output, model_config(args, model), scoring, compute)
+
+
+def score_settings(config, args: argparse.Namespace) -> dict:
+    """What changes a score of ``config``'s run, as a threshold records it: the run's settings, the input's
+    word cut and neighbour field."""
+    return {**config.recorded(), "max_words": args.max_words, "neighbor_field": args.neighbor_field}
 
 
 def single_column(method: str) -> str:
@@ -252,10 +240,6 @@ def input_name(args: argparse.Namespace) -> str:
             + (f" ({args.data})" if args.data else "")
         )
     return str(args.data)
-
-
-def model_name(args: argparse.Namespace) -> str:
-    return args.gguf or args.model or DEFAULT_MODEL_NAME
 
 
 def load_input(args: argparse.Namespace, require_labels: bool = False, stream: bool = False):
@@ -296,35 +280,6 @@ def load_input(args: argparse.Namespace, require_labels: bool = False, stream: b
     return cut_to_words(dataset, args.max_words) if args.max_words is not None else dataset
 
 
-def detector_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The Detector's keyword arguments from the model and scoring options."""
-    from mia_fast.data import read_texts
-
-    return dict(
-        model=args.model,
-        gguf=args.gguf,
-        ref_model=getattr(args, "ref_model", None),
-        frequencies=args.freq_table,
-        prefix_nonmembers=read_texts(args.prefix_nonmembers, args.text_field) if args.prefix_nonmembers else None,
-        prefix_members=read_texts(args.prefix_members, args.text_field) if args.prefix_members else None,
-        conrecall_gamma=args.conrecall_gamma,
-        samia_samples=args.samia_samples,
-        pac_copies=args.pac_copies,
-        gradnorm_norm=args.gradnorm_norm,
-        gradnorm_params=args.gradnorm_params.split(",") if args.gradnorm_params else None,
-        seed=args.method_seed,
-        probe=args.probe,
-        probe_normalization=args.probe_normalization,
-        device=args.device,
-        dtype=args.dtype,
-        prepend_start=args.prepend_start,
-        batch_tokens=args.batch_tokens,
-        max_length=args.max_length,
-        backend=args.backend,
-        stats_cache=args.stats_cache,
-    )
-
-
 def neighbor_source(args: argparse.Namespace, dataset):
     """The neighbours of --neighbor-field, or the generator of --neighbor-model (None without either)."""
     from mia_fast.pipeline import neighbors
@@ -355,25 +310,8 @@ def online_setting(args: argparse.Namespace):
     return OnlineSetting(args.online, args.online_stride, args.online_method or DEFAULT_ONLINE_METHOD)
 
 
-def score_into(args: argparse.Namespace, dataset, out) -> None:
+def score_into(args: argparse.Namespace, dataset, out, methods: str | None = None, model: str | None = None) -> None:
     """Scores ``dataset`` into ``out`` with the command's options (resumable, block by block)."""
-    from mia_fast.api import score_file
+    from mia_fast.scoring.runner import score_file
 
-    score_file(
-        dataset,
-        out,
-        methods=args.methods.split(","),
-        k=args.k,
-        a=args.a,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        block_rows=args.block_rows,
-        id_field=args.id_field,
-        label_field=args.label_field,
-        progress=not args.quiet,
-        data_name=input_name(args),
-        log=stderr,
-        neighbors=neighbor_source(args, dataset),
-        online=online_setting(args),
-        **detector_options(args),
-    )
+    score_file(dataset, run_config(args, dataset, out, methods, model), log=stderr, data_name=input_name(args))

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from mia_fast.cli.options import add_input_options, floats
+from mia_fast.cli.options import add_input_options, add_method_settings, add_output_options, floats
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import DEFAULT_A, DEFAULT_GAMMA, DEFAULT_KS, DEFAULT_METHODS
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS
 
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
@@ -37,58 +36,26 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--k", type=floats, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)"
     )
-    parser.add_argument("--a", type=float, default=DEFAULT_A, help="DC-PDD cap (default 0.01)")
-    parser.add_argument(
-        "--prefix-nonmembers",
-        metavar="FILE",
-        help="for recall and conrecall: the known non-member texts they were scored with",
-    )
-    parser.add_argument(
-        "--prefix-members", metavar="FILE", help="for conrecall: the known member texts it was scored with"
-    )
-    parser.add_argument(
-        "--conrecall-gamma",
-        type=float,
-        default=DEFAULT_GAMMA,
-        help="conrecall's weight of the member prefix (default 0.5)",
-    )
-    parser.add_argument("--resume", action="store_true", help="continue an interrupted output")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    parser.add_argument("--block-rows", type=int, default=512, help="rows scored and written per block")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_method_settings(parser.add_argument_group("method settings"))
+    add_output_options(parser)
     parser.set_defaults(handler=command_rescore)
 
 
 def command_rescore(args: argparse.Namespace) -> None:
-    from mia_fast.api import Detector, score_file
-    from mia_fast.cli.options import input_name, load_input, stderr
-    from mia_fast.data import read_texts
+    from mia_fast.cli.options import input_name, load_input, method_settings, stderr
+    from mia_fast.scoring.config import ComputeConfig, OutputConfig, RunConfig, ScoringConfig
+    from mia_fast.scoring.detector import Detector
+    from mia_fast.scoring.runner import score_file
 
     dataset = load_input(args)
-    prefixes = {
-        name: read_texts(getattr(args, name), args.text_field) if getattr(args, name) else None
-        for name in ("prefix_nonmembers", "prefix_members")
-    }
-    settings = dict(conrecall_gamma=args.conrecall_gamma, **prefixes)
+    settings = method_settings(args)
     if args.stats:
         if args.setting:
             raise MiaFastError("--setting picks a model setting of a --stats-cache; a --stats file holds one")
-        detector = Detector.from_token_stats(args.stats, dataset.texts, **settings)
+        detector = Detector.from_token_stats(args.stats, dataset.texts, settings)
     else:
-        detector = Detector.from_stats_cache(args.stats_cache, args.setting, **settings)
-    score_file(
-        dataset,
-        Path(args.out),
-        methods=args.methods.split(","),
-        k=args.k,
-        a=args.a,
-        detector=detector,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        block_rows=args.block_rows,
-        id_field=args.id_field,
-        label_field=args.label_field,
-        progress=not args.quiet,
-        data_name=input_name(args),
-        log=stderr,
-    )
+        detector = Detector.from_stats_cache(args.stats_cache, args.setting, settings)
+    output = OutputConfig(args.out, args.resume, args.overwrite, args.block_rows, args.id_field, args.label_field)
+    scoring = ScoringConfig(tuple(args.methods.split(",")), tuple(args.k))
+    config = RunConfig(output, scoring=scoring, compute=ComputeConfig(progress=not args.quiet))
+    score_file(dataset, config, detector, log=stderr, data_name=input_name(args))

@@ -10,12 +10,10 @@ from mia_fast.cli.options import (
     add_input_options,
     add_model_options,
     add_scoring_options,
-    detector_options,
     input_name,
     ints,
     load_input,
-    model_name,
-    neighbor_source,
+    run_config,
     score_into,
     stderr,
 )
@@ -105,34 +103,13 @@ def score_with_ray(args: argparse.Namespace) -> None:
     if args.suite or args.neighbor_field:
         raise MiaFastError("--ray reads DATA in shards: give a data file, without --suite or --neighbor-field")
     data = load_input(args, stream=True)
-    cluster.score_on_ray(
-        data,
-        Path(args.out),
-        address=args.ray or None,
-        workers=args.ray_workers,
-        shard_rows=args.shard_rows,
-        methods=args.methods.split(","),
-        k=args.k,
-        a=args.a,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        block_rows=args.block_rows,
-        id_field=args.id_field,
-        label_field=args.label_field,
-        progress=not args.quiet,
-        log=stderr,
-        neighbors=neighbor_source(args, data),
-        **detector_options(args),
-    )
+    ray = cluster.RayConfig(args.ray or None, args.ray_workers, args.shard_rows)
+    cluster.score_on_ray(data, run_config(args, data, Path(args.out)), ray, log=stderr)
 
 
 def command_eval(args: argparse.Namespace) -> None:
-    from mia_fast.data import read_scores
-    from mia_fast.data.text import assign_buckets, count_words
-    from mia_fast.evaluation import metrics
-    from mia_fast.evaluation.blind import blind_scores, cross_validation_folds
-    from mia_fast.evaluation.report import compare_reports, format_table, write_report
-    from mia_fast.methods import resolve_methods
+    from mia_fast.evaluation.report import compare_reports, format_table
+    from mia_fast.evaluation.workflows import EvaluationConfig, evaluate_file
 
     if args.compare:
         print(compare_reports(*args.compare))
@@ -140,30 +117,9 @@ def command_eval(args: argparse.Namespace) -> None:
     if not args.report:
         raise MiaFastError("eval needs --report DIR (or --compare REPORT_A REPORT_B)")
     dataset = load_input(args, require_labels=True)
-    labels = metrics.check_labels(dataset.labels)
-    if args.blind:
-        cross_validation_folds(labels)  # before any scoring
-    out_path = Path(args.out) if args.out else Path(args.report) / "scores.jsonl"
-    score_into(args, dataset, out_path)
-    score_columns = [c for r in resolve_methods(args.methods.split(","), args.k) for c in r.columns]
-    columns = read_scores(out_path, score_columns)
-    if args.blind:
-        columns |= blind_scores(dataset.texts, labels, seed=args.seed)
-    results = metrics.evaluate(labels, columns, resamples=args.bootstrap, seed=args.seed)
-    buckets = None
-    if args.buckets:
-        names = assign_buckets([count_words(t) for t in dataset.texts], args.buckets)
-        buckets = metrics.evaluate_by_group(labels, columns, names, resamples=args.bootstrap, seed=args.seed)
-    meta = {
-        "data": input_name(args),
-        "model": model_name(args),
-        "scores": str(out_path),
-        "prepend_start": args.prepend_start,
-        "max_words": args.max_words,
-        "methods": args.methods,
-        "k": args.k,
-        "model_free_baselines": args.blind,
-    }
-    paths = write_report(args.report, labels, columns, results, meta, buckets=buckets)
-    print(format_table(results))
-    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    out = Path(args.out) if args.out else Path(args.report) / "scores.jsonl"
+    evaluation = EvaluationConfig(args.report, args.bootstrap, args.seed, args.buckets, args.blind)
+    meta = {"data": input_name(args), "max_words": args.max_words}
+    done = evaluate_file(dataset, run_config(args, dataset, out), evaluation, meta, log=stderr)
+    print(format_table(done.results))
+    print("wrote " + ", ".join(str(p) for p in done.paths), file=sys.stderr)

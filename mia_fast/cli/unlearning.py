@@ -12,7 +12,7 @@ from mia_fast.cli.options import (
     input_name,
     load_input,
     refuse_nonempty,
-    score_into,
+    run_config,
     score_settings,
     single_column,
     stderr,
@@ -63,41 +63,24 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=command_audit_unlearning)
 
 
-def _with_model(args: argparse.Namespace, model: str) -> argparse.Namespace:
-    """The options with ``model`` as the one scoring model."""
-    return argparse.Namespace(**{**vars(args), "model": model, "gguf": None})
-
-
 def command_audit_unlearning(args: argparse.Namespace) -> None:
-    from mia_fast.data import read_scores
     from mia_fast.evaluation.thresholds import Threshold
-    from mia_fast.evaluation.unlearning import (
-        RatioRule,
-        ThresholdRule,
-        audit_unlearning,
-        format_table,
-        write_audit_report,
-    )
+    from mia_fast.evaluation.unlearning import RatioRule, ThresholdRule, format_table
+    from mia_fast.evaluation.workflows import UnlearningModels, audit_unlearning_file
 
     column = single_column(args.method)
     report = Path(args.report)
     refuse_nonempty(report, args.overwrite or args.resume, "--report")
     if args.threshold:
         threshold = Threshold.load(args.threshold)
-        threshold.check_use(args.threshold, score_settings(_with_model(args, args.after)), column)
+        after = run_config(args, None, report, column, model=args.after)
+        threshold.check_use(args.threshold, score_settings(after, args), column)
         rule = ThresholdRule(threshold, args.threshold)
     else:
         rule = RatioRule(column, DEFAULT_RATIO if args.ratio is None else args.ratio)
     dataset = load_input(args)
-    args.methods, args.k = column, []
-    report.mkdir(parents=True, exist_ok=True)
-    scores = {}
-    for role, model in (("before", args.before), ("after", args.after)):
-        stderr(f"scoring {column} under the model {role} unlearning ({model})")
-        path = report / f"scores-{role}.jsonl"
-        score_into(_with_model(args, model), dataset, path)
-        scores[role] = read_scores(path, [column])[column]
-    audit = audit_unlearning(column, scores["before"], scores["after"], rule, args.before, args.after, dataset.groups)
-    paths = write_audit_report(report, audit, dataset.ids, dataset.labels, input_name(args))
+    config = run_config(args, dataset, report, column, model=args.before)
+    models = UnlearningModels(args.before, args.after, column)
+    audit, paths = audit_unlearning_file(dataset, config, models, rule, report, input_name(args), log=stderr)
     print(format_table(audit))
     stderr("wrote " + ", ".join(str(p) for p in paths))

@@ -246,8 +246,8 @@ def _read_json(path: Path, f: io.TextIOBase) -> list[tuple[int, dict]]:
 
 class DataStream:
     """The rows of a data file as consecutive Datasets of a few rows each, read lazily, so memory holds one
-    block whatever the file's size. Texts are cut to ``max_words`` words. With ``start`` (see
-    :func:`row_positions`) and ``limit``, only ``limit`` rows from that position are read.
+    block whatever the file's size. Texts are cut to ``max_words`` words. :meth:`part` reads only some rows from a
+    position (see :func:`row_positions`).
 
     Whether the file has ids, labels and groups is decided by its first block; a later row that breaks
     that rule stops the read with its line number.
@@ -264,8 +264,6 @@ class DataStream:
         group_field: str | None = None,
         neighbor_field: str | None = None,
         max_words: int | None = None,
-        start: RowPosition | None = None,
-        limit: int | None = None,
     ) -> None:
         self.path, _ = _input_path(path)
         if max_words is not None and max_words < 1:
@@ -279,8 +277,8 @@ class DataStream:
         }
         self.require_labels = require_labels
         self.max_words = max_words
-        self.start = start or RowPosition(0, 0)
-        self.limit = limit
+        self.start = RowPosition(0, 0)
+        self.limit: int | None = None
 
     def part(self, start: RowPosition, limit: int) -> DataStream:
         """The same stream of ``limit`` rows from ``start`` on (a shard of the file)."""

@@ -34,16 +34,24 @@ PATENT_SNIPPET_WORDS = 512
 
 
 @dataclass(frozen=True)
+class SuiteConfigs:
+    """A suite's configs (MIMIR's domains, ArxivMIA's fields), the one taken by default, and the field whose value
+    picks a config's rows where the configs share one table (None: a config is a table of its own)."""
+
+    names: tuple[str, ...] = ()
+    default: str | None = None
+    filter_field: str | None = None
+
+
+@dataclass(frozen=True)
 class Suite:
     name: str
     hub_id: str | None
     splits: tuple[str, ...]
     text_field: str | None
     label_field: str | None = "label"
-    configs: tuple[str, ...] = ()
-    default_config: str | None = None
+    configs: SuiteConfigs = SuiteConfigs()
     group_field: str | None = None
-    config_filter_field: str | None = None  # the config keeps the rows whose field equals it
     paired_fields: tuple[str, str] | None = None  # (member text, non-member text) in one row
 
     @property
@@ -67,15 +75,19 @@ SUITES: dict[str, Suite] = {
             "input",
         ),
         Suite("bookmia", "swj0419/BookMIA", ("train",), "snippet", group_field="book"),
-        Suite("arxivmia", "zhliu/ArxivMIA", ("train",), "text", configs=("cs", "math"), config_filter_field="field"),
+        Suite(
+            "arxivmia", "zhliu/ArxivMIA", ("train",), "text", configs=SuiteConfigs(("cs", "math"), filter_field="field")
+        ),
         Suite(
             "mimir",
             "iamgroot42/mimir",
             ("ngram_13_0.8", "ngram_13_0.2", "ngram_7_0.2"),
             None,
             label_field=None,
-            configs=("arxiv", "dm_mathematics", "github", "hackernews", "pile_cc", "pubmed_central", "wikipedia_(en)"),
-            default_config="pile_cc",
+            configs=SuiteConfigs(
+                ("arxiv", "dm_mathematics", "github", "hackernews", "pile_cc", "pubmed_central", "wikipedia_(en)"),
+                default="pile_cc",
+            ),
             paired_fields=("member", "nonmember"),
         ),
         Suite("patentmia", None, ("train",), "input", group_field="id"),
@@ -97,9 +109,9 @@ def load_suite(
     split = split or suite.default_split
     if split not in suite.splits:
         raise MiaFastError(f"{name} has no split {split!r}; its splits: {', '.join(suite.splits)}")
-    config = config or suite.default_config
-    if suite.configs and config is not None and config not in suite.configs:
-        raise MiaFastError(f"{name} has no config {config!r}; its configs: {', '.join(suite.configs)}")
+    config = config or suite.configs.default
+    if suite.configs.names and config is not None and config not in suite.configs.names:
+        raise MiaFastError(f"{name} has no config {config!r}; its configs: {', '.join(suite.configs.names)}")
     if files is not None:
         rows = read_rows(_split_file(Path(files), split, config if suite.paired_fields else None))
     elif suite.hub_id is None:
@@ -109,8 +121,8 @@ def load_suite(
         )
     else:
         rows = _hub_rows(suite, split, config)
-    if suite.config_filter_field and config is not None:
-        rows = [(n, r) for n, r in rows if r.get(suite.config_filter_field) == config]
+    if suite.configs.filter_field and config is not None:
+        rows = [(n, r) for n, r in rows if r.get(suite.configs.filter_field) == config]
     dataset = _paired(suite, rows) if suite.paired_fields else _labelled(suite, rows)
     if name == "patentmia" and patent_snippet_words:
         dataset = cut_into_snippets(dataset, patent_snippet_words)
@@ -142,7 +154,7 @@ def _hub_rows(suite: Suite, split: str, config: str | None) -> list[tuple[int, d
             f"(pip install 'mia-fast[hub]'); or {local}"
         ) from None
     # A filtering config (ArxivMIA's cs/math) selects rows, not a hub config.
-    hub_config = config if suite.configs and not suite.config_filter_field else None
+    hub_config = config if suite.configs.names and not suite.configs.filter_field else None
     try:
         loaded = datasets.load_dataset(suite.hub_id, hub_config, split=split)
     except Exception as exc:  # network, offline mode, missing split: datasets raises many types

@@ -19,13 +19,24 @@ import math
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mia_fast.api import Detector
+from mia_fast.api import (
+    ConRecallSettings,
+    Detector,
+    MethodSettings,
+    ModelConfig,
+    NeighborSettings,
+    PacSettings,
+    ProbeSettings,
+    RecallSettings,
+    SamiaSettings,
+    ScoringConfig,
+)
 from mia_fast.data.files import Dataset, ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
@@ -34,10 +45,10 @@ from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
 from mia_fast.evaluation.report import write_report
 from mia_fast.frequency.sources import BadRecords, expand_sources, iter_documents
-from mia_fast.methods import DEFAULT_KS
-from mia_fast.pipeline.finetune import TrainingDiverged, fine_tune
+from mia_fast.methods.settings import recorded, setting_fields
+from mia_fast.pipeline.finetune import FineTuning, TrainingDiverged, fine_tune
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.neighbors import MaskedLMNeighbors, NeighborSource, WordDropNeighbors
+from mia_fast.pipeline.neighbors import MaskedLMNeighbors, WordDropNeighbors
 
 DEMO_METHODS = ("loss", "zlib", "mink", "minkpp", "lowercase", "ref")
 MIN_TEXTS = 8
@@ -174,7 +185,8 @@ def prepare_texts(texts: Sequence[str], tokenizer: Any, count: int, max_tokens: 
     unique = list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
     if len(unique) < max(count, MIN_TEXTS):
         raise MiaFastError(
-            f"the corpus has {len(unique)} distinct texts; the experiment needs {max(count, MIN_TEXTS)} (at least {MIN_TEXTS} to split)"
+            f"the corpus has {len(unique)} distinct texts; the experiment needs {max(count, MIN_TEXTS)} (at least "
+            f"{MIN_TEXTS} to split)"
         )
     order = np.random.default_rng(seed).permutation(len(unique))[:count]
     cut = []
@@ -189,15 +201,6 @@ def split_members(texts: Sequence[str], seed: int) -> tuple[list[str], list[str]
     order = np.random.default_rng(seed + 1).permutation(len(texts))
     half = len(texts) // 2
     return [texts[i] for i in order[:half]], [texts[i] for i in order[half:]]
-
-
-@dataclass(frozen=True)
-class FineTuning:
-    epochs: int = 3
-    learning_rate: float = 1e-4
-    batch_size: int = 8
-    max_tokens: int = 128
-    seed: int = 0
 
 
 @dataclass
@@ -241,50 +244,65 @@ def plot_losses(path: Path, losses: Sequence[float], steps_per_epoch: int) -> Pa
     return save_figure(fig, path)
 
 
+@dataclass(frozen=True)
+class ExperimentDesign:
+    """How the experiment is drawn and judged: its fine-tuning, the texts split into members and non-members, the
+    prefix shots of ReCaLL and Con-ReCall, the probe's training texts and training, the bootstrap resamples of
+    the AUROC CI, and whether the model-free baselines are evaluated beside the methods."""
+
+    tuning: FineTuning = field(default_factory=FineTuning)
+    texts: int = 64
+    prefix_shots: int = PREFIX_SHOTS
+    probe_texts: int = PROBE_TEXTS
+    probe_training: ProbeTraining = field(default_factory=ProbeTraining)
+    bootstrap: int = 1000
+    blind: bool = True
+
+
+@dataclass(frozen=True)
+class ExperimentProgress:
+    """What watches the experiment: each fine-tuning step and its loss, the scoring passes' tokens (as in
+    :meth:`Detector.score`)."""
+
+    on_step: Callable[[int, float], None] | None = None
+    on_tokenized: Callable[[int], None] | None = None
+    on_progress: Callable[[int], None] | None = None
+
+
 def run_experiment(
     loaded: LoadedModel,
     corpus: Sequence[str],
     report_dir: str | Path,
-    tuning: FineTuning = FineTuning(),
-    texts: int = 64,
-    methods: Sequence[str] = DEMO_METHODS,
-    ks: Sequence[float] | None = None,
+    design: ExperimentDesign | None = None,
+    scoring: ScoringConfig | None = None,
     corpus_name: str = "",
-    on_step: Callable[[int, float], None] | None = None,
-    bootstrap: int = 1000,
-    on_tokenized: Callable[[int], None] | None = None,
-    on_progress: Callable[[int], None] | None = None,
-    prefix_shots: int = PREFIX_SHOTS,
-    probe_texts: int = PROBE_TEXTS,
-    probe_training: ProbeTraining = ProbeTraining(),
-    neighbors: NeighborSource | None = None,
-    frequencies: Any = None,
-    method_settings: dict[str, Any] | None = None,
-    blind: bool = True,
+    progress: ExperimentProgress | None = None,
 ) -> tuple[Experiment, dict]:
     """Splits, fine-tunes ``loaded`` in place, scores, and writes the evaluation report into ``report_dir``.
 
-    ``on_step`` sees each fine-tuning step and its loss; ``on_tokenized`` and ``on_progress`` the
-    scoring passes' tokens, as in :meth:`Detector.score`. With ``recall`` or ``conrecall`` among the
-    methods, ``prefix_shots`` more passages are drawn as the known non-member prefix: never trained on,
-    never scored; with ``conrecall``, ``prefix_shots`` more as the known member prefix: trained on,
-    never scored. With ``probe``, ``probe_texts`` more passages are its training set (half of them members
-    of its proxy), and a ``PROBE_DEV_SHARE`` of the members and non-members is its dev set: fine-tuned
-    on like every member, but not evaluated, for any method. ``neighbor`` takes its neighbours from
-    ``neighbors`` (default: ``WordDropNeighbors``, which needs no second model); ``dcpdd`` its token
-    frequencies from ``frequencies`` (a table, its path or per-id counts of a reference corpus);
-    ``method_settings`` are more of the Detector's method settings (e.g. ``samia_samples``). With
-    ``blind``, the model-free baselines are evaluated beside the methods (an i.i.d. split should leave
-    them at chance). Returns the experiment and the per-column metrics. On a diverging fine-tuning the report directory still gets the training log and a report
-    saying so, and TrainingDiverged is raised.
+    ``scoring`` gives the methods (default ``DEMO_METHODS``), k and the methods' settings (e.g. ``DcpddSettings``
+    with a frequency table of a reference corpus, ``NeighborSettings``, ``SamiaSettings``). With ``recall`` or
+    ``conrecall`` among the methods, ``design.prefix_shots`` more passages are drawn as the known non-member
+    prefix: never trained on, never scored; with ``conrecall``, as many more as the known member prefix: trained
+    on, never scored. With ``probe``, ``design.probe_texts`` more passages are its training set (half of them
+    members of its proxy), and a ``PROBE_DEV_SHARE`` of the members and non-members is its dev set: fine-tuned on
+    like every member, but not evaluated, for any method. ``neighbor`` takes its neighbours from its settings
+    (default: ``WordDropNeighbors``, which needs no second model); SaMIA and PAC are seeded by the fine-tuning's
+    seed unless their settings say otherwise. Returns the experiment and the per-column metrics. On a diverging
+    fine-tuning the report directory still gets the training log and a report saying so, and TrainingDiverged is
+    raised.
     """
+    design = design or ExperimentDesign()
+    scoring = scoring or ScoringConfig(methods=DEMO_METHODS)
+    progress = progress or ExperimentProgress()
+    tuning, texts, methods, prefix_shots = design.tuning, design.texts, scoring.methods, design.prefix_shots
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     shots = prefix_shots if {"recall", "conrecall"} & set(methods) else 0
     member_shots = prefix_shots if "conrecall" in methods else 0
     with_probe = "probe" in methods
-    extra = shots + member_shots + (probe_texts if with_probe else 0)
+    extra = shots + member_shots + (design.probe_texts if with_probe else 0)
     drawn = prepare_texts(corpus, loaded.tokenizer, texts + extra, tuning.max_tokens, tuning.seed)
     prepared, prefix, rest = drawn[:texts], drawn[texts : texts + shots], drawn[texts + shots :]
     member_prefix, probe_pool = rest[:member_shots], rest[member_shots:]
@@ -309,7 +327,7 @@ def run_experiment(
             probe_texts=len(probe_pool),
             probe_dev_members=held,
             probe_dev_nonmembers=held,
-            probe_lr=probe_training.learning_rate,
+            probe_lr=design.probe_training.learning_rate,
         )
     experiment = Experiment(
         members[held:],
@@ -326,16 +344,7 @@ def run_experiment(
         )
     steps_per_epoch = math.ceil(len(experiment.trained) / tuning.batch_size)
     try:
-        experiment.losses = fine_tune(
-            loaded,
-            experiment.trained,
-            epochs=tuning.epochs,
-            learning_rate=tuning.learning_rate,
-            batch_size=tuning.batch_size,
-            max_tokens=tuning.max_tokens,
-            seed=tuning.seed,
-            on_step=on_step,
-        )
+        experiment.losses = fine_tune(loaded, experiment.trained, tuning, on_step=progress.on_step)
     except TrainingDiverged as diverged:
         experiment.losses = diverged.losses
         _write_diverged_report(report_dir, experiment, diverged, steps_per_epoch)
@@ -356,42 +365,45 @@ def run_experiment(
             proxy_members + proxy_nonmembers, None, [1] * len(proxy_members) + [0] * len(proxy_nonmembers)
         )
         dev = Dataset(experiment.dev_members + experiment.dev_nonmembers, None, [1] * held + [0] * held)
-        trained_probe = train_probe(loaded, probe_train, dev, probe_training)
+        trained_probe = train_probe(loaded, probe_train, dev, design.probe_training)
         probe = trained_probe.probe
         settings.update(probe_layer=probe.layer, probe_normalization=probe.normalization)
         figures.append(("Probe: dev AUROC by layer", plot_dev_auroc(report_dir / "probe_dev_auroc.png", trained_probe)))
         experiment.seconds["probe_train"] = time.perf_counter() - probe_started
 
     scoring_started = time.perf_counter()
-    settings.update(method_settings or {})
+    method_settings = MethodSettings(SamiaSettings(seed=tuning.seed), PacSettings(seed=tuning.seed))
+    method_settings = method_settings.replace(*scoring.settings)
+    settings.update(
+        {
+            f.key: recorded(getattr(value, f.name))
+            for value in scoring.settings
+            for f in setting_fields(type(value))
+            if f.spec.flag
+        }
+    )
+    neighbors = method_settings.of(NeighborSettings).neighbors
     if "neighbor" in methods and neighbors is None:
         neighbors = WordDropNeighbors(seed=tuning.seed)
     if neighbors is not None:
         settings["neighbors"] = type(neighbors).__name__ + (
             f" ({neighbors.model_name})" if isinstance(neighbors, MaskedLMNeighbors) else ""
         )
-    detector = Detector(
-        loaded,
-        ref_model=reference,
-        frequencies=frequencies,
-        prefix_nonmembers=prefix,
-        prefix_members=member_prefix,
-        probe=probe,
-        neighbors=neighbors,
-        **{"seed": tuning.seed, **(method_settings or {})},
+    method_settings = method_settings.replace(
+        RecallSettings(prefix_nonmembers=prefix),
+        replace(method_settings.of(ConRecallSettings), prefix_members=member_prefix),
+        ProbeSettings(probe=probe),
+        NeighborSettings(neighbors=neighbors),
     )
+    detector = Detector(ModelConfig(loaded, ref_model=reference), method_settings)
     scores = detector.score(
-        experiment.texts,
-        methods=list(methods),
-        k=list(ks or DEFAULT_KS),
-        on_tokenized=on_tokenized,
-        on_progress=on_progress,
+        experiment.texts, methods, scoring.k, on_tokenized=progress.on_tokenized, on_progress=progress.on_progress
     )
     experiment.seconds["score"] = time.perf_counter() - scoring_started
     columns = {name: values for name, values in scores.items()}
-    if blind:
+    if design.blind:
         columns |= blind_scores(experiment.texts, experiment.labels, seed=tuning.seed)
-    results = metrics.evaluate(experiment.labels, columns, resamples=bootstrap, seed=tuning.seed)
+    results = metrics.evaluate(experiment.labels, columns, resamples=design.bootstrap, seed=tuning.seed)
     meta = {
         **settings,
         "first_loss": experiment.losses[0],

@@ -36,11 +36,15 @@ from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.metrics import auroc
 from mia_fast.methods.probe import NORMALIZATIONS, Probe, ProbePrompt, standardise
 from mia_fast.pipeline.engine import StatsEngine
-from mia_fast.pipeline.finetune import fine_tune
+from mia_fast.pipeline.finetune import FineTuning, fine_tune
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.passes import HiddenStatesReadout
 
 MIN_PER_CLASS = 4
+
+
+# The probe's weight decay, fixed as in the public code.
+PROBE_WEIGHT_DECAY = 0.1
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,6 @@ class ProbeTraining:
     batch_size: int | None = None  # texts per optimizer step; None: every member at once
     micro_batch: int = 8
     probe_learning_rate: float = 1e-3
-    probe_weight_decay: float = 0.1
     probe_epochs: int = 1000
     normalization: str = "split"
     seed: int = 0
@@ -94,7 +97,7 @@ def fit_probes(features: np.ndarray, labels: np.ndarray, settings: ProbeTraining
     weight = torch.nn.Parameter(torch.stack(initial))
     x = torch.from_numpy(features.astype(np.float32))
     y = torch.from_numpy(np.asarray(labels, dtype=np.float32)).expand(n_layers, -1)
-    optimizer = torch.optim.AdamW([weight], lr=settings.probe_learning_rate, weight_decay=settings.probe_weight_decay)
+    optimizer = torch.optim.AdamW([weight], lr=settings.probe_learning_rate, weight_decay=PROBE_WEIGHT_DECAY)
     losses = np.empty((settings.probe_epochs, n_layers))
     for epoch in range(settings.probe_epochs):
         logits = torch.einsum("lnh,lh->ln", x, weight)
@@ -131,16 +134,15 @@ def train_probe(
         copy.deepcopy(target.model), target.tokenizer, f"{target.name} (proxy)", target.device, target.dtype
     )
     torch.manual_seed(settings.seed)
-    proxy_losses = fine_tune(
-        proxy,
-        [prompt(t) for t in members],
-        epochs=settings.epochs,
-        learning_rate=settings.learning_rate,
-        batch_size=settings.batch_size or len(members),
-        micro_batch=settings.micro_batch,
+    tuning = FineTuning(
+        settings.epochs,
+        settings.learning_rate,
+        settings.batch_size or len(members),
+        max_tokens=None,
         seed=settings.seed,
-        on_step=on_step,
+        micro_batch=settings.micro_batch,
     )
+    proxy_losses = fine_tune(proxy, [prompt(t) for t in members], tuning, on_step=on_step)
     seconds["proxy_fine_tune"] = time.perf_counter() - started
 
     started = time.perf_counter()

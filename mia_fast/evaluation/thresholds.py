@@ -54,7 +54,8 @@ class Threshold:
         return threshold
 
     def check_use(self, source: str, settings: Mapping[str, Any], column: str | None = None) -> None:
-        """A threshold applies only to its own score column (``column``, when given), computed under the settings it was calibrated with."""
+        """A threshold applies only to its own score column (``column``, when given), computed under the settings it
+        was calibrated with."""
         if column is not None and column != self.method:
             raise MiaFastError(f"{source} is a threshold for {self.method}, not {column}; calibrate one for {column}")
         mismatched = {

@@ -49,7 +49,8 @@ class Rule(Protocol):
 
 @dataclass(frozen=True)
 class RatioRule:
-    """Still a member when the after score kept at least ``ratio`` of the before score (mean log-probabilities only: loss, zlib, mink_K)."""
+    """Still a member when the after score kept at least ``ratio`` of the before score (mean log-probabilities only:
+    loss, zlib, mink_K)."""
 
     column: str
     ratio: float = DEFAULT_RATIO
@@ -59,7 +60,8 @@ class RatioRule:
             raise MiaFastError(f"the kept ratio must be in (0, 1], got {self.ratio}")
         if not (self.column in ("loss", "zlib") or self.column.startswith("mink_")):
             raise MiaFastError(
-                f"the ratio rule compares mean log-probabilities (loss, zlib, mink_K); {self.column} has no such origin: "
+                f"the ratio rule compares mean log-probabilities (loss, zlib, mink_K); {self.column} has no such "
+                "origin: "
                 "pass --threshold FILE (from 'mia-fast calibrate' on the model after unlearning) instead"
             )
 
@@ -114,7 +116,8 @@ class UnlearningAudit:
         return ~np.isnan(self.before) & ~np.isnan(self.after)
 
     def summary(self, groups: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Per group: texts, scored texts, flagged ones, their share of the scored, and the mean change; highest share first."""
+        """Per group: texts, scored texts, flagged ones, their share of the scored, and the mean change; highest share
+        first."""
         groups = self.groups if groups is None else groups
         changes: dict[str, list[float]] = {str(group): [] for group in groups}
         for group, change, scored in zip(groups, self.change, self.scored):
@@ -187,7 +190,8 @@ def format_table(audit: UnlearningAudit) -> str:
     lines = [f"{'group':<32} {'texts':>6} {'flagged':>8} {'share':>7} {'mean change':>12}"]
     for entry in [*audit.summary(), {**audit.total(), "group": "total"}]:
         lines.append(
-            f"{entry['group'][:32]:<32} {entry['snippets']:>6} {entry['flagged']:>8} {entry['rate']:>7.1%} {entry['mean_change']:>12.4g}"
+            f"{entry['group'][:32]:<32} {entry['snippets']:>6} {entry['flagged']:>8} {entry['rate']:>7.1%} "
+            f"{entry['mean_change']:>12.4g}"
         )
     return "\n".join(lines)
 
@@ -239,8 +243,10 @@ def _markdown(audit: UnlearningAudit, meta: Mapping[str, str]) -> str:
     lines = [
         "# mia-fast unlearning audit",
         "",
-        f"**{total['flagged']} of {total['scored']} texts ({total['rate']:.1%}) still look like members** of the model after "
-        f"unlearning: their {audit.column} {audit.rule.description}. Mean change of the score: {total['mean_change']:.4g} "
+        f"**{total['flagged']} of {total['scored']} texts ({total['rate']:.1%}) still look like members** of the "
+        "model after "
+        f"unlearning: their {audit.column} {audit.rule.description}. Mean change of the score: "
+        f"{total['mean_change']:.4g} "
         "(negative: the text became less likely)." + (f" {unscored} texts could not be scored." if unscored else ""),
         "",
         "A text the model never saw keeps its score as well: read the flags of texts that were meant to be unlearned.",

@@ -17,33 +17,54 @@ does not); a prefix longer than half the model window is refused rather than cut
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
-from mia_fast.methods.recall import recall_pass
-from mia_fast.methods.registry import (
-    NEEDS_MEMBER_PREFIX,
-    NEEDS_NONMEMBER_PREFIX,
-    MethodOptions,
-    ScoringInputs,
-    mean_loss,
-    register,
-)
+from mia_fast.errors import MiaFastError
+from mia_fast.methods.recall import RecallSettings, recall_pass, refuse_prefix_overlap
+from mia_fast.methods.registry import ScoringInputs, mean_loss, register
+from mia_fast.methods.settings import Flag, MethodSettings, setting
 from mia_fast.pipeline.passes import PLAIN, Pass
 
+DEFAULT_GAMMA = 0.5
 
-def member_prefix_pass(options: MethodOptions) -> Pass:
-    return Pass(prefix="".join(options.prefix_members))
+
+@dataclass(frozen=True)
+class ConRecallSettings:
+    prefix_members: tuple[str, ...] = setting(
+        (),
+        "known member texts for the member prefix (same formats as --prefix-nonmembers)",
+        Flag("prefix-members", metavar="FILE", texts_file=True),
+        required=True,
+        supply="known member texts for its prefix (--prefix-members FILE)",
+    )
+    gamma: float = setting(DEFAULT_GAMMA, "the weight of the member prefix", "conrecall-gamma")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix_members", tuple(self.prefix_members or ()))
+        if not (isinstance(self.gamma, (int, float)) and math.isfinite(self.gamma)):
+            raise MiaFastError(f"Con-ReCall's gamma must be a finite number, got {self.gamma}")
+
+    def check_texts(self, texts: Sequence[str]) -> None:
+        refuse_prefix_overlap(texts, self.prefix_members)
+
+
+def member_prefix_pass(settings: MethodSettings) -> Pass:
+    return Pass(prefix="".join(settings.of(ConRecallSettings).prefix_members))
 
 
 @register(
     "conrecall",
-    needs=[NEEDS_NONMEMBER_PREFIX, NEEDS_MEMBER_PREFIX],
-    passes=lambda options: (PLAIN, recall_pass(options), member_prefix_pass(options)),
+    settings=[RecallSettings, ConRecallSettings],
+    passes=lambda settings: (PLAIN, recall_pass(settings), member_prefix_pass(settings)),
 )
 def conrecall_score(inputs: ScoringInputs) -> np.ndarray:
-    """(loss(text | non-member prefix) - γ·loss(text | member prefix)) / loss(text)."""
-    options = inputs.options
-    nonmember = mean_loss(inputs.of(recall_pass(options)))
-    member = mean_loss(inputs.of(member_prefix_pass(options)))
+    """Con-ReCall: (loss(text | non-member prefix) - γ·loss(text | member prefix)) / loss(text)."""
+    nonmember = mean_loss(inputs.of(recall_pass(inputs.settings)))
+    member = mean_loss(inputs.of(member_prefix_pass(inputs.settings)))
+    gamma = inputs.settings.of(ConRecallSettings).gamma
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (nonmember - options.gamma * member) / mean_loss(inputs.stats)
+        return (nonmember - gamma * member) / mean_loss(inputs.stats)

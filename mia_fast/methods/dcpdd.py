@@ -2,23 +2,71 @@
 
 from __future__ import annotations
 
+import math
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
 import numpy as np
 
-from mia_fast.methods.registry import NEEDS_FREQUENCIES, ScoringInputs, register
+from mia_fast.errors import MiaFastError
+from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
+from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.settings import Flag, setting
 from mia_fast.ops.first_occurrence import capped_first_occurrence_mean
 
+DEFAULT_A = 0.01
 
-@register("dcpdd", needs=[NEEDS_FREQUENCIES])
+
+@dataclass(frozen=True)
+class LogFrequencies:
+    """ln f(v) for every id v of the target model's vocabulary (a frequency table mapped onto it)."""
+
+    values: np.ndarray
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LogFrequencies) and np.array_equal(self.values, other.values)
+
+    def __hash__(self) -> int:
+        return hash(self.values.tobytes())
+
+
+@dataclass(frozen=True)
+class DcpddSettings:
+    a: float = setting(DEFAULT_A, "DC-PDD's cap on each token's calibrated score", "a")
+    frequencies: str | os.PathLike | np.ndarray | FrequencyTable | LogFrequencies | None = setting(
+        None,
+        "a token frequency table of a reference corpus ('mia-fast freq build'), or per-id counts (.npy)",
+        Flag("freq-table", metavar="TABLE", aliases=("freq-counts",)),
+        required=True,
+        supply="a token frequency table (--freq-table; build one with 'mia-fast freq build')",
+    )
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.a, (int, float)) and math.isfinite(self.a) and self.a > 0):
+            raise MiaFastError(f"DC-PDD's cap a must be a positive number, got {self.a!r}")
+
+    def prepare(self, model: Any) -> DcpddSettings:
+        """The table mapped onto the model's vocabulary (checked against its tokenizer); nothing without a model."""
+        if model is None or self.frequencies is None or isinstance(self.frequencies, LogFrequencies):
+            return self
+        values = model_log_frequencies(self.frequencies, model.tokenizer, model.vocab_size)
+        return replace(self, frequencies=LogFrequencies(values))
+
+
+@register("dcpdd", settings=[DcpddSettings])
 def dcpdd_score(inputs: ScoringInputs) -> np.ndarray:
     """DC-PDD: mean over first occurrences of min(p(x_t) * -ln f(x_t), a)."""
-    stats = inputs.stats
+    stats, settings = inputs.stats, inputs.settings.of(DcpddSettings)
+    if not isinstance(settings.frequencies, LogFrequencies):
+        raise MiaFastError("dcpdd's frequency table must be mapped onto the model's vocabulary first (a Detector does)")
     return capped_first_occurrence_mean(
         stats.target_ids,
         stats.logp,
         stats.first_occurrence,
         stats.offsets,
-        inputs.log_frequencies,
-        inputs.options.a,
+        settings.frequencies.values,
+        settings.a,
         inputs.impl,
         inputs.device,
     )

@@ -16,17 +16,46 @@ the plain pass scores them. The engine runs one text at a time (see
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
-from mia_fast.methods.registry import MethodOptions, ScoringInputs, register
+from mia_fast.errors import MiaFastError
+from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.settings import Flag, MethodSettings, setting
 from mia_fast.pipeline.passes import GradientNormReadout, Pass
 
-
-def gradnorm_pass(options: MethodOptions) -> Pass:
-    return Pass(readout=GradientNormReadout(options.gradnorm_norm, options.gradnorm_params))
+NORMS = (1.0, 2.0, math.inf)
 
 
-@register("gradnorm", passes=lambda options: (gradnorm_pass(options),))
+def comma_list(text: str) -> tuple[str, ...]:
+    return tuple(part for part in text.split(",") if part)
+
+
+@dataclass(frozen=True)
+class GradnormSettings:
+    norm: float = setting(
+        math.inf, "the norm's order: 1, 2 or inf (as MIMIR)", Flag("gradnorm-norm", choices=NORMS, parse=float)
+    )
+    params: tuple[str, ...] = setting(
+        (),
+        "comma-separated fnmatch patterns of parameter names, e.g. 'model.layers.*.mlp.*' (default: all)",
+        Flag("gradnorm-params", metavar="PATTERNS", parse=comma_list),
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", tuple(self.params or ()))
+        if self.norm not in NORMS:
+            raise MiaFastError(f"the gradient norm's order must be 1, 2 or inf, got {self.norm}")
+
+
+def gradnorm_pass(settings: MethodSettings) -> Pass:
+    gradnorm = settings.of(GradnormSettings)
+    return Pass(readout=GradientNormReadout(gradnorm.norm, gradnorm.params))
+
+
+@register("gradnorm", settings=[GradnormSettings], passes=lambda settings: (gradnorm_pass(settings),))
 def gradnorm_score(inputs: ScoringInputs) -> np.ndarray:
-    """Minus the mean per-tensor norm of the loss gradient."""
-    return -inputs.of(gradnorm_pass(inputs.options))
+    """Gradient norm: minus the mean per-tensor norm of the loss gradient."""
+    return -inputs.of(gradnorm_pass(inputs.settings))

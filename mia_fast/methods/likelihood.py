@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 
-from mia_fast.methods.registry import NEEDS_TEXT, ScoringInputs, mean_loss, register
+from mia_fast.methods.registry import ScoringInputs, mean_loss, register
 
 
 @register("loss")
@@ -15,7 +15,7 @@ def loss_score(inputs: ScoringInputs) -> np.ndarray:
     return -mean_loss(inputs.stats)
 
 
-@register("zlib", needs=[NEEDS_TEXT])
+@register("zlib")
 def zlib_score(inputs: ScoringInputs) -> np.ndarray:
     """-loss / zlib-compressed length of the UTF-8 text (nats per compressed byte)."""
     compressed = np.array([len(zlib.compress(t.encode("utf-8"))) for t in inputs.texts], dtype=np.float64)

@@ -19,7 +19,7 @@ class Lowercase:
 LOWERCASE = Pass(transform=Lowercase())
 
 
-@register("lowercase", passes=lambda options: (PLAIN, LOWERCASE))
+@register("lowercase", passes=lambda settings: (PLAIN, LOWERCASE))
 def lowercase_score(inputs: ScoringInputs) -> np.ndarray:
     """loss(lowercased text) / loss(text)."""
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -20,11 +20,13 @@ neighbour that equals another scored text, or another neighbour, costs no second
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from mia_fast.methods.registry import NEEDS_NEIGHBORS, MethodOptions, ScoringInputs, mean_loss, register
+from mia_fast.methods.registry import ScoringInputs, mean_loss, register
+from mia_fast.methods.settings import MethodSettings, setting
 from mia_fast.pipeline.neighbors import NeighborSource
 from mia_fast.pipeline.passes import PLAIN, Pass
 
@@ -41,16 +43,33 @@ class NthNeighbor:
         return listed[self.rank] if self.rank < len(listed) else ""
 
 
-def neighbor_passes(options: MethodOptions) -> tuple[Pass, ...]:
-    neighbors = options.neighbors
+@dataclass(frozen=True)
+class NeighborSettings:
+    neighbors: NeighborSource | None = setting(
+        None,
+        "the neighbour texts of every scored text, given or generated (mia_fast.pipeline.neighbors)",
+        required=True,
+        supply="the neighbour texts of every scored text (--neighbor-field FIELD, a list of texts per row, or "
+        "--neighbor-model M)",
+    )
+
+    def check_texts(self, texts: Sequence[str]) -> None:
+        self.neighbors.check_covers(texts)
+
+    def before_scoring(self, texts: Sequence[str]) -> None:
+        self.neighbors.prepare(texts)
+
+
+def neighbor_passes(settings: MethodSettings) -> tuple[Pass, ...]:
+    neighbors = settings.of(NeighborSettings).neighbors
     ranks = neighbors.rank_count if neighbors is not None else 0
     return tuple(Pass(transform=NthNeighbor(rank, neighbors)) for rank in range(ranks))
 
 
-@register("neighbor", needs=[NEEDS_NEIGHBORS], passes=lambda options: (PLAIN, *neighbor_passes(options)))
+@register("neighbor", settings=[NeighborSettings], passes=lambda settings: (PLAIN, *neighbor_passes(settings)))
 def neighbor_score(inputs: ScoringInputs) -> np.ndarray:
-    """mean loss of the text's neighbours − loss(text)."""
-    losses = np.stack([mean_loss(inputs.of(p)) for p in neighbor_passes(inputs.options)])
+    """Neighbourhood attack: mean loss of the text's neighbours − loss(text)."""
+    losses = np.stack([mean_loss(inputs.of(p)) for p in neighbor_passes(inputs.settings)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a text without neighbours: NaN, by design
         return np.nanmean(losses, axis=0) - mean_loss(inputs.stats)

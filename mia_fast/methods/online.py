@@ -52,7 +52,10 @@ def _check_count(name: str, value: Any) -> None:
 
 
 def _online_request(method: str) -> MethodRequest:
-    problem = f"online detection scores one token-level column: loss, mink_<k> or minkpp_<k> (e.g. {DEFAULT_ONLINE_METHOD}), got {method!r}"
+    problem = (
+        "online detection scores one token-level column: loss, mink_<k> or minkpp_<k> "
+        f"(e.g. {DEFAULT_ONLINE_METHOD}), got {method!r}"
+    )
     try:
         (request,) = resolve_methods([method])
     except MiaFastError as exc:

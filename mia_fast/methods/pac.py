@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mia_fast.methods.registry import MethodOptions, ScoringInputs, register
+from mia_fast.errors import MiaFastError
+from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.settings import MethodSettings, setting
 from mia_fast.ops.bottom_k import bottom_k_means
 from mia_fast.pipeline.passes import PLAIN, Pass
 from mia_fast.pipeline.stats import TokenStats
@@ -52,8 +54,22 @@ class SwappedWords:
         return " ".join(words)
 
 
-def pac_passes(options: MethodOptions) -> tuple[Pass, ...]:
-    return tuple(Pass(transform=SwappedWords(copy, options.seed)) for copy in range(options.pac_copies))
+DEFAULT_COPIES = 5
+
+
+@dataclass(frozen=True)
+class PacSettings:
+    copies: int = setting(DEFAULT_COPIES, "word-swapped copies per text", "pac-copies")
+    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.copies, bool) or not isinstance(self.copies, int) or self.copies < 1:
+            raise MiaFastError(f"pac_copies must be a positive whole number, got {self.copies!r}")
+
+
+def pac_passes(settings: MethodSettings) -> tuple[Pass, ...]:
+    pac = settings.of(PacSettings)
+    return tuple(Pass(transform=SwappedWords(copy, pac.seed)) for copy in range(pac.copies))
 
 
 def polarized_distance(stats: TokenStats, impl: str = "torch", device=None) -> np.ndarray:
@@ -63,11 +79,11 @@ def polarized_distance(stats: TokenStats, impl: str = "torch", device=None) -> n
     return highest - lowest
 
 
-@register("pac", passes=lambda options: (PLAIN, *pac_passes(options)))
+@register("pac", settings=[PacSettings], passes=lambda settings: (PLAIN, *pac_passes(settings)))
 def pac_score(inputs: ScoringInputs) -> np.ndarray:
-    """Mean polarized distance of the word-swapped copies − that of the text."""
+    """PAC: mean polarized distance of the word-swapped copies − that of the text."""
     copies = np.stack(
-        [polarized_distance(inputs.of(p), inputs.impl, inputs.device) for p in pac_passes(inputs.options)]
+        [polarized_distance(inputs.of(p), inputs.impl, inputs.device) for p in pac_passes(inputs.settings)]
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a text with no token: NaN, by design

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import NEEDS_PROBE, MethodOptions, ScoringInputs, register
+from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.settings import Flag, MethodSettings, setting
 from mia_fast.pipeline.passes import HiddenStatesReadout, Pass
 
 PROMPT = "Here is a statement:\n\n[TEXT]\n\nIs the above statement correct? Answer: "
@@ -92,11 +93,13 @@ class Probe:
         if trained_for.get("weights_fingerprint") != fingerprint:
             raise MiaFastError(
                 f"this probe was trained for {trained_for.get('name', 'another model')!r} (weights fingerprint "
-                f"{str(trained_for.get('weights_fingerprint'))[:12]}…), not {name!r} ({fingerprint[:12]}…); train one for this model"
+                f"{str(trained_for.get('weights_fingerprint'))[:12]}…), not {name!r} ({fingerprint[:12]}…); "
+                "train one for this model"
             )
         if len(self.weight) != hidden_size or self.layer >= layers:
             raise MiaFastError(
-                f"the probe reads layer {self.layer} of hidden size {len(self.weight)}; the model has {layers} layers of {hidden_size}"
+                f"the probe reads layer {self.layer} of hidden size {len(self.weight)}; "
+                f"the model has {layers} layers of {hidden_size}"
             )
 
     def save(self, directory: str | os.PathLike) -> Path:
@@ -152,17 +155,54 @@ class Probe:
         )
 
 
-def _probe_passes(options: MethodOptions) -> tuple[Pass, ...]:
-    return (options.probe.scoring_pass,) if options.probe is not None else ()
+@dataclass(frozen=True)
+class ProbeSettings:
+    probe: str | os.PathLike | Probe | None = setting(
+        None,
+        "a probe trained for this model ('mia-fast probe train')",
+        Flag("probe", metavar="PROBE_DIR"),
+        required=True,
+        supply="a trained probe (--probe PROBE_DIR; train one with 'mia-fast probe train')",
+    )
+    normalization: str | None = setting(
+        None,
+        "standardise the probe's activations by the scored texts' own statistics (split, the paper) or the "
+        "training split's (default: as trained)",
+        Flag("probe-normalization", choices=NORMALIZATIONS),
+    )
+
+    def prepare(self, model: Any) -> ProbeSettings:
+        """The probe loaded, with its normalisation replaced by ``normalization`` if given, and checked against
+        the target model where there is one."""
+        if self.probe is None:
+            return self
+        probe = self.probe if isinstance(self.probe, Probe) else Probe.load(self.probe)
+        probe = probe.with_normalization(self.normalization) if self.normalization else probe
+        if model is not None:
+            config = model.model.config
+            probe.check_model(model.name, config.hidden_size, config.num_hidden_layers, model.weights_fingerprint())
+        return ProbeSettings(probe)
+
+
+def _loaded_probe(settings: MethodSettings) -> Probe | None:
+    probe = settings.of(ProbeSettings).probe
+    if probe is not None and not isinstance(probe, Probe):
+        raise MiaFastError("the probe must be loaded first (a Detector loads it)")
+    return probe
+
+
+def _probe_passes(settings: MethodSettings) -> tuple[Pass, ...]:
+    probe = _loaded_probe(settings)
+    return (probe.scoring_pass,) if probe is not None else ()
 
 
 @register(
     "probe",
-    needs=[NEEDS_PROBE],
+    settings=[ProbeSettings],
     passes=_probe_passes,
-    pooled=lambda options: options.probe is not None and options.probe.normalization == "split",
+    pooled=lambda settings: (probe := _loaded_probe(settings)) is not None and probe.normalization == "split",
 )
 def probe_score(inputs: ScoringInputs) -> np.ndarray:
     """The trained probe's member probability from the last token's hidden state of the prompted text."""
-    probe = inputs.options.probe
+    probe = _loaded_probe(inputs.settings)
     return probe.score(inputs.of(probe.scoring_pass)[:, 0, :])

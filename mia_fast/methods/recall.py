@@ -17,18 +17,52 @@ Deviations, both deliberate:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
-from mia_fast.methods.registry import NEEDS_NONMEMBER_PREFIX, MethodOptions, ScoringInputs, mean_loss, register
+from mia_fast.errors import MiaFastError
+from mia_fast.methods.registry import ScoringInputs, mean_loss, register
+from mia_fast.methods.settings import Flag, MethodSettings, setting
 from mia_fast.pipeline.passes import PLAIN, Pass
 
 
-def recall_pass(options: MethodOptions) -> Pass:
-    return Pass(prefix="".join(options.prefix_nonmembers))
+def refuse_prefix_overlap(texts: Sequence[str], prefix: Sequence[str]) -> None:
+    """A text used in a prefix (known member or non-member) must not also be judged: it would bias its own score."""
+    known = {p.strip() for p in prefix}
+    shared = [t for t in texts if t.strip() and t.strip() in known]
+    if shared:
+        example = shared[0] if len(shared[0]) <= 60 else shared[0][:57] + "..."
+        raise MiaFastError(
+            f"{len(shared)} scored text(s) are also prefix texts (e.g. {example!r}); "
+            "a prefix must be made of known texts that are not themselves scored"
+        )
 
 
-@register("recall", needs=[NEEDS_NONMEMBER_PREFIX], passes=lambda options: (PLAIN, recall_pass(options)))
+@dataclass(frozen=True)
+class RecallSettings:
+    prefix_nonmembers: tuple[str, ...] = setting(
+        (),
+        "known non-member texts for the prefix (.txt a text per line, or any DATA format with --text-field)",
+        Flag("prefix-nonmembers", metavar="FILE", texts_file=True),
+        required=True,
+        supply="known non-member texts for its prefix (--prefix-nonmembers FILE)",
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix_nonmembers", tuple(self.prefix_nonmembers or ()))
+
+    def check_texts(self, texts: Sequence[str]) -> None:
+        refuse_prefix_overlap(texts, self.prefix_nonmembers)
+
+
+def recall_pass(settings: MethodSettings) -> Pass:
+    return Pass(prefix="".join(settings.of(RecallSettings).prefix_nonmembers))
+
+
+@register("recall", settings=[RecallSettings], passes=lambda settings: (PLAIN, recall_pass(settings)))
 def recall_score(inputs: ScoringInputs) -> np.ndarray:
-    """loss(text | non-member prefix) / loss(text)."""
+    """ReCaLL: loss(text | non-member prefix) / loss(text)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return mean_loss(inputs.of(recall_pass(inputs.options))) / mean_loss(inputs.stats)
+        return mean_loss(inputs.of(recall_pass(inputs.settings))) / mean_loss(inputs.stats)

@@ -10,7 +10,7 @@ from mia_fast.pipeline.passes import PLAIN, REFERENCE, Pass
 REFERENCE_PASS = Pass(model=REFERENCE)
 
 
-@register("ref", passes=lambda options: (PLAIN, REFERENCE_PASS))
+@register("ref", passes=lambda settings: (PLAIN, REFERENCE_PASS))
 def reference_score(inputs: ScoringInputs) -> np.ndarray:
     """loss under the reference model (its own tokenizer) minus loss under the target model."""
     return mean_loss(inputs.of(REFERENCE_PASS)) - mean_loss(inputs.stats)

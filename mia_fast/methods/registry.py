@@ -1,93 +1,54 @@
 """The method registry: a method is a small pure function from pass results to one score per text.
 
-Every score is oriented so that higher means more likely a member (DESIGN §2). A method declares
-the passes it reads (a function of the method options, e.g. ReCaLL's prefix; by default the plain
-target pass) and the other inputs it reads (the texts, a frequency table, prefix texts, a probe). A method that
-takes k computes all requested k at once and returns one column per k, named ``{name}_{k}``.
-Adding a method touches its own module only: write the function and decorate it with ``register``.
+Every score is oriented so that higher means more likely a member (DESIGN §2). A method declares the passes
+it reads (a function of the run's settings, e.g. ReCaLL's prefix; by default the plain target pass) and the
+settings classes it reads (``mia_fast.methods.settings``). A method that takes k computes all requested k at
+once and returns one column per k, named ``{name}_{k}``. Adding a method touches its own module only: write
+its settings class and its function, and decorate the function with ``register``.
+
+From the settings declarations the registry derives everything around a method: the CLI flags
+(:func:`setting_options`), the settings of a run from flat values (:func:`settings_from_values`), the check
+that what a method needs was supplied (:func:`check_available`) and the settings recorded with a run
+(:func:`recorded_settings`).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from mia_fast.errors import MiaFastError
+from mia_fast.methods.settings import (
+    Flag,
+    MethodSettings,
+    SettingField,
+    SettingSpec,
+    is_empty,
+    recorded,
+    setting_fields,
+)
 from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Pass
 from mia_fast.pipeline.stats import TokenStats
 
 DEFAULT_METHODS: tuple[str, ...] = ("loss", "zlib", "mink", "minkpp")
 DEFAULT_KS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-DEFAULT_A = 0.01
-DEFAULT_GAMMA = 0.5
-DEFAULT_SAMIA_SAMPLES = 10
-DEFAULT_PAC_COPIES = 5
-DEFAULT_GRADNORM_NORM = math.inf
-GRADNORM_NORMS = (1.0, 2.0, math.inf)
 
-# What a method may declare it needs beyond the results of its passes.
-NEEDS_TEXT = "text"
-NEEDS_FREQUENCIES = "frequencies"
-NEEDS_NONMEMBER_PREFIX = "nonmember prefix"
-NEEDS_MEMBER_PREFIX = "member prefix"
-NEEDS_PROBE = "probe"
-NEEDS_NEIGHBORS = "neighbors"
-
-# How a user supplies a need or a model a pass runs on, for the error that says it is missing.
-_SUPPLY = {
-    NEEDS_FREQUENCIES: "a token frequency table (--freq-table; build one with 'mia-fast freq build')",
-    NEEDS_NONMEMBER_PREFIX: "known non-member texts for its prefix (--prefix-nonmembers FILE)",
-    NEEDS_MEMBER_PREFIX: "known member texts for its prefix (--prefix-members FILE)",
-    NEEDS_NEIGHBORS: "the neighbour texts of every scored text (--neighbor-field FIELD, a list of texts per row, or --neighbor-model M)",
-    NEEDS_PROBE: "a trained probe (--probe PROBE_DIR; train one with 'mia-fast probe train')",
-    REFERENCE: "a reference model (--ref-model)",
-}
-
-
-@dataclass(frozen=True)
-class MethodOptions:
-    """Settings of the methods: DC-PDD's cap, the known non-member (ReCaLL, Con-ReCall) and member
-    (Con-ReCall) texts put before each text, Con-ReCall's γ, the trained probe (a
-    ``mia_fast.methods.probe.Probe``), the neighbour texts (a ``mia_fast.pipeline.neighbors.NeighborSource``),
-    SaMIA's samples per text, PAC's augmented copies per text, the gradient norm's order and parameter
-    name patterns, and the seed of SaMIA's sampling and PAC's word swaps."""
-
-    a: float = DEFAULT_A
-    prefix_nonmembers: tuple[str, ...] = ()
-    prefix_members: tuple[str, ...] = ()
-    gamma: float = DEFAULT_GAMMA
-    probe: Any = None
-    neighbors: Any = None
-    samia_samples: int = DEFAULT_SAMIA_SAMPLES
-    pac_copies: int = DEFAULT_PAC_COPIES
-    gradnorm_norm: float = DEFAULT_GRADNORM_NORM
-    gradnorm_params: tuple[str, ...] = ()
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not math.isfinite(self.gamma):
-            raise MiaFastError(f"Con-ReCall's gamma must be a finite number, got {self.gamma}")
-        for name in ("samia_samples", "pac_copies"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise MiaFastError(f"{name} must be a positive whole number, got {getattr(self, name)!r}")
-        if self.gradnorm_norm not in GRADNORM_NORMS:
-            raise MiaFastError(f"the gradient norm's order must be 1, 2 or inf, got {self.gradnorm_norm}")
+# How a user supplies a model a pass runs on, for the error that says it is missing.
+_MODEL_SUPPLY = {REFERENCE: "a reference model (--ref-model)"}
 
 
 @dataclass(frozen=True)
 class ScoringInputs:
-    """Everything a method may read: the plain pass's TokenStats, the results of the other passes,
-    and what methods declared they need. Fields stay empty unless some method declared the need."""
+    """Everything a method may read: the texts, the plain pass's TokenStats, the results of the other passes
+    and the run's settings."""
 
     stats: TokenStats | None
     passes: Mapping[Pass, Any] = field(default_factory=dict)
     texts: Sequence[str] | None = None
-    log_frequencies: np.ndarray | None = None  # ln f(v) for every id v of the target vocabulary
-    options: MethodOptions = MethodOptions()
+    settings: MethodSettings = field(default_factory=MethodSettings)
     impl: str = "torch"  # the per-text reductions: numpy reference or Triton kernels
     device: Any = None  # where the kernels run
 
@@ -99,11 +60,11 @@ class ScoringInputs:
         return self.stats is not None if needed == PLAIN else needed in self.passes
 
 
-def _plain(options: MethodOptions) -> tuple[Pass, ...]:
+def _plain(settings: MethodSettings) -> tuple[Pass, ...]:
     return (PLAIN,)
 
 
-def _never(options: MethodOptions) -> bool:
+def _never(settings: MethodSettings) -> bool:
     return False
 
 
@@ -111,11 +72,12 @@ def _never(options: MethodOptions) -> bool:
 class Method:
     name: str
     fn: Callable[..., np.ndarray]
-    passes: Callable[[MethodOptions], Sequence[Pass]] = _plain
-    needs: frozenset[str] = field(default_factory=frozenset)
+    passes: Callable[[MethodSettings], Sequence[Pass]] = _plain
+    settings: tuple[type, ...] = ()
     takes_k: bool = False
     # True when a text's score depends on the other texts scored with it (statistics over them all).
-    pooled: Callable[[MethodOptions], bool] = _never
+    pooled: Callable[[MethodSettings], bool] = _never
+    summary: str = ""
 
 
 REGISTRY: dict[str, Method] = {}
@@ -123,17 +85,22 @@ REGISTRY: dict[str, Method] = {}
 
 def register(
     name: str,
-    needs: Sequence[str] = (),
+    *,
+    settings: Sequence[type] = (),
     takes_k: bool = False,
-    passes: Callable[[MethodOptions], Sequence[Pass]] = _plain,
-    pooled: Callable[[MethodOptions], bool] = _never,
+    passes: Callable[[MethodSettings], Sequence[Pass]] = _plain,
+    pooled: Callable[[MethodSettings], bool] = _never,
 ) -> Callable:
-    """Registers ``fn(inputs)`` (or ``fn(inputs, ks)`` with ``takes_k``) under ``name``; ``passes``
-    gives the passes it reads (default: the plain target pass); ``pooled`` says whether its scores
-    depend on which texts are scored together (then a file is scored in one block)."""
+    """Registers ``fn(inputs)`` (or ``fn(inputs, ks)`` with ``takes_k``) under ``name``; ``settings`` are the
+    settings classes it reads, ``passes`` gives the passes it reads (default: the plain target pass);
+    ``pooled`` says whether its scores depend on which texts are scored together (then a file is scored in
+    one block). The function's docstring's first line is the method's summary in the docs."""
+    for cls in settings:
+        setting_fields(cls)
 
     def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        REGISTRY[name] = Method(name, fn, passes, frozenset(needs), takes_k, pooled)
+        summary = (fn.__doc__ or "").strip().split("\n")[0]
+        REGISTRY[name] = Method(name, fn, passes, tuple(settings), takes_k, pooled, summary)
         return fn
 
     return decorate
@@ -187,46 +154,51 @@ def _check_k(k: float) -> float:
     return float(k)
 
 
-def needs_of(requests: Sequence[MethodRequest]) -> frozenset[str]:
-    return frozenset().union(*(r.method.needs for r in requests))
+def settings_classes(methods: Iterable[Method]) -> list[type]:
+    """The settings classes these methods read, each once, in order."""
+    return list(dict.fromkeys(cls for method in methods for cls in method.settings))
 
 
-def passes_of(requests: Sequence[MethodRequest], options: MethodOptions) -> list[Pass]:
+def passes_of(requests: Sequence[MethodRequest], settings: MethodSettings) -> list[Pass]:
     """Every pass the requested methods declare, each once, in order."""
-    return list(dict.fromkeys(p for r in requests for p in r.method.passes(options)))
+    return list(dict.fromkeys(p for r in requests for p in r.method.passes(settings)))
 
 
-def check_available(
-    requests: Sequence[MethodRequest], options: MethodOptions, *, models: Sequence[str], has_frequencies: bool
-) -> None:
-    """Refuses methods whose models or inputs were not supplied, naming how to supply them."""
+def pooled_methods(requests: Sequence[MethodRequest], settings: MethodSettings) -> list[str]:
+    """The requested methods whose scores depend on which texts are scored together."""
+    return [r.method.name for r in requests if r.method.pooled(settings)]
+
+
+def _missing_settings(method: Method, settings: MethodSettings) -> list[str]:
+    return [
+        f.supply_text()
+        for cls in method.settings
+        for f in setting_fields(cls)
+        if f.spec.required and is_empty(getattr(settings.of(cls), f.name))
+    ]
+
+
+def check_available(requests: Sequence[MethodRequest], settings: MethodSettings, models: Iterable[str]) -> None:
+    """Refuses methods whose required settings are empty or whose models are not held, saying how to supply them."""
     available = {TARGET, *models}
-    if has_frequencies:
-        available.add(NEEDS_FREQUENCIES)
-    if options.prefix_nonmembers:
-        available.add(NEEDS_NONMEMBER_PREFIX)
-    if options.prefix_members:
-        available.add(NEEDS_MEMBER_PREFIX)
-    if options.probe is not None:
-        available.add(NEEDS_PROBE)
-    if options.neighbors is not None:
-        available.add(NEEDS_NEIGHBORS)
     for request in requests:
-        wanted = [
-            *(p.model for p in request.method.passes(options)),
-            *(n for n in request.method.needs if n != NEEDS_TEXT),
-        ]
-        for need in wanted:
-            if need not in available:
-                raise MiaFastError(f"method {request.method.name!r} needs {_SUPPLY.get(need, need)}")
+        missing = _missing_settings(request.method, settings)
+        if not missing:
+            missing = [
+                _MODEL_SUPPLY.get(p.model, f"the {p.model} model")
+                for p in request.method.passes(settings)
+                if p.model not in available
+            ]
+        if missing:
+            raise MiaFastError(f"method {request.method.name!r} needs {missing[0]}")
 
 
 def score(inputs: ScoringInputs, requests: Sequence[MethodRequest]) -> dict[str, np.ndarray]:
     """Runs each requested method; returns one float64 column per score, in request order."""
     columns: dict[str, np.ndarray] = {}
     for request in requests:
-        missing = [need for need in sorted(request.method.needs) if not _has(inputs, need)]
-        missing += [f"the pass {p}" for p in request.method.passes(inputs.options) if not inputs.has(p)]
+        missing = _missing_settings(request.method, inputs.settings)
+        missing += [f"the pass {p}" for p in request.method.passes(inputs.settings) if not inputs.has(p)]
         if missing:
             raise MiaFastError(f"method {request.method.name!r} needs {', '.join(missing)}")
         if request.method.takes_k:
@@ -238,16 +210,109 @@ def score(inputs: ScoringInputs, requests: Sequence[MethodRequest]) -> dict[str,
     return columns
 
 
-def _has(inputs: ScoringInputs, need: str) -> bool:
-    source = {
-        NEEDS_TEXT: inputs.texts,
-        NEEDS_FREQUENCIES: inputs.log_frequencies,
-        NEEDS_NONMEMBER_PREFIX: inputs.options.prefix_nonmembers or None,
-        NEEDS_MEMBER_PREFIX: inputs.options.prefix_members or None,
-        NEEDS_PROBE: inputs.options.probe,
-        NEEDS_NEIGHBORS: inputs.options.neighbors,
-    }[need]
-    return source is not None
+def prepare_settings(settings: MethodSettings, model: Any) -> MethodSettings:
+    """Each given settings object made ready by its own ``prepare(model)`` where it has one (a probe loaded and
+    checked against the model, a frequency table mapped onto its vocabulary); ``model`` is the target's
+    LoadedModel, or None before one is loaded (then only what needs no model is done)."""
+    return settings.map(lambda value: value.prepare(model) if hasattr(value, "prepare") else value)
+
+
+def check_texts(settings: MethodSettings, requests: Sequence[MethodRequest], texts: Sequence[str]) -> None:
+    """Each requested method's settings checked against the texts about to be scored (``check_texts(texts)``
+    where a settings class has one: e.g. no prefix text among them)."""
+    for cls in settings_classes(r.method for r in requests):
+        value = settings.of(cls)
+        if hasattr(value, "check_texts"):
+            value.check_texts(texts)
+
+
+def before_scoring(settings: MethodSettings, requests: Sequence[MethodRequest], texts: Sequence[str]) -> None:
+    """Lets the requested methods' settings prepare for these texts (``before_scoring(texts)`` where a settings
+    class has one: e.g. neighbours generated for them)."""
+    for cls in settings_classes(r.method for r in requests):
+        value = settings.of(cls)
+        if hasattr(value, "before_scoring"):
+            value.before_scoring(texts)
+
+
+@dataclass(frozen=True)
+class SettingOption:
+    """One CLI option for the settings fields that share its flag, and the methods that read them."""
+
+    fields: tuple[SettingField, ...]
+    methods: tuple[str, ...]
+
+    @property
+    def spec(self) -> SettingSpec:
+        return self.fields[0].spec
+
+    @property
+    def flag(self) -> Flag:
+        return self.fields[0].spec.flag
+
+    @property
+    def key(self) -> str:
+        return self.fields[0].key
+
+    @property
+    def default(self) -> Any:
+        return self.fields[0].default
+
+    @property
+    def help(self) -> str:
+        default = self.default
+        shown = "" if is_empty(default) or isinstance(default, bool) else f" (default {default})"
+        return f"for {', '.join(self.methods)}: {self.spec.help}{shown}"
+
+
+def setting_options(methods: Iterable[Method] | None = None) -> list[SettingOption]:
+    """The CLI options of the settings of ``methods`` (default: every registered method), one per flag, in
+    registration order; refuses two fields that share a flag but disagree."""
+    methods = list(REGISTRY.values() if methods is None else methods)
+    by_flag: dict[str, list[SettingField]] = {}
+    readers: dict[str, list[str]] = {}
+    for method in methods:
+        for cls in method.settings:
+            for f in setting_fields(cls):
+                if f.spec.flag is None:
+                    continue
+                name = f.spec.flag.name
+                same = by_flag.setdefault(name, [])
+                if same and (same[0].spec != f.spec or same[0].default != f.default):
+                    raise MiaFastError(
+                        f"--{name} is declared differently by {same[0].owner.__name__}.{same[0].name} and "
+                        f"{cls.__name__}.{f.name}; fields sharing a flag must agree"
+                    )
+                if f not in same:
+                    same.append(f)
+                readers.setdefault(name, [])
+                if method.name not in readers[name]:
+                    readers[name].append(method.name)
+    return [SettingOption(tuple(by_flag[flag]), tuple(readers[flag])) for flag in by_flag]
+
+
+def settings_from_values(values: Mapping[str, Any], methods: Iterable[Method] | None = None) -> MethodSettings:
+    """The settings of ``methods`` (default: every registered one) from flat values keyed by setting key
+    (``samia_samples``, ``prefix_nonmembers``: a flag with underscores); a value of None is the field's
+    default. A class none of whose values is given is left at its defaults."""
+    methods = list(REGISTRY.values() if methods is None else methods)
+    built = []
+    for cls in settings_classes(methods):
+        given = {f.name: values[f.key] for f in setting_fields(cls) if values.get(f.key) is not None}
+        if given:
+            built.append(cls(**given))
+    return MethodSettings(*built)
+
+
+def recorded_settings(methods: Iterable[Method], settings: MethodSettings) -> dict[str, Any]:
+    """The settings that change the scores of ``methods``, as JSON by setting key: what a threshold, a resumed
+    output or a Ray manifest records and compares."""
+    return {
+        f.key: recorded(getattr(settings.of(cls), f.name))
+        for cls in settings_classes(methods)
+        for f in setting_fields(cls)
+        if f.spec.scores
+    }
 
 
 def mean_loss(stats: TokenStats) -> np.ndarray:

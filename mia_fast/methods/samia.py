@@ -29,7 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mia_fast.methods.registry import NEEDS_TEXT, MethodOptions, ScoringInputs, register
+from mia_fast.errors import MiaFastError
+from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.settings import MethodSettings, setting
 from mia_fast.pipeline.passes import Pass, SamplesReadout
 
 PREFIX_RATIO = 0.5
@@ -48,8 +50,22 @@ class FirstHalf:
         return " ".join(words[: split_point(words)])
 
 
-def samia_pass(options: MethodOptions) -> Pass:
-    return Pass(transform=FirstHalf(), readout=SamplesReadout(options.samia_samples, options.seed))
+DEFAULT_SAMPLES = 10
+
+
+@dataclass(frozen=True)
+class SamiaSettings:
+    samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "samia-samples")
+    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
+            raise MiaFastError(f"samia_samples must be a positive whole number, got {self.samples!r}")
+
+
+def samia_pass(settings: MethodSettings) -> Pass:
+    samia = settings.of(SamiaSettings)
+    return Pass(transform=FirstHalf(), readout=SamplesReadout(samia.samples, samia.seed))
 
 
 def rouge1_recall(candidate: list[str], reference: list[str]) -> float:
@@ -64,7 +80,7 @@ def zlib_size(words: list[str]) -> int:
 
 
 def mean_over_samples(inputs: ScoringInputs, weight: Callable[[list[str]], float]) -> np.ndarray:
-    samples = inputs.of(samia_pass(inputs.options))
+    samples = inputs.of(samia_pass(inputs.settings))
     scores = np.full(len(inputs.texts), np.nan)
     for i, text in enumerate(inputs.texts):
         words = text.split()
@@ -77,13 +93,13 @@ def mean_over_samples(inputs: ScoringInputs, weight: Callable[[list[str]], float
     return scores
 
 
-@register("samia", needs=[NEEDS_TEXT], passes=lambda options: (samia_pass(options),))
+@register("samia", settings=[SamiaSettings], passes=lambda settings: (samia_pass(settings),))
 def samia_score(inputs: ScoringInputs) -> np.ndarray:
-    """Mean ROUGE-1 recall of the second half by continuations sampled after the first."""
+    """SaMIA: mean ROUGE-1 recall of the second half by continuations sampled after the first."""
     return mean_over_samples(inputs, lambda words: 1.0)
 
 
-@register("samia_zlib", needs=[NEEDS_TEXT], passes=lambda options: (samia_pass(options),))
+@register("samia_zlib", settings=[SamiaSettings], passes=lambda settings: (samia_pass(settings),))
 def samia_zlib_score(inputs: ScoringInputs) -> np.ndarray:
-    """SaMIA with each sample's recall times its zlib-compressed size in bytes."""
+    """SaMIA*zlib: each sample's recall times its zlib-compressed size in bytes."""
     return mean_over_samples(inputs, zlib_size)

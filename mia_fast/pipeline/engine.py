@@ -28,7 +28,13 @@ from mia_fast.ops.token_stats import linear_token_stats, token_stats
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.packed import PackedDecoder, packed_unsupported
-from mia_fast.pipeline.passes import GradientNormReadout, HiddenStatesReadout, Readout, SamplesReadout
+from mia_fast.pipeline.passes import (
+    GradientNormReadout,
+    HiddenStatesReadout,
+    Readout,
+    SamplesReadout,
+    TokenCallback,
+)
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import StatsCache, text_key
 from mia_fast.pipeline.tokenize import split_windows, tokenize
@@ -46,8 +52,6 @@ MIN_HEAD_ROWS = 512
 # Sampling decodes one token per row per step, so a batch holds this many times the forward budget:
 # more rows share each read of the weights. Their cache must still fit in memory.
 SAMPLE_BUDGET_FACTOR = 4
-
-TokenCallback = Callable[[int], None]
 
 
 def default_for(table: dict[str, int], device: torch.device) -> int:
@@ -151,7 +155,8 @@ class StatsEngine:
     def tokenize_ahead(self, texts: Sequence[str]) -> None:
         """Tokenizes texts before they are scored, on another thread than the one scoring (so the forward of one
         block runs while the next is tokenized). It has a tokenizer of its own: a fast tokenizer is not safe to
-        call from two threads at once. The texts of the latest two calls are kept: the block being scored and the next."""
+        call from two threads at once. The texts of the latest two calls are kept: the block being scored and the
+        next."""
         if self._ahead_tokenizer is None:
             self._ahead_tokenizer = copy.deepcopy(self.loaded.tokenizer)
         self._ahead = (self._ahead[1], dict(zip(texts, tokenize(self._ahead_tokenizer, texts, self.prepend_start))))
@@ -176,14 +181,13 @@ class StatsEngine:
         on_tokenized: TokenCallback | None = None,
         on_progress: TokenCallback | None = None,
     ) -> Any:
-        """What ``readout`` reads out of ``texts`` (each after its prefix): TokenStats, or an array with a row per text."""
-        if isinstance(readout, HiddenStatesReadout):
-            return self.hidden_states(texts, readout, prefixes, on_tokenized, on_progress)
-        if isinstance(readout, SamplesReadout):
-            return self.sample(texts, readout, prefixes, on_tokenized, on_progress)
-        if isinstance(readout, GradientNormReadout):
-            return self.gradient_norms(texts, readout, prefixes, on_tokenized, on_progress)
-        return self.compute(texts, on_tokenized, on_progress, prefixes)
+        """What ``readout`` reads out of ``texts`` (each after its prefix): TokenStats, or an array with a row per
+        text."""
+        return readout.run(self, texts, prefixes, on_tokenized, on_progress)
+
+    def scored_positions(self, texts: Sequence[str]) -> np.ndarray:
+        """Positions the plain pass would score in each text (every id after the first), without a forward."""
+        return np.array([max(len(ids) - 1, 0) for ids in self.tokenize(texts)], dtype=np.int64)
 
     def _rows(self, texts: Sequence[str], prefixes: Sequence[str] | None) -> list[_Row]:
         prefixes = prefixes if prefixes is not None else [""] * len(texts)
@@ -269,7 +273,8 @@ class StatsEngine:
         return tensor.pin_memory().to(self.loaded.device, non_blocking=True)
 
     def _run_batch(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """log p(target), vocabulary mean and variance of log p at every scored position of the rows, in order, on the device."""
+        """log p(target), vocabulary mean and variance of log p at every scored position of the rows, in order, on the
+        device."""
         return self._run_packed(rows) if self.packs else self._run_padded(rows)
 
     @torch.inference_mode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,28 +24,41 @@ class TrainingDiverged(MiaFastError):
         self.losses = losses
 
 
+@dataclass(frozen=True)
+class FineTuning:
+    """A fine-tuning: ``epochs`` over the texts at ``learning_rate``, ``batch_size`` texts per optimizer step run
+    ``micro_batch`` at a time (default: all at once), every text cut to ``max_tokens`` tokens (None: whole), the
+    order and dropout seeded by ``seed``."""
+
+    epochs: int = 3
+    learning_rate: float = 1e-4
+    batch_size: int = 8
+    max_tokens: int | None = 128
+    seed: int = 0
+    micro_batch: int | None = None
+
+
 def fine_tune(
     loaded: LoadedModel,
     texts: Sequence[str],
-    *,
-    epochs: int,
-    learning_rate: float,
-    batch_size: int,
-    micro_batch: int | None = None,
-    max_tokens: int | None = None,
-    seed: int = 0,
+    tuning: FineTuning,
     ascent: bool = False,
     on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
-    """Fine-tunes ``loaded.model`` in place on ``texts``: causal LM loss over every token (the start
-    token prepended as when scoring), AdamW at a constant learning rate without weight decay, gradients
-    clipped to norm 1. Each optimizer step sees ``batch_size`` texts, run ``micro_batch`` at a time with
-    the gradients accumulated (the mean of the micro-batches' mean losses). Texts are cut to
-    ``max_tokens`` tokens. With ``ascent``, the loss is maximised instead (gradient ascent, the usual
-    unlearning baseline); the losses returned are still the true ones. Returns the loss of every step;
-    raises TrainingDiverged on a NaN loss."""
+    """Fine-tunes ``loaded.model`` in place on ``texts`` as ``tuning`` says: causal LM loss over every token (the
+    start token prepended as when scoring), AdamW at a constant learning rate without weight decay, gradients
+    clipped to norm 1, each optimizer step the mean of its micro-batches' mean losses. With ``ascent``, the loss
+    is maximised instead (gradient ascent, the usual unlearning baseline); the losses returned are still the true
+    ones. Returns the loss of every step; raises TrainingDiverged on a NaN loss."""
     model, device = loaded.model, loaded.device
-    micro_batch = min(micro_batch or batch_size, batch_size)
+    epochs, learning_rate, batch_size, max_tokens, seed = (
+        tuning.epochs,
+        tuning.learning_rate,
+        tuning.batch_size,
+        tuning.max_tokens,
+        tuning.seed,
+    )
+    micro_batch = min(tuning.micro_batch or batch_size, batch_size)
     sequences = tokenize(loaded.tokenizer, list(texts), prepend_start=True)
     if max_tokens is not None:
         sequences = [ids[: max_tokens + 1] for ids in sequences]

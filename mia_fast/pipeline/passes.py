@@ -11,11 +11,23 @@ a method brings its own in its module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 TARGET = "target"
 REFERENCE = "reference"
+
+TokenCallback = Callable[[int], None]
+
+
+class ReadoutRunner(Protocol):
+    """The readouts a model-running engine serves (``mia_fast.pipeline.engine.StatsEngine``)."""
+
+    def compute(self, texts, on_tokenized=None, on_progress=None, prefixes=None) -> Any: ...
+    def hidden_states(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
+    def sample(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
+    def gradient_norms(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,11 @@ class Identity:
 class TokenStatsReadout:
     """Per scored token: target id, logp, mu, var (TokenStats)."""
 
+    token_stats = True  # what a stats cache holds
+
+    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
+        return engine.compute(texts, on_tokenized, on_progress, prefixes)
+
 
 @dataclass(frozen=True)
 class HiddenStatesReadout:
@@ -38,6 +55,10 @@ class HiddenStatesReadout:
     output is taken before the model's final norm."""
 
     layers: tuple[int, ...] | None = None
+    token_stats = False
+
+    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
+        return engine.hidden_states(texts, self, prefixes, on_tokenized, on_progress)
 
 
 @dataclass(frozen=True)
@@ -49,6 +70,10 @@ class SamplesReadout:
     count: int
     seed: int = 0
     top_k: int = 50
+    token_stats = False
+
+    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
+        return engine.sample(texts, self, prefixes, on_tokenized, on_progress)
 
 
 @dataclass(frozen=True)
@@ -59,6 +84,10 @@ class GradientNormReadout:
 
     norm: float = float("inf")
     parameters: tuple[str, ...] = ()
+    token_stats = False
+
+    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
+        return engine.gradient_norms(texts, self, prefixes, on_tokenized, on_progress)
 
 
 TOKEN_STATS = TokenStatsReadout()
@@ -81,3 +110,33 @@ class Pass:
 
 
 PLAIN = Pass()
+
+
+class Engine(Protocol):
+    """What scoring needs of an engine: one model's passes over texts, whatever serves them (a model run here,
+    a stats cache, saved TokenStats, a model behind a server).
+
+    ``run`` returns what ``readout`` reads out of ``texts`` (each after its prefix): TokenStats, or an array
+    with a row per text; it refuses, in one line, a readout it cannot serve. ``loaded`` is the model where
+    the engine holds one (None otherwise: settings that need the model, such as a frequency table mapped
+    onto its vocabulary, are then refused). ``backend`` and ``device`` say where the per-text reductions run.
+    """
+
+    backend: str
+    device: Any
+    loaded: Any
+
+    def run(
+        self,
+        readout: Readout,
+        texts: Sequence[str],
+        prefixes: Sequence[str] | None = None,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+    ) -> Any: ...
+
+    def tokenize_ahead(self, texts: Sequence[str]) -> None:
+        """Prepares texts about to be scored, on another thread than the scoring one (may do nothing)."""
+
+    def scored_positions(self, texts: Sequence[str]) -> Any:
+        """The positions the plain pass scores in each text (int64 [texts])."""

@@ -3,10 +3,10 @@
 A cache directory holds one folder per engine setting (model weights, tokenizer, start token, window,
 dtype, device type, backend: everything that changes a token's statistics), named by the hash of that
 setting and described by its ``settings.json``. In it, shards in the Arrow IPC file format (open,
-columnar, read by memory map without decoding; never pickle) hold one row per text: the key (sha256 of the pass's prefix and the text as run), its length, and the
-text's ``target_ids``, ``logp``, ``mu``, ``var`` and ``first_occurrence``; the shard's metadata holds its
-setting and a CRC-32 of all of it. Every shard is written to a temporary name and renamed, so a killed
-run leaves whole shards or none.
+columnar, read by memory map without decoding; never pickle) hold one row per text: the key (sha256 of the
+pass's prefix and the text as run), its length, and the text's ``target_ids``, ``logp``, ``mu``, ``var`` and
+``first_occurrence``; the shard's metadata holds its setting and a CRC-32 of all of it. Every shard is written
+to a temporary name and renamed, so a killed run leaves whole shards or none.
 
 Reads are checked: a shard that does not open, belongs to another setting, or whose checksum does not
 match is refused with a message, moved aside (``.rejected``) and its texts are computed again; nothing
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import Readout, TokenStatsReadout
+from mia_fast.pipeline.passes import TOKEN_STATS, Readout
 from mia_fast.pipeline.stats import TokenStats
 
 CACHE_FORMAT = 1
@@ -90,7 +90,8 @@ class StatsCache:
 
     def _refuse(self, shard: Path, reason: str) -> None:
         self.log(
-            f"stats cache: {shard} refused ({reason}); its texts are computed again (the file is kept as {shard.name}.rejected)"
+            f"stats cache: {shard} refused ({reason}); its texts are computed again (the file is kept as "
+            f"{shard.name}.rejected)"
         )
         shard.rename(shard.with_name(shard.name + ".rejected"))
         self._index = {key: place for key, place in self._load_index().items() if place[0] != shard}
@@ -99,7 +100,8 @@ class StatsCache:
         import pyarrow as pa
 
         try:
-            # The map stays open while the arrays read from it live; shards are only ever replaced, never written in place.
+            # The map stays open while the arrays read from it live; shards are only ever replaced, never written in
+            # place.
             table = pa.ipc.open_file(pa.memory_map(str(shard))).read_all().select(list(columns))
         except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             self._refuse(shard, f"cannot be read: {str(exc).splitlines()[0]}")
@@ -223,7 +225,8 @@ class StatsCache:
 def open_cache(
     directory: str | os.PathLike, setting: str | None = None, log: Callable[[str], None] = lambda message: None
 ) -> StatsCache:
-    """The stats cache already in ``directory``: its only setting, or the one whose folder name starts with ``setting``."""
+    """The stats cache already in ``directory``: its only setting, or the one whose folder name starts with
+    ``setting``."""
     folders = sorted(p.parent for p in Path(directory).glob("*/settings.json"))
     if not folders:
         raise MiaFastError(
@@ -250,18 +253,29 @@ def _describe(folder: Path) -> str:
     return f"weights {str(settings.get('weights'))[:12]}, {settings.get('dtype')} on {settings.get('device')}"
 
 
-class CacheOnlyEngine:
-    """Serves TokenStats passes from a stats cache alone: no model is loaded and nothing runs forward, so a
-    text or pass the cache does not hold is refused."""
+class _StatsOnlyEngine:
+    """An engine that holds token statistics and no model: nothing to tokenize, nothing to run forward."""
 
     backend = "torch"
     device = None
+    loaded = None
+
+    def run(self, readout: Readout, texts: Sequence[str], prefixes=None, on_tokenized=None, on_progress=None):
+        raise NotImplementedError
+
+    def tokenize_ahead(self, texts: Sequence[str]) -> None:
+        """Nothing to prepare: stats need no tokenizer."""
+
+    def scored_positions(self, texts: Sequence[str]) -> np.ndarray:
+        return self.run(TOKEN_STATS, texts).lengths
+
+
+class CacheOnlyEngine(_StatsOnlyEngine):
+    """Serves TokenStats passes from a stats cache alone: no model is loaded and nothing runs forward, so a
+    text or pass the cache does not hold is refused."""
 
     def __init__(self, cache: StatsCache):
         self.cache = cache
-
-    def tokenize_ahead(self, texts: Sequence[str]) -> None:
-        """Nothing to prepare: cached stats need no tokenizer."""
 
     def run(
         self,
@@ -271,9 +285,10 @@ class CacheOnlyEngine:
         on_tokenized=None,
         on_progress=None,
     ) -> TokenStats:
-        if not isinstance(readout, TokenStatsReadout):
+        if not readout.token_stats:
             raise MiaFastError(
-                f"a cache holds token statistics only; a method reading {type(readout).__name__} needs the model: use 'mia-fast score'"
+                f"a cache holds token statistics only; a method reading {type(readout).__name__} needs the model: use "
+                "'mia-fast score'"
             )
         prefixes = prefixes if prefixes is not None else [""] * len(texts)
         keys = [text_key(prefix, text) for prefix, text in zip(prefixes, texts)]
@@ -283,7 +298,8 @@ class CacheOnlyEngine:
             if missing:
                 example = texts[missing[0]] if len(texts[missing[0]]) <= 60 else texts[missing[0]][:57] + "..."
                 raise MiaFastError(
-                    f"{len(missing)} pass(es) of these texts are not in the stats cache {self.cache.root} (e.g. of {example!r}); "
+                    f"{len(missing)} pass(es) of these texts are not in the stats cache {self.cache.root} (e.g. of "
+                    f"{example!r}); "
                     "score them there first with 'mia-fast score --stats-cache' and the same methods"
                 )
             stats = self.cache.stats(keys)
@@ -292,13 +308,10 @@ class CacheOnlyEngine:
         return stats
 
 
-class SavedStatsEngine:
+class SavedStatsEngine(_StatsOnlyEngine):
     """Serves the plain pass of texts from a TokenStats file (``TokenStats.save``) whose row i holds text i of
     ``texts``: no model is loaded and nothing runs forward, so any other pass, or a text not among ``texts``,
     is refused."""
-
-    backend = "torch"
-    device = None
 
     def __init__(self, stats: TokenStats, texts: Sequence[str], source: str):
         if len(stats.lengths) != len(texts):
@@ -309,9 +322,6 @@ class SavedStatsEngine:
         self.stats, self.source = stats, source
         self.rows = {text: i for i, text in reversed(list(enumerate(texts)))}
 
-    def tokenize_ahead(self, texts: Sequence[str]) -> None:
-        """Nothing to prepare: saved stats need no tokenizer."""
-
     def run(
         self,
         readout: Readout,
@@ -320,7 +330,7 @@ class SavedStatsEngine:
         on_tokenized=None,
         on_progress=None,
     ) -> TokenStats:
-        if not isinstance(readout, TokenStatsReadout) or any(prefixes or ()):
+        if not readout.token_stats or any(prefixes or ()):
             raise MiaFastError(
                 f"{self.source} holds the plain pass only; methods with other passes need a stats cache "
                 "('mia-fast score --stats-cache DIR') or the model"

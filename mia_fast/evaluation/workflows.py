@@ -1,0 +1,194 @@
+"""The workflows behind the commands, as library functions over a typed run configuration: evaluate labelled
+texts (``mia-fast eval``), calibrate a threshold and classify with it (``calibrate``, ``classify``), and audit
+an unlearning (``audit-unlearning``). Each scores through :func:`mia_fast.scoring.runner.score_file`, resumably,
+then reads the scores back and reports."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mia_fast.data.files import Dataset, read_scores
+from mia_fast.data.text import assign_buckets, count_words
+from mia_fast.errors import MiaFastError
+from mia_fast.evaluation import metrics
+from mia_fast.evaluation.blind import blind_scores, cross_validation_folds
+from mia_fast.evaluation.report import write_report
+from mia_fast.evaluation.thresholds import Threshold, calibrate, require_both_classes, write_classification
+from mia_fast.evaluation.unlearning import Rule, UnlearningAudit, audit_unlearning, write_audit_report
+from mia_fast.methods.registry import resolve_methods
+from mia_fast.scoring.config import RunConfig
+from mia_fast.scoring.runner import score_file
+
+Log = Callable[[str], None]
+
+
+def _silent(message: str) -> None:
+    return None
+
+
+def scored_columns(dataset: Dataset, config: RunConfig, data_name: str, log: Log) -> dict[str, np.ndarray]:
+    """Scores ``dataset`` into ``config.output.out`` (resumably) and reads every score column back."""
+    score_file(dataset, config, log=log, data_name=data_name)
+    columns = [c for r in resolve_methods(config.scoring.methods, config.scoring.k) for c in r.columns]
+    return read_scores(config.output.path, columns)
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """Where the report goes, the bootstrap resamples of the AUROC CI and their seed, word-length bucket edges
+    (metrics per bucket too) and whether the model-free baselines are evaluated beside the methods."""
+
+    report: str | os.PathLike
+    bootstrap: int = 1000
+    seed: int = 0
+    buckets: Sequence[int] | None = None
+    blind: bool = True
+
+
+@dataclass
+class Evaluation:
+    results: dict[str, metrics.MethodMetrics]
+    paths: list[Path]
+
+
+def evaluate_file(
+    dataset: Dataset,
+    config: RunConfig,
+    evaluation: EvaluationConfig,
+    meta: Mapping[str, Any] | None = None,
+    log: Log = _silent,
+) -> Evaluation:
+    """Scores labelled texts (resumably, into ``config.output.out``), adds the model-free baselines, and writes
+    the report (metrics.json, figures, report.md, report.html) into ``evaluation.report``. ``meta`` is recorded
+    in the report beside the run's own settings (e.g. the input's name under ``data``)."""
+    if evaluation.bootstrap < 1:
+        raise MiaFastError(f"--bootstrap must be a positive number of resamples, got {evaluation.bootstrap}")
+    labels = metrics.check_labels(dataset.labels)
+    if evaluation.blind:
+        cross_validation_folds(labels)  # before any scoring
+    meta = dict(meta or {})
+    columns = scored_columns(dataset, config, meta.get("data", "the input"), log)
+    if evaluation.blind:
+        columns |= blind_scores(dataset.texts, labels, seed=evaluation.seed)
+    results = metrics.evaluate(labels, columns, resamples=evaluation.bootstrap, seed=evaluation.seed)
+    buckets = None
+    if evaluation.buckets:
+        names = assign_buckets([count_words(t) for t in dataset.texts], evaluation.buckets)
+        buckets = metrics.evaluate_by_group(
+            labels, columns, names, resamples=evaluation.bootstrap, seed=evaluation.seed
+        )
+    meta = {
+        **meta,
+        "model": config.model.name,
+        "scores": str(config.output.path),
+        "prepend_start": config.model.prepend_start,
+        "methods": ",".join(config.scoring.methods),
+        "k": list(config.scoring.k),
+        "model_free_baselines": evaluation.blind,
+    }
+    paths = write_report(evaluation.report, labels, columns, results, meta, buckets=buckets)
+    return Evaluation(results, paths)
+
+
+def _one_column(config: RunConfig, column: str) -> RunConfig:
+    return replace(config, scoring=replace(config.scoring, methods=(column,), k=()))
+
+
+@dataclass(frozen=True)
+class CalibrationRule:
+    """The score column a threshold is for, and how it is picked: best validation ``accuracy``, or the highest TPR
+    at ``target_fpr`` (rule ``fpr``)."""
+
+    column: str
+    rule: str = "accuracy"
+    target_fpr: float | None = None
+
+
+def calibrate_file(
+    dataset: Dataset,
+    config: RunConfig,
+    rule: CalibrationRule,
+    settings: Mapping[str, Any],
+    data_name: str = "the input",
+    log: Log = _silent,
+) -> Threshold:
+    """A threshold for ``rule.column`` picked on labelled validation texts, scored (resumably) into
+    ``config.output.out`` with that column alone; ``settings`` are what the threshold records and later checks."""
+    require_both_classes(dataset.labels)  # before any scoring
+    config = _one_column(config, rule.column)
+    scores = scored_columns(dataset, config, data_name, log)[rule.column]
+    target_fpr = rule.target_fpr if rule.rule == "fpr" else None
+    return calibrate(dataset.labels, scores, rule.column, rule.rule, target_fpr, dict(settings))
+
+
+def classify_file(
+    dataset: Dataset,
+    config: RunConfig,
+    threshold: Threshold,
+    threshold_source: str,
+    out: Path,
+    data_name: str = "the input",
+    log: Log = _silent,
+) -> list[dict]:
+    """Flags texts with a calibrated threshold: scores them (resumably, into ``config.output.out``) with the
+    threshold's column, writes one row per text with its score and flag to ``out`` and the per-document rates
+    beside it (``<out stem>.rates.json``); returns the rates, highest first."""
+    config = _one_column(config, threshold.method)
+    scores = scored_columns(dataset, config, data_name, log)[threshold.method]
+    rates_path = out.with_name(out.stem + ".rates.json")
+    return write_classification(
+        out, rates_path, threshold, threshold_source, scores, dataset.ids, dataset.labels, dataset.groups
+    )
+
+
+@dataclass(frozen=True)
+class UnlearningModels:
+    """The models before and after unlearning (hub names, directories or .gguf files, each with its own
+    tokenizer) and the one score column the audit compares."""
+
+    before: str
+    after: str
+    column: str
+
+
+def audit_unlearning_file(
+    dataset: Dataset,
+    config: RunConfig,
+    models: UnlearningModels,
+    rule: Rule,
+    report: Path,
+    data_name: str = "the input",
+    log: Log = _silent,
+) -> tuple[UnlearningAudit, list[Path]]:
+    """Scores ``models.column`` under the model before and after unlearning (into ``report/scores-<role>.jsonl``,
+    resumably), flags the texts that still look like members after, and writes the audit report."""
+    report.mkdir(parents=True, exist_ok=True)
+    column = models.column
+    scores = {}
+    for role, model in (("before", models.before), ("after", models.after)):
+        log(f"scoring {column} under the model {role} unlearning ({model})")
+        output = replace(config.output, out=report / f"scores-{role}.jsonl")
+        run = replace(_one_column(config, column), output=output, model=replace(config.model, model=model, gguf=None))
+        scores[role] = scored_columns(dataset, run, data_name, log)[column]
+    audit = audit_unlearning(
+        column, scores["before"], scores["after"], rule, models.before, models.after, dataset.groups
+    )
+    return audit, write_audit_report(report, audit, dataset.ids, dataset.labels, data_name)
+
+
+__all__ = [
+    "CalibrationRule",
+    "Evaluation",
+    "EvaluationConfig",
+    "UnlearningModels",
+    "audit_unlearning_file",
+    "calibrate_file",
+    "classify_file",
+    "evaluate_file",
+]

@@ -1,0 +1,1 @@
+"""Scoring: the typed run configuration, the Detector over its engines, the pass planner and the file runner."""

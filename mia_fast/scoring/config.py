@@ -1,0 +1,128 @@
+"""The typed configuration of a scoring run, built by the CLI (or by hand) and handed to the library.
+
+A run is a :class:`RunConfig`: the model (:class:`ModelConfig`), what to score (:class:`ScoringConfig`: the
+methods, k, each method's settings, online detection), where the scores go (:class:`OutputConfig`) and how
+fast (:class:`ComputeConfig`). Every field says whether it changes scores (``scores`` in its metadata; a whole
+ComputeConfig changes none): :meth:`RunConfig.recorded` is what a threshold, a Ray manifest or a resumed
+output records and compares.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from mia_fast.methods.online import OnlineSetting
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, recorded_settings, resolve_methods
+from mia_fast.methods.settings import MethodSettings, recorded
+from mia_fast.pipeline.models import LoadedModel
+
+DEFAULT_BLOCK_ROWS = 512
+DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
+
+
+def _scores(default: Any, changes_scores: bool = True) -> Any:
+    return field(default=default, metadata={"scores": changes_scores})
+
+
+def score_fields(config: Any) -> dict[str, Any]:
+    """The fields of a config that change scores, as JSON."""
+    return {f.name: recorded(getattr(config, f.name)) for f in fields(config) if f.metadata.get("scores")}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The target model (a hub name, a local directory, or a LoadedModel in memory; None: the built-in
+    SmolLM2-135M) or a GGUF file, the reference model of ``ref``, where and in what precision they run
+    (``device``, ``dtype`` apply to models loaded here), whether the start token is prepended, the window
+    length for long texts (default: the model's context) and the back end of the token statistics and
+    reductions (``auto``, ``torch``, ``triton``). Every field changes scores."""
+
+    model: str | LoadedModel | None = _scores(None)
+    gguf: str | os.PathLike | None = _scores(None)
+    ref_model: str | LoadedModel | None = _scores(None)
+    device: str | None = _scores(None)
+    dtype: str | None = _scores(None)
+    prepend_start: bool = _scores(True)
+    max_length: int | None = _scores(None)
+    backend: str = _scores("auto")
+
+    @property
+    def name(self) -> str:
+        """The target model as a user named it."""
+        if isinstance(self.model, LoadedModel):
+            return self.model.name
+        return str(self.gguf or self.model or DEFAULT_MODEL_NAME)
+
+
+@dataclass(frozen=True)
+class ComputeConfig:
+    """How the work is done, never what it computes: the token budget per forward batch (default: 1024 on
+    CPU, 16384 on GPU), a stats cache directory that keeps every pass's token statistics, a progress bar,
+    and whether a file's next block is read and its last written on threads of their own."""
+
+    batch_tokens: int | None = _scores(None, False)
+    stats_cache: str | os.PathLike | None = _scores(None, False)
+    progress: bool = _scores(True, False)
+    overlap: bool = _scores(True, False)
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """What to score: method names (``mink`` takes every k, ``mink_0.2`` one), the k fractions, every method's
+    settings (one object per settings class, e.g. ``SamiaSettings(samples=5)``) and online detection."""
+
+    methods: tuple[str, ...] = _scores(DEFAULT_METHODS)
+    k: tuple[float, ...] = _scores(DEFAULT_KS)
+    settings: MethodSettings = _scores(MethodSettings())
+    online: OnlineSetting | None = _scores(None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "methods", tuple(self.methods))
+        object.__setattr__(self, "k", tuple(self.k))
+        object.__setattr__(self, "settings", MethodSettings.coerce(self.settings))
+
+    def recorded(self) -> dict[str, Any]:
+        """The methods, k, online detection and the settings that change the requested methods' scores."""
+        requests = resolve_methods(self.methods, self.k)
+        return {
+            "methods": list(self.methods),
+            "k": list(self.k),
+            "online": recorded(self.online),
+            **recorded_settings([r.method for r in requests], self.settings),
+        }
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where scores go (.jsonl, .csv or .parquet), whether an existing output is continued or replaced, the rows
+    scored and written per block, and the input fields copied to the output (id and label)."""
+
+    out: str | os.PathLike = _scores(None, False)
+    resume: bool = _scores(False, False)
+    overwrite: bool = _scores(False, False)
+    block_rows: int = _scores(DEFAULT_BLOCK_ROWS, False)
+    id_field: str = _scores("id", False)
+    label_field: str = _scores("label", False)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.out)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole scoring run: model, scoring, output, compute."""
+
+    output: OutputConfig
+    model: ModelConfig = field(default_factory=ModelConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+
+    def recorded(self) -> dict[str, Any]:
+        """Every setting that changes a score of this run, as JSON."""
+        model = score_fields(self.model)
+        model["model"] = self.model.name
+        return {**model, **self.scoring.recorded()}

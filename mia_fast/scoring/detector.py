@@ -1,0 +1,238 @@
+"""The Detector: scores texts with every requested method, running each pass the methods need once, on the
+engines it holds (a model run here, a stats cache, saved TokenStats; ``mia_fast.pipeline.passes.Engine``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mia_fast.errors import MiaFastError
+from mia_fast.methods import registry
+from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting, TextWindows, online_scores
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, MethodRequest, ScoringInputs
+from mia_fast.methods.settings import MethodSettings
+from mia_fast.pipeline.engine import StatsEngine
+from mia_fast.pipeline.models import LoadedModel, load_model
+from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Engine, TokenCallback
+from mia_fast.pipeline.stats import TokenStats
+from mia_fast.pipeline.stats_cache import CacheOnlyEngine, SavedStatsEngine, open_cache
+from mia_fast.scoring.config import ComputeConfig, ModelConfig
+from mia_fast.scoring.planner import run_passes
+
+UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
+Settings = MethodSettings | Iterable[object] | None
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+@dataclass
+class OnlineScores:
+    """Online detection: ``setting.method`` on every window of ``setting.window`` scored tokens of each text
+    (``windows[i]``), and each text's best window: its score, its span ``[span_start, span_end)`` in scored
+    tokens (-1 for a text with no scored token) and its decoded text (None there). Scored token ``t`` is the
+    id after the first of the text's ids as the detector tokenizes it (``detector.target.tokenize``)."""
+
+    setting: OnlineSetting
+    windows: list[TextWindows]
+    span_text: list[str | None]
+
+    @property
+    def max_score(self) -> np.ndarray:
+        return np.array([w.max_score for w in self.windows], dtype=np.float64)
+
+    @property
+    def span_start(self) -> np.ndarray:
+        return np.array([w.best_span[0] for w in self.windows], dtype=np.int64)
+
+    @property
+    def span_end(self) -> np.ndarray:
+        return np.array([w.best_span[1] for w in self.windows], dtype=np.int64)
+
+
+@dataclass
+class Scores(Mapping[str, np.ndarray]):
+    """Columnar scores: one float64 array per score column, in input order.
+
+    ``n_tokens`` is the number of scored positions per text; ``warnings`` holds a message for each
+    text that could not be scored (its scores are NaN) and None elsewhere; ``online`` the online
+    detection, when asked for.
+    """
+
+    columns: dict[str, np.ndarray]
+    n_tokens: np.ndarray
+    warnings: list[str | None]
+    online: OnlineScores | None = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.columns)
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+
+def model_engines(config: ModelConfig, compute: ComputeConfig) -> dict[str, Engine]:
+    """The target's engine (and the reference's, with ``config.ref_model``), their models loaded here unless given
+    in memory, with the stats cache of ``compute`` where it names one."""
+
+    def engine(model: str | LoadedModel | None, gguf: str | os.PathLike | None, max_length: int | None) -> StatsEngine:
+        loaded = model if isinstance(model, LoadedModel) else load_model(model, gguf, config.device, config.dtype)
+        return StatsEngine(
+            loaded,
+            prepend_start=config.prepend_start,
+            batch_tokens=compute.batch_tokens,
+            max_length=max_length,
+            backend=config.backend,
+        )
+
+    engines = {TARGET: engine(config.model, config.gguf, config.max_length)}
+    if config.ref_model is not None:
+        engines[REFERENCE] = engine(config.ref_model, None, None)
+    if compute.stats_cache is not None:
+        for built in engines.values():
+            built.use_cache(compute.stats_cache, log=_log)
+    return engines
+
+
+class Detector:
+    """Pretraining-data detector around a target model (and optionally a reference model).
+
+    >>> detector = Detector()                       # built-in SmolLM2-135M
+    >>> scores = detector.score(["some text"], methods=["loss", "mink", "minkpp"], k=[0.2])
+    >>> scores["mink_0.2"]
+
+    ``model`` is a :class:`ModelConfig`, or its model alone (a hub name, a directory, a :class:`LoadedModel`
+    already in memory, e.g. one just fine-tuned), or an engine of its own (anything following
+    :class:`mia_fast.pipeline.passes.Engine`, e.g. :meth:`from_stats_cache`'s). ``settings`` are the methods'
+    settings (a :class:`MethodSettings` or settings objects, e.g. ``[RecallSettings(prefix_nonmembers=...)]``),
+    made ready here: a probe loaded and checked against the model, a frequency table mapped onto its
+    vocabulary. ``compute`` sets the batch budget and the stats cache: texts scored before, with any methods, k
+    or cap, then need no forward pass.
+    """
+
+    def __init__(
+        self,
+        model: ModelConfig | str | LoadedModel | Engine | None = None,
+        settings: Settings = None,
+        compute: ComputeConfig | None = None,
+    ) -> None:
+        if hasattr(model, "run") and hasattr(model, "scored_positions"):
+            self.engines: dict[str, Engine] = {TARGET: model}
+        else:
+            config = model if isinstance(model, ModelConfig) else ModelConfig(model=model)
+            self.engines = model_engines(config, compute or ComputeConfig())
+        self.target = self.engines[TARGET]
+        self.reference = self.engines.get(REFERENCE)
+        self.backend = self.target.backend
+        self.settings = self._prepared(settings)
+
+    @classmethod
+    def from_stats_cache(cls, directory: str | os.PathLike, setting: str | None = None, settings: Settings = None):
+        """A detector that scores from a stats cache alone (``mia-fast rescore``): no model is loaded, nothing runs
+        forward, and a text or pass the cache does not hold is refused. ``setting`` picks one of the cache's
+        model settings (a folder name or its start) where it holds several; ``settings`` are the methods'
+        settings (e.g. the prefixes of ``recall``)."""
+        return cls(CacheOnlyEngine(open_cache(directory, setting, log=_log)), settings)
+
+    @classmethod
+    def from_token_stats(cls, stats: str | os.PathLike | TokenStats, texts: Sequence[str], settings: Settings = None):
+        """A detector that scores ``texts`` from their saved TokenStats (:meth:`token_stats`, ``TokenStats.save``;
+        row i is text i) alone: methods reading only the plain pass (loss, zlib, mink, minkpp, and lowercase where a
+        text is its own lowercase copy). ``settings`` as in :meth:`from_stats_cache`."""
+        source = "the TokenStats" if isinstance(stats, TokenStats) else str(stats)
+        loaded = stats if isinstance(stats, TokenStats) else TokenStats.load(stats)
+        return cls(SavedStatsEngine(loaded, texts, source), settings)
+
+    def _prepared(self, settings: Settings) -> MethodSettings:
+        return registry.prepare_settings(MethodSettings.coerce(settings), self.target.loaded)
+
+    def with_settings(self, settings: Settings) -> MethodSettings:
+        """This detector's settings with the objects of ``settings`` put in place of theirs, made ready."""
+        given = MethodSettings.coerce(settings).given()
+        return self._prepared(self.settings.replace(*given)) if given else self.settings
+
+    def token_stats(self, texts: Sequence[str]) -> TokenStats:
+        """TokenStats of ``texts`` under the target model (save them to re-score without a forward pass)."""
+        return self.target.run(PLAIN.readout, texts)
+
+    def score(
+        self,
+        texts: Sequence[str],
+        methods: Sequence[str] = DEFAULT_METHODS,
+        k: Sequence[float] = DEFAULT_KS,
+        settings: Settings = None,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+    ) -> Scores:
+        """Scores every text with every method (higher = more likely a member); ``settings`` replace the
+        detector's own for this call (e.g. ``[DcpddSettings(a=0.05, frequencies=...)]``)."""
+        settings = self.with_settings(settings)
+        return self.score_requests(texts, self.requests(methods, k, settings), settings, on_tokenized, on_progress)
+
+    def score_online(
+        self, texts: Sequence[str], window: int, stride: int | None = None, method: str = DEFAULT_ONLINE_METHOD
+    ) -> OnlineScores:
+        """Online detection (Min-K%++ §4.4): ``method`` (``loss``, ``mink_<k>`` or ``minkpp_<k>``) on every window
+        of ``window`` scored tokens, one every ``stride`` (default ``window // 2``), from each text's one forward
+        pass; a text's maximum window points at the span that looks most like a member."""
+        return self.score_requests(texts, [], online=OnlineSetting(window, stride, method)).online
+
+    def requests(
+        self, methods: Sequence[str], k: Sequence[float] = DEFAULT_KS, settings: MethodSettings | None = None
+    ) -> list[MethodRequest]:
+        """Resolves method names and checks that this detector can serve them."""
+        requests = registry.resolve_methods(methods, k)
+        registry.check_available(requests, settings or self.settings, models=self.engines)
+        return requests
+
+    def score_requests(
+        self,
+        texts: Sequence[str],
+        requests: Sequence[MethodRequest],
+        settings: MethodSettings | None = None,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+        online: OnlineSetting | None = None,
+    ) -> Scores:
+        """Scores every text with resolved ``requests`` under ``settings`` (default: the detector's, made ready),
+        plus the online detection of ``online`` from the same pass."""
+        texts = list(texts)
+        if not all(isinstance(t, str) for t in texts):
+            raise MiaFastError("every text must be a string")
+        settings = settings or self.settings
+        registry.check_texts(settings, requests, texts)
+        # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash.
+        cleaned = [t if t.strip() else "" for t in texts]
+        registry.before_scoring(settings, requests, cleaned)
+        passes = registry.passes_of(requests, settings)
+        if online is not None and PLAIN not in passes:
+            passes.append(PLAIN)
+        results = run_passes(self.engines, cleaned, passes, on_tokenized, on_progress)
+        plain = results.pop(PLAIN, None)
+        inputs = ScoringInputs(plain, results, cleaned, settings, self.backend, self.target.device)
+        columns = registry.score(inputs, requests)
+        n_tokens = plain.lengths if plain is not None else self.target.scored_positions(cleaned)
+        warnings = [UNSCORABLE_WARNING if n == 0 else None for n in n_tokens]
+        for name in columns:
+            columns[name][n_tokens == 0] = np.nan
+        online_detection = self._online_detection(cleaned, plain, online) if online is not None else None
+        return Scores(columns, n_tokens, warnings, online_detection)
+
+    def _online_detection(self, texts: Sequence[str], stats: TokenStats, online: OnlineSetting) -> OnlineScores:
+        """The windows of ``online`` over ``texts``' plain-pass ``stats``, and each text's best span decoded."""
+        windows = online_scores(stats, online, self.backend, self.target.device)
+        tokenizer = self.target.loaded.tokenizer
+        # Scored token t predicts ids[t + 1]: the engine's context windows score every id after the first, in order.
+        span_text = [
+            tokenizer.decode(ids[start + 1 : end + 1]) if start >= 0 else None
+            for ids, (start, end) in zip(self.target.tokenize(texts), (w.best_span for w in windows))
+        ]
+        return OnlineScores(online, windows, span_text)
