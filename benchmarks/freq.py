@@ -34,7 +34,7 @@ import numpy as np
 from common import RESULTS, SHARED_DATA, machine
 
 from mia_fast.frequency import build, sources
-from mia_fast.frequency.sources import build_from_text, build_from_tokens
+from mia_fast.frequency.sources import Counting, build_from_text, build_from_tokens
 from mia_fast.pipeline.models import load_tokenizer
 
 TOKEN_FILES = {"uint16": 50257, "uint32": 151936}
@@ -98,7 +98,7 @@ def bench_tokens(workdir: Path, gib: float, n_rounds: int, threads: int) -> dict
         median = rounds(
             {
                 "mia_fast_build_tokens": lambda path=path, vocab=vocab, dtype=dtype: build_from_tokens(
-                    [path], vocab_size=vocab, dtype=dtype, threads=threads
+                    [path], Counting(vocab_size=vocab), dtype=dtype, threads=threads
                 ),
                 "numpy_bincount": lambda path=path, vocab=vocab, dtype=dtype: np.bincount(
                     np.memmap(path, dtype=dtype, mode="r"), minlength=vocab

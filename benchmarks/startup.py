@@ -28,11 +28,11 @@ TOKENS = 100_000_000
 VOCAB = 50257
 IN_PROCESS = f"""
 import statistics, sys, time
-from mia_fast.frequency.sources import build_from_tokens
+from mia_fast.frequency.sources import Counting, build_from_tokens
 times = []
 for _ in range(int(sys.argv[2])):
     started = time.perf_counter()
-    build_from_tokens([sys.argv[1]], vocab_size={VOCAB:d}, dtype="uint16")
+    build_from_tokens([sys.argv[1]], Counting(vocab_size={VOCAB:d}), dtype="uint16")
     times.append(time.perf_counter() - started)
 print(statistics.median(times))
 """

@@ -51,6 +51,8 @@ _EXPORTS = {
     "FrequencyTable": ("mia_fast.frequency.table", "FrequencyTable"),
     "build_from_text": ("mia_fast.frequency.sources", "build_from_text"),
     "build_from_tokens": ("mia_fast.frequency.sources", "build_from_tokens"),
+    "Counting": ("mia_fast.frequency.sources", "Counting"),
+    "CorpusFormat": ("mia_fast.frequency.sources", "CorpusFormat"),
     "metrics": ("mia_fast.evaluation.metrics", None),
 }
 

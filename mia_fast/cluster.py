@@ -37,6 +37,7 @@ from mia_fast.data.files import (
     row_positions,
 )
 from mia_fast.errors import MiaFastError
+from mia_fast.frequency.sources import CorpusFormat, Counting
 from mia_fast.frequency.table import write_atomically
 
 if TYPE_CHECKING:
@@ -540,14 +541,11 @@ def _count_file(
 def build_on_ray(
     sources: Sequence[str | os.PathLike],
     tokenizer: Any,
+    counting: Counting = Counting(),  # noqa: B008  (a frozen dataclass, as build_from_text's default)
+    corpus: CorpusFormat = CorpusFormat(),  # noqa: B008
     *,
     address: str | None = None,
-    mode: str = "occurrence",
-    max_tokens_per_doc: int | None = None,
-    text_field: str = "text",
     threads: int = 1,
-    vocab_size: int | None = None,
-    skip_bad_records: bool = False,
     checkpoint_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> Any:
@@ -569,9 +567,7 @@ def build_on_ray(
     started = time.perf_counter()
     if threads < 1:
         raise MiaFastError(f"--workers must be positive, got {threads}")
-    settings = text_build_settings(
-        tokenizer, mode=mode, max_tokens_per_doc=max_tokens_per_doc, text_field=text_field, vocab_size=vocab_size
-    )
+    settings = text_build_settings(tokenizer, counting, corpus)
     files = expand_sources(sources)
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
     tables: list[Any] = [None] * len(files)
@@ -598,7 +594,8 @@ def build_on_ray(
             count = ray.remote(num_cpus=threads)(_count_file)
             shared_tokenizer = ray.put(tokenizer)
             pending = {
-                count.remote(str(files[i]), shared_tokenizer, settings, threads, skip_bad_records): i for i in todo
+                count.remote(str(files[i]), shared_tokenizer, settings, threads, corpus.skip_bad_records): i
+                for i in todo
             }
             try:
                 while pending:

@@ -11,7 +11,7 @@ from conftest import CORPUS, train_tokenizer
 
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency import sources as corpus
-from mia_fast.frequency.sources import build_from_text, build_from_tokens
+from mia_fast.frequency.sources import CorpusFormat, Counting, build_from_text, build_from_tokens
 from mia_fast.frequency.table import FrequencyTable, tokenizer_fingerprint
 
 ENGLISH_DOCS = [f"{CORPUS[i % 6]} ({i}) " + CORPUS[(i * 5) % 7] for i in range(60)] + ["", "x"]
@@ -57,7 +57,7 @@ def write_corpus(path, docs, field="text"):
 def test_text_formats_count_exactly_like_numpy(tokenizer, tmp_path, suffix):
     docs = [d for d in ENGLISH_DOCS if d] if suffix == ".txt" else [d.replace(") ", ")\n") for d in ENGLISH_DOCS]
     path = write_corpus(tmp_path / f"c{suffix}", docs, field="content")
-    report = build_from_text([path], tokenizer, text_field="content", workers=2)
+    report = build_from_text([path], tokenizer, corpus=CorpusFormat(text_field="content"), workers=2)
     expected = reference_counts(tokenizer, docs, len(tokenizer))
     np.testing.assert_array_equal(report.table.counts, expected)
     assert report.table.tokens == expected.sum()
@@ -81,7 +81,7 @@ def test_directory_and_glob_of_shards(tokenizer, tmp_path, monkeypatch):
 @pytest.mark.parametrize("mode, cap", [("document", None), ("occurrence", 5), ("document", 3)])
 def test_document_mode_and_cap_on_text(tokenizer, tmp_path, mode, cap):
     path = write_corpus(tmp_path / "c.jsonl", ENGLISH_DOCS)
-    table = build_from_text([path], tokenizer, mode=mode, max_tokens_per_doc=cap).table
+    table = build_from_text([path], tokenizer, Counting(mode=mode, max_tokens_per_doc=cap)).table
     np.testing.assert_array_equal(table.counts, reference_counts(tokenizer, ENGLISH_DOCS, len(tokenizer), cap, mode))
     lengths = [len(tokenizer.encode(d, add_special_tokens=False)[:cap]) for d in ENGLISH_DOCS]
     assert table.tokens == sum(lengths)
@@ -97,10 +97,10 @@ def test_chinese_text_with_a_byte_level_bpe(tmp_path):
 
 def test_model_vocabulary_larger_than_the_tokenizer(tokenizer, tmp_path):
     path = write_corpus(tmp_path / "c.txt", ["the fox"])
-    table = build_from_text([path], tokenizer, vocab_size=len(tokenizer) + 64).table
+    table = build_from_text([path], tokenizer, Counting(vocab_size=len(tokenizer) + 64)).table
     assert table.vocab_size == len(tokenizer) + 64 and table.counts[len(tokenizer) :].sum() == 0
     with pytest.raises(MiaFastError, match="smaller than the tokenizer"):
-        build_from_text([path], tokenizer, vocab_size=10)
+        build_from_text([path], tokenizer, Counting(vocab_size=10))
 
 
 def test_interrupted_build_resumes_to_the_same_table(tokenizer, tmp_path, monkeypatch):
@@ -132,7 +132,7 @@ def test_resume_refuses_other_settings(tokenizer, tmp_path):
     path = write_corpus(tmp_path / "c.jsonl", ENGLISH_DOCS)
     build_from_text([path], tokenizer, checkpoint_dir=tmp_path / "partial")
     with pytest.raises(MiaFastError, match="unfinished build with other settings"):
-        build_from_text([path], tokenizer, mode="document", checkpoint_dir=tmp_path / "partial")
+        build_from_text([path], tokenizer, Counting(mode="document"), checkpoint_dir=tmp_path / "partial")
 
 
 def test_corrupt_checkpoint_is_counted_again(tokenizer, tmp_path):
@@ -166,7 +166,7 @@ def test_bad_records_stop_the_build_by_default(tokenizer, tmp_path):
 
 
 def test_bad_records_are_skipped_and_counted_on_request(tokenizer, tmp_path):
-    report = build_from_text([bad_corpus(tmp_path)], tokenizer, skip_bad_records=True)
+    report = build_from_text([bad_corpus(tmp_path)], tokenizer, corpus=CorpusFormat(skip_bad_records=True))
     assert report.bad_records == 4 and report.table.documents == 2
     assert [e.split(": ", 1)[0].rsplit(":", 1)[1] for e in report.bad_examples] == ["2", "3", "4", "5"]
     assert "no string field 'text' (found: title)" in report.bad_examples[2]
@@ -184,9 +184,12 @@ def test_invalid_utf8_in_txt_and_bad_parquet_values(tokenizer, tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"text": ["a fox", None]}), tmp_path / "c.parquet")
-    assert build_from_text([tmp_path / "c.parquet"], tokenizer, skip_bad_records=True).bad_records == 1
+    assert (
+        build_from_text([tmp_path / "c.parquet"], tokenizer, corpus=CorpusFormat(skip_bad_records=True)).bad_records
+        == 1
+    )
     with pytest.raises(MiaFastError, match="no column 'body'"):
-        build_from_text([tmp_path / "c.parquet"], tokenizer, text_field="body")
+        build_from_text([tmp_path / "c.parquet"], tokenizer, corpus=CorpusFormat(text_field="body"))
 
 
 def test_empty_and_missing_corpora(tokenizer, tmp_path):
@@ -236,10 +239,10 @@ def test_raw_and_npy_token_files_count_like_bincount(tmp_path, dtype, vocab):
     np.save(with_header, ids.astype(dtype))
     expected = np.bincount(ids, minlength=vocab)
     for files, given in (([raw], dtype), ([headerless], dtype), ([with_header], None)):
-        table = build_from_tokens(files, vocab_size=vocab, dtype=given, threads=2)
+        table = build_from_tokens(files, Counting(vocab_size=vocab), dtype=given, threads=2)
         np.testing.assert_array_equal(table.counts, expected)
         assert table.tokens == len(ids) and table.documents is None
-    both = build_from_tokens([raw, with_header], vocab_size=vocab, dtype=dtype)
+    both = build_from_tokens([raw, with_header], Counting(vocab_size=vocab), dtype=dtype)
     np.testing.assert_array_equal(both.counts, 2 * expected)
 
 
@@ -250,11 +253,11 @@ def test_megatron_pairs_count_by_document(tmp_path, monkeypatch):
     write_megatron(tmp_path / "c4_text_document", documents, sequences_per_doc=2)
     ids = np.concatenate(documents)
     for source in ("c4_text_document", "c4_text_document.bin", "c4_text_document.idx"):
-        table = build_from_tokens([tmp_path / source], vocab_size=50257)
+        table = build_from_tokens([tmp_path / source], Counting(vocab_size=50257))
         np.testing.assert_array_equal(table.counts, np.bincount(ids, minlength=50257))
         assert table.documents == 200
     distinct = build_from_tokens(
-        [tmp_path / "c4_text_document"], vocab_size=50257, mode="document", max_tokens_per_doc=1024
+        [tmp_path / "c4_text_document"], Counting(mode="document", max_tokens_per_doc=1024, vocab_size=50257)
     )
     expected = sum(np.bincount(np.unique(d[:1024]), minlength=50257) for d in documents)
     np.testing.assert_array_equal(distinct.counts, expected)
@@ -265,29 +268,41 @@ def test_separator_gives_documents_to_a_raw_stream(tmp_path):
     eot = 0
     documents = [np.array([5, 5, 6, eot]), np.array([6, 6, eot]), np.array([7, 5])]
     np.concatenate(documents).astype(np.uint16).tofile(tmp_path / "s.bin")
-    table = build_from_tokens([tmp_path / "s.bin"], vocab_size=8, dtype="uint16", mode="document", doc_separator=eot)
+    table = build_from_tokens(
+        [tmp_path / "s.bin"], Counting(mode="document", vocab_size=8), dtype="uint16", doc_separator=eot
+    )
     np.testing.assert_array_equal(table.counts, [2, 0, 0, 0, 0, 2, 2, 1])
     assert table.documents == 3
     with pytest.raises(MiaFastError, match="need documents; give --doc-separator"):
-        build_from_tokens([tmp_path / "s.bin"], vocab_size=8, dtype="uint16", max_tokens_per_doc=2)
+        build_from_tokens([tmp_path / "s.bin"], Counting(max_tokens_per_doc=2, vocab_size=8), dtype="uint16")
 
 
 def test_bad_token_files_are_refused(tmp_path):
     (tmp_path / "odd.bin").write_bytes(b"\x01\x00\x02")
     with pytest.raises(MiaFastError, match="3 bytes is not a whole number of uint16 ids"):
-        build_from_tokens([tmp_path / "odd.bin"], vocab_size=10, dtype="uint16")
+        build_from_tokens([tmp_path / "odd.bin"], Counting(vocab_size=10), dtype="uint16")
     with pytest.raises(MiaFastError, match="needs --dtype"):
-        build_from_tokens([tmp_path / "odd.bin"], vocab_size=10)
+        build_from_tokens([tmp_path / "odd.bin"], Counting(vocab_size=10))
     ids = np.zeros(300_000, np.uint16)
     ids[123_456] = 60_000
     ids.tofile(tmp_path / "big.bin")
     with pytest.raises(
         MiaFastError, match=r"big.bin: token id 60000 at position 123456 is outside the vocabulary \[0, 50257\)"
     ):
-        build_from_tokens([tmp_path / "big.bin"], vocab_size=50257, dtype="uint16")
+        build_from_tokens([tmp_path / "big.bin"], Counting(vocab_size=50257), dtype="uint16")
     np.save(tmp_path / "floats.npy", np.zeros(4, np.float32))
     with pytest.raises(MiaFastError, match="expected a 1-D array"):
-        build_from_tokens([tmp_path / "floats.npy"], vocab_size=10)
+        build_from_tokens([tmp_path / "floats.npy"], Counting(vocab_size=10))
+
+
+def test_counting_settings_are_checked_when_made(tmp_path):
+    with pytest.raises(MiaFastError, match="mode must be one of occurrence, document, got 'sometimes'"):
+        Counting(mode="sometimes")
+    with pytest.raises(MiaFastError, match="max_tokens_per_doc must be positive, got 0"):
+        Counting(max_tokens_per_doc=0)
+    np.zeros(4, np.uint16).tofile(tmp_path / "t.bin")
+    with pytest.raises(MiaFastError, match=r"needs the vocabulary size: Counting\(vocab_size=...\)"):
+        build_from_tokens([tmp_path / "t.bin"], Counting(), dtype="uint16")
 
 
 def test_first_bad_id_position_is_file_relative_across_chunks(tmp_path, monkeypatch):
@@ -297,7 +312,7 @@ def test_first_bad_id_position_is_file_relative_across_chunks(tmp_path, monkeypa
     ids[4000] = 77
     ids.tofile(tmp_path / "t.bin")
     with pytest.raises(MiaFastError, match="token id 99 at position 3210"):
-        build_from_tokens([tmp_path / "t.bin"], vocab_size=10, dtype="uint32")
+        build_from_tokens([tmp_path / "t.bin"], Counting(vocab_size=10), dtype="uint32")
 
 
 def test_megatron_index_that_does_not_match_its_bin(tmp_path):
@@ -307,20 +322,20 @@ def test_megatron_index_that_does_not_match_its_bin(tmp_path):
     with pytest.raises(
         MiaFastError, match="d.idx does not match .*d.bin: the index describes 30 bytes of tokens, the .bin holds 32"
     ):
-        build_from_tokens([tmp_path / "d"], vocab_size=20)
+        build_from_tokens([tmp_path / "d"], Counting(vocab_size=20))
     idx = (tmp_path / "d.idx").read_bytes()
     (tmp_path / "d.idx").write_bytes(idx[:-5])
     with pytest.raises(MiaFastError, match="d.idx: the index is truncated"):
-        build_from_tokens([tmp_path / "d"], vocab_size=20)
+        build_from_tokens([tmp_path / "d"], Counting(vocab_size=20))
     (tmp_path / "d.idx").write_bytes(b"NOTANIDX" + idx[8:])
     with pytest.raises(MiaFastError, match="not a Megatron index"):
-        build_from_tokens([tmp_path / "d"], vocab_size=20)
+        build_from_tokens([tmp_path / "d"], Counting(vocab_size=20))
     write_megatron(tmp_path / "f", [np.arange(4)], dtype=np.float32, code=7)
     with pytest.raises(MiaFastError, match="dtype code 7 is not a token id type"):
-        build_from_tokens([tmp_path / "f"], vocab_size=20)
+        build_from_tokens([tmp_path / "f"], Counting(vocab_size=20))
     write_megatron(tmp_path / "g", [np.arange(4)])
     with pytest.raises(MiaFastError, match="the index says uint16 ids, not uint32"):
-        build_from_tokens([tmp_path / "g"], vocab_size=20, dtype="uint32")
+        build_from_tokens([tmp_path / "g"], Counting(vocab_size=20), dtype="uint32")
 
 
 def test_table_from_tokens_merges_with_table_from_text(tokenizer, tmp_path):
@@ -329,7 +344,7 @@ def test_table_from_tokens_merges_with_table_from_text(tokenizer, tmp_path):
     ids.tofile(tmp_path / "t.bin")
     from_tokens = build_from_tokens(
         [tmp_path / "t.bin"],
-        vocab_size=len(tokenizer),
+        Counting(vocab_size=len(tokenizer)),
         dtype="uint16",
         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from mia_fast.errors import MiaFastError
-from mia_fast.frequency.sources import TOKEN_DTYPES, build_from_text, build_from_tokens
+from mia_fast.frequency.sources import TOKEN_DTYPES, CorpusFormat, Counting, build_from_text, build_from_tokens
 from mia_fast.frequency.table import MODES, FrequencyTable, tokenizer_fingerprint
 
 
@@ -109,7 +109,8 @@ def _check_output(path: Path, overwrite: bool) -> None:
 
 def _summary(table: FrequencyTable, path: Path) -> str:
     documents = "unknown" if table.documents is None else f"{table.documents:,}"
-    return f"wrote {path}: {table.tokens:,} tokens, {documents} documents, {int((table.counts > 0).sum()):,} of {table.vocab_size:,} ids seen"
+    seen = int((table.counts > 0).sum())
+    return f"wrote {path}: {table.tokens:,} tokens, {documents} documents, {seen:,} of {table.vocab_size:,} ids seen"
 
 
 def command_build(args: argparse.Namespace) -> None:
@@ -131,11 +132,8 @@ def command_build(args: argparse.Namespace) -> None:
     report = build(
         args.sources,
         tokenizer,
-        mode=args.mode,
-        max_tokens_per_doc=args.max_tokens_per_doc,
-        text_field=args.text_field,
-        vocab_size=args.vocab_size,
-        skip_bad_records=args.skip_bad_records,
+        Counting(mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc, vocab_size=args.vocab_size),
+        CorpusFormat(text_field=args.text_field, skip_bad_records=args.skip_bad_records),
         checkpoint_dir=checkpoints,
         progress=not args.quiet,
         **options,
@@ -150,7 +148,8 @@ def command_build(args: argparse.Namespace) -> None:
             print(f"  {example}", file=sys.stderr)
     rate = report.table.tokens / max(report.seconds, 1e-9)
     print(
-        f"{_summary(report.table, out)} ({report.bytes_read / 2**20:.1f} MiB in {report.seconds:.1f}s, {rate / 1e6:.2f}M tokens/s)"
+        f"{_summary(report.table, out)} ({report.bytes_read / 2**20:.1f} MiB in {report.seconds:.1f}s, "
+        f"{rate / 1e6:.2f}M tokens/s)"
     )
 
 
@@ -164,10 +163,8 @@ def command_build_tokens(args: argparse.Namespace) -> None:
         fingerprint = tokenizer_fingerprint(load_tokenizer(args.tokenizer))
     table = build_from_tokens(
         args.files,
-        vocab_size=args.vocab_size,
+        Counting(mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc, vocab_size=args.vocab_size),
         dtype=args.dtype,
-        mode=args.mode,
-        max_tokens_per_doc=args.max_tokens_per_doc,
         doc_separator=args.doc_separator,
         tokenizer_fingerprint=fingerprint,
         threads=args.threads,
@@ -199,7 +196,8 @@ def command_info(args: argparse.Namespace) -> None:
     for rank, token_id in enumerate(top, start=1):
         label = f" {decode(int(token_id))!r}" if decode else ""
         print(
-            f"{rank:>4}. id {int(token_id):>7}{label}: {int(table.counts[token_id]):,} ({table.counts[token_id] / total:.3%})"
+            f"{rank:>4}. id {int(token_id):>7}{label}: {int(table.counts[token_id]):,} "
+            f"({table.counts[token_id] / total:.3%})"
         )
 
 

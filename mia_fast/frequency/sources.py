@@ -87,6 +87,31 @@ def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]
     return files
 
 
+@dataclass(frozen=True)
+class Counting:
+    """What a frequency table counts and into how many ids: ``mode`` ``occurrence`` counts every token,
+    ``document`` the documents each token occurs in; ``max_tokens_per_doc`` counts only the first tokens of
+    every document (None: all of them); ``vocab_size`` is the number of ids (a text build defaults to the
+    tokenizer's: give the model's when its output head is larger; a token build needs it)."""
+
+    mode: str = "occurrence"
+    max_tokens_per_doc: int | None = None
+    vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        check_counting_options(self.mode, self.max_tokens_per_doc)
+
+
+@dataclass(frozen=True)
+class CorpusFormat:
+    """How text corpora are read: ``text_field`` names the field (JSON lines) or column (Parquet) that
+    holds each document's text; with ``skip_bad_records`` records that are not valid UTF-8 or JSON or lack
+    the field are skipped and counted, not an error."""
+
+    text_field: str = "text"
+    skip_bad_records: bool = False
+
+
 @dataclass
 class BadRecords:
     """Corpus records that are not valid UTF-8, not valid JSON or lack the text field: an error, or
@@ -258,31 +283,30 @@ class ShardCheckpoints:
 def build_from_text(
     sources: Sequence[str | os.PathLike],
     tokenizer: Any,
+    counting: Counting = Counting(),
+    corpus: CorpusFormat = CorpusFormat(),
     *,
-    mode: str = "occurrence",
-    max_tokens_per_doc: int | None = None,
-    text_field: str = "text",
     workers: int | None = None,
-    vocab_size: int | None = None,
-    skip_bad_records: bool = False,
     checkpoint_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> BuildReport:
     """Counts the tokens of text corpora as ``tokenizer`` (a transformers fast tokenizer or a
-    ``tokenizers.Tokenizer``) tokenizes them, without special tokens.
+    ``tokenizers.Tokenizer``) tokenizes them, without special tokens, as ``counting`` says, reading them as
+    ``corpus`` says.
 
-    ``vocab_size`` defaults to the tokenizer's; give the model's when its output head is larger.
+    ``counting.vocab_size`` defaults to the tokenizer's; give the model's when its output head is larger.
     With ``checkpoint_dir`` every finished shard (input file) is kept there, and a rerun skips it.
     """
-    settings = text_build_settings(
-        tokenizer, mode=mode, max_tokens_per_doc=max_tokens_per_doc, text_field=text_field, vocab_size=vocab_size
-    )
+    settings = text_build_settings(tokenizer, counting, corpus)
     files = expand_sources(sources)
     workers = workers or os.cpu_count() or 1
     fingerprint = settings["tokenizer_fingerprint"]
+    text_field = corpus.text_field
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
-    counter = BatchCounter(counting_tokenizer(tokenizer), settings["vocab_size"], mode, max_tokens_per_doc)
-    bad = BadRecords(skip=skip_bad_records)
+    counter = BatchCounter(
+        counting_tokenizer(tokenizer), settings["vocab_size"], counting.mode, counting.max_tokens_per_doc
+    )
+    bad = BadRecords(skip=corpus.skip_bad_records)
     started = time.perf_counter()
     total_bytes = sum(p.stat().st_size for p in files)
     bar = _Progress(total_bytes, progress)
@@ -311,26 +335,21 @@ def build_from_text(
 
 
 def text_build_settings(
-    tokenizer: Any,
-    *,
-    mode: str = "occurrence",
-    max_tokens_per_doc: int | None = None,
-    text_field: str = "text",
-    vocab_size: int | None = None,
+    tokenizer: Any, counting: Counting = Counting(), corpus: CorpusFormat = CorpusFormat()
 ) -> dict[str, Any]:
     """Everything a text build's table depends on besides its sources (checked here): what a resumed build
     must share with the one it continues, and what every shard of a distributed build is counted with."""
-    check_counting_options(mode, max_tokens_per_doc)
+    check_counting_options(counting.mode, counting.max_tokens_per_doc)
     own_vocab = tokenizer_vocab_size(tokenizer)
-    vocab_size = vocab_size or own_vocab
+    vocab_size = counting.vocab_size or own_vocab
     if vocab_size < own_vocab:
         raise MiaFastError(f"vocab_size {vocab_size} is smaller than the tokenizer's {own_vocab} ids")
     return {
         "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
         "vocab_size": vocab_size,
-        "mode": mode,
-        "max_tokens_per_doc": max_tokens_per_doc,
-        "text_field": text_field,
+        "mode": counting.mode,
+        "max_tokens_per_doc": counting.max_tokens_per_doc,
+        "text_field": corpus.text_field,
     }
 
 
@@ -483,22 +502,24 @@ def _chunks(n_ids: int, offsets: np.ndarray | None) -> Iterator[tuple[int, int, 
 
 def build_from_tokens(
     files: Sequence[str | os.PathLike],
+    counting: Counting,
     *,
-    vocab_size: int,
     dtype: str | None = None,
-    mode: str = "occurrence",
-    max_tokens_per_doc: int | None = None,
     doc_separator: int | None = None,
     tokenizer_fingerprint: str | None = None,
     threads: int = 0,
     progress: bool = False,
 ) -> FrequencyTable:
-    """Counts pre-tokenized files (see :func:`open_token_file`) with the native core.
+    """Counts pre-tokenized files (see :func:`open_token_file`) with the native core, as ``counting`` says
+    (its ``vocab_size`` is required: the ids are counted into that many).
 
     Document mode and ``max_tokens_per_doc`` need documents: a Megatron index gives them, a raw
     stream needs ``doc_separator`` (the id that ends every document, e.g. GPT-2's <|endoftext|>).
     """
+    mode, max_tokens_per_doc, vocab_size = counting.mode, counting.max_tokens_per_doc, counting.vocab_size
     check_counting_options(mode, max_tokens_per_doc)
+    if vocab_size is None:
+        raise MiaFastError("build_from_tokens needs the vocabulary size: Counting(vocab_size=...)")
     if dtype is not None and dtype not in TOKEN_DTYPES:
         raise MiaFastError(f"dtype must be one of {', '.join(TOKEN_DTYPES)}, got {dtype!r}")
     sources = [open_token_file(f, dtype) for f in files]
