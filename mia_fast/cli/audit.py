@@ -68,7 +68,8 @@ def command_calibrate(args: argparse.Namespace) -> None:
     threshold.save(out)
     v = threshold.validation
     print(
-        f"{column} >= {threshold.value:.6g} flags a member ({args.rule} rule): validation accuracy {v['accuracy']:.3f}, "
+        f"{column} >= {threshold.value:.6g} flags a member ({args.rule} rule): validation accuracy "
+        f"{v['accuracy']:.3f}, "
         f"TPR {v['tpr']:.3f}, FPR {v['fpr']:.3f} on {v['members']} members and {v['nonmembers']} non-members"
     )
     print(f"wrote {out} (validation scores: {config.output.path})", file=sys.stderr)

@@ -45,7 +45,8 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
         "--prefix-shots",
         type=int,
         default=PREFIX_SHOTS,
-        help=f"for recall and conrecall: passages drawn for each prefix, known non-members and (conrecall) known members (default {PREFIX_SHOTS})",
+        help="for recall and conrecall: passages drawn for each prefix, known non-members and (conrecall) known "
+        f"members (default {PREFIX_SHOTS})",
     )
     demo.add_argument(
         "--probe-texts",
@@ -181,7 +182,8 @@ def command_demo(args: argparse.Namespace) -> None:
     )
     if experiment.dev_members:
         print(
-            f"probe: layer {experiment.settings['probe_layer']} picked on a dev set of {len(experiment.dev_members)} members and "
+            f"probe: layer {experiment.settings['probe_layer']} picked on a dev set of {len(experiment.dev_members)} "
+            "members and "
             f"{len(experiment.dev_nonmembers)} non-members, which no method is evaluated on"
         )
     print(format_table(results))

@@ -20,7 +20,8 @@ SUSPECT, VALIDATION = 1, 0
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Dataset inference (Maini et al. 2024): scores every text of SUSPECT and VALIDATION with many methods, learns a "
+        "Dataset inference (Maini et al. 2024): scores every text of SUSPECT and VALIDATION with many methods, "
+        "learns a "
         "linear model of suspect against validation on half of each, and t-tests its outputs on the other halves. "
         "VALIDATION must come from SUSPECT's distribution and be known not to be trained on."
     )

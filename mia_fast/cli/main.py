@@ -1,4 +1,5 @@
-"""``mia-fast``: ``score``, ``rescore``, ``eval``, ``calibrate``, ``classify``, ``audit-unlearning``, ``dataset-inference``, ``demo``, ``freq`` and ``probe``.
+"""``mia-fast``: ``score``, ``rescore``, ``eval``, ``calibrate``, ``classify``, ``audit-unlearning``,
+``dataset-inference``, ``demo``, ``freq`` and ``probe``.
 
 Only the chosen command's module is imported, and each imports the heavy libraries (torch,
 transformers, matplotlib) only when it runs, so ``mia-fast --help`` and ``mia-fast freq ...`` start

@@ -297,7 +297,8 @@ def neighbor_source(args: argparse.Namespace, dataset):
 
 
 def online_setting(args: argparse.Namespace):
-    """--online W with its --online-stride and --online-method as an OnlineSetting (checked here); None without --online."""
+    """--online W with its --online-stride and --online-method as an OnlineSetting (checked here); None without
+    --online."""
     from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting
 
     if getattr(args, "online", None) is None:

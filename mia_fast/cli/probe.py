@@ -57,7 +57,8 @@ def add_command(name: str, probe: argparse.ArgumentParser) -> None:
         "--normalization",
         choices=NORMALIZATIONS,
         default=ProbeTraining.normalization,
-        help="standardise dev (and later scored) activations by their own statistics (split, the paper) or the training split's",
+        help="standardise dev (and later scored) activations by their own statistics (split, the paper) or the "
+        "training split's",
     )
     train.add_argument("--seed", type=int, default=ProbeTraining.seed)
     train.add_argument("--batch-tokens", type=int, help="token budget per forward batch when reading activations")
@@ -137,6 +138,7 @@ def command_train(args: argparse.Namespace) -> None:
         mark = "  <- kept" if layer == report.probe.layer else ""
         print(f"{layer:>5} {split:>18.3f} {trained:>18.3f}{mark}")
     print(
-        f"kept layer {report.probe.layer} ({args.normalization} normalisation); proxy loss {report.proxy_losses[0]:.3f} -> {report.proxy_losses[-1]:.3f}"
+        f"kept layer {report.probe.layer} ({args.normalization} normalisation); proxy loss "
+        f"{report.proxy_losses[0]:.3f} -> {report.proxy_losses[-1]:.3f}"
     )
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)

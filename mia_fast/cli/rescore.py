@@ -1,4 +1,5 @@
-"""``mia-fast rescore``: scores from a stats cache, or a saved TokenStats file, alone, with any methods, k or cap, and no model."""
+"""``mia-fast rescore``: scores from a stats cache, or a saved TokenStats file, alone, with any methods, k or cap, and
+no model."""
 
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
             type=int,
             metavar="W",
             help="also score every window of W scored tokens: each row gets its best "
-            "window (online_max, online_start, online_end, online_text) and every window's score goes to OUT_STEM.windows.jsonl",
+            "window (online_max, online_start, online_end, online_text) and every window's score goes to "
+            "OUT_STEM.windows.jsonl",
         )
         online.add_argument(
             "--online-stride", type=int, metavar="S", help="scored tokens between window starts (default W // 2)"
