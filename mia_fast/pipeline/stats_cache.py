@@ -254,13 +254,34 @@ def _describe(folder: Path) -> str:
 
 
 class _StatsOnlyEngine:
-    """An engine that holds token statistics and no model: nothing to tokenize, nothing to run forward."""
+    """An engine that holds token statistics and no model: nothing to tokenize, nothing to run forward. A subclass
+    says which passes it holds (``_refusal``: why not, or None) and looks their stats up (``_stats``)."""
 
     backend = "torch"
     device = None
     loaded = None
 
-    def run(self, readout: Readout, texts: Sequence[str], prefixes=None, on_tokenized=None, on_progress=None):
+    def run(
+        self,
+        readout: Readout,
+        texts: Sequence[str],
+        prefixes: Sequence[str] | None = None,
+        on_tokenized=None,
+        on_progress=None,
+    ) -> TokenStats:
+        prefixes = list(prefixes) if prefixes is not None else [""] * len(texts)
+        refusal = self._refusal(readout, prefixes)
+        if refusal is not None:
+            raise MiaFastError(refusal)
+        stats = self._stats(texts, prefixes)
+        if on_progress is not None:
+            on_progress(int(stats.lengths.sum()))
+        return stats
+
+    def _refusal(self, readout: Readout, prefixes: Sequence[str]) -> str | None:
+        raise NotImplementedError
+
+    def _stats(self, texts: Sequence[str], prefixes: Sequence[str]) -> TokenStats:
         raise NotImplementedError
 
     def tokenize_ahead(self, texts: Sequence[str]) -> None:
@@ -277,20 +298,15 @@ class CacheOnlyEngine(_StatsOnlyEngine):
     def __init__(self, cache: StatsCache):
         self.cache = cache
 
-    def run(
-        self,
-        readout: Readout,
-        texts: Sequence[str],
-        prefixes: Sequence[str] | None = None,
-        on_tokenized=None,
-        on_progress=None,
-    ) -> TokenStats:
-        if not readout.token_stats:
-            raise MiaFastError(
-                f"a cache holds token statistics only; a method reading {type(readout).__name__} needs the model: use "
-                "'mia-fast score'"
-            )
-        prefixes = prefixes if prefixes is not None else [""] * len(texts)
+    def _refusal(self, readout: Readout, prefixes: Sequence[str]) -> str | None:
+        if readout.token_stats:
+            return None
+        return (
+            f"a cache holds token statistics only; a method reading {type(readout).__name__} needs the model: use "
+            "'mia-fast score'"
+        )
+
+    def _stats(self, texts: Sequence[str], prefixes: Sequence[str]) -> TokenStats:
         keys = [text_key(prefix, text) for prefix, text in zip(prefixes, texts)]
         stats = None
         while stats is None:
@@ -299,12 +315,9 @@ class CacheOnlyEngine(_StatsOnlyEngine):
                 example = texts[missing[0]] if len(texts[missing[0]]) <= 60 else texts[missing[0]][:57] + "..."
                 raise MiaFastError(
                     f"{len(missing)} pass(es) of these texts are not in the stats cache {self.cache.root} (e.g. of "
-                    f"{example!r}); "
-                    "score them there first with 'mia-fast score --stats-cache' and the same methods"
+                    f"{example!r}); score them there first with 'mia-fast score --stats-cache' and the same methods"
                 )
             stats = self.cache.stats(keys)
-        if on_progress is not None:
-            on_progress(int(stats.lengths.sum()))
         return stats
 
 
@@ -322,26 +335,19 @@ class SavedStatsEngine(_StatsOnlyEngine):
         self.stats, self.source = stats, source
         self.rows = {text: i for i, text in reversed(list(enumerate(texts)))}
 
-    def run(
-        self,
-        readout: Readout,
-        texts: Sequence[str],
-        prefixes: Sequence[str] | None = None,
-        on_tokenized=None,
-        on_progress=None,
-    ) -> TokenStats:
-        if not readout.token_stats or any(prefixes or ()):
-            raise MiaFastError(
-                f"{self.source} holds the plain pass only; methods with other passes need a stats cache "
-                "('mia-fast score --stats-cache DIR') or the model"
-            )
+    def _refusal(self, readout: Readout, prefixes: Sequence[str]) -> str | None:
+        if readout.token_stats and not any(prefixes):
+            return None
+        return (
+            f"{self.source} holds the plain pass only; methods with other passes need a stats cache "
+            "('mia-fast score --stats-cache DIR') or the model"
+        )
+
+    def _stats(self, texts: Sequence[str], prefixes: Sequence[str]) -> TokenStats:
         missing = next((text for text in texts if text not in self.rows), None)
         if missing is not None:
             raise MiaFastError(
                 f"{self.source} holds the plain pass of the input's texts only, not of {missing[:60]!r} "
                 "(a method's transformed copy of a text needs a stats cache or the model)"
             )
-        stats = self.stats.take([self.rows[text] for text in texts])
-        if on_progress is not None:
-            on_progress(int(stats.lengths.sum()))
-        return stats
+        return self.stats.take([self.rows[text] for text in texts])
