@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 from common import RESULTS, machine, pile_texts
 
+from mia_fast.api import DcpddSettings, NeighborSettings, SamiaSettings, ScoringConfig
 from mia_fast.cli.options import floats, ints
-from mia_fast.evaluation.experiments import FineTuning, run_experiment
+from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, run_experiment
 from mia_fast.frequency.build import count_token_ids
-from mia_fast.methods.registry import DEFAULT_SAMIA_SAMPLES
+from mia_fast.methods.samia import DEFAULT_SAMPLES as DEFAULT_SAMIA_SAMPLES
 from mia_fast.pipeline.models import LoadedModel, load_model
 from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WordDropNeighbors
 
@@ -155,18 +156,20 @@ def main() -> None:
             base.model.load_state_dict(untouched)
             loaded = LoadedModel(base.model, base.tokenizer, base.name, base.device, base.dtype)
             started = time.perf_counter()
+            method_settings = [SamiaSettings(samples=args.samia_samples, seed=args.seed)]
+            if counts is not None:
+                method_settings.append(DcpddSettings(frequencies=counts))
+            if "neighbor" in methods:
+                method_settings.append(NeighborSettings(WordDropNeighbors(args.neighbor_count, seed=args.seed)))
             experiment, results = run_experiment(
                 loaded,
                 corpus,
                 args.reports / f"lr{lr:g}-ep{epochs}",
-                FineTuning(epochs, lr, 8, args.max_tokens, args.seed),
-                texts=args.texts,
-                methods=methods,
+                ExperimentDesign(
+                    FineTuning(epochs, lr, 8, args.max_tokens, args.seed), texts=args.texts, bootstrap=1000
+                ),
+                ScoringConfig(methods=methods, settings=method_settings),
                 corpus_name="pile_test (4 subsets)",
-                bootstrap=1000,
-                frequencies=counts,
-                neighbors=WordDropNeighbors(args.neighbor_count, seed=args.seed) if "neighbor" in methods else None,
-                method_settings={"samia_samples": args.samia_samples},
             )
             run = {
                 "learning_rate": lr,

@@ -33,7 +33,17 @@ import torch
 from common import RESULTS, machine, pile_texts
 from reference_loop import public_loop_scores
 
-from mia_fast import DataStream, Detector, LoadedModel, score_file
+from mia_fast import (
+    ComputeConfig,
+    DataStream,
+    Detector,
+    LoadedModel,
+    ModelConfig,
+    OutputConfig,
+    RunConfig,
+    ScoringConfig,
+    score_file,
+)
 from mia_fast.methods import DEFAULT_KS
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.models import load_tokenizer
@@ -79,9 +89,10 @@ def timed(fn) -> float:
 
 
 def detector_and_texts(name: str, batch_tokens: int | None) -> tuple[Detector, list[str]]:
-    options = dict(prepend_start=False, batch_tokens=batch_tokens)
+    compute = ComputeConfig(batch_tokens=batch_tokens)
     if name == "builtin":
-        return Detector(device="cpu", dtype="fp32", **options), pile_texts("wikipedia_en", n=100, max_words=100)
+        model = ModelConfig(device="cpu", dtype="fp32", prepend_start=False)
+        return Detector(model, compute=compute), pile_texts("wikipedia_en", n=100, max_words=100)
     if name == "qwen-152k":
         from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -90,7 +101,8 @@ def detector_and_texts(name: str, batch_tokens: int | None) -> tuple[Detector, l
         loaded = LoadedModel(
             model, load_tokenizer("default"), "random Qwen2.5-0.5B shape (V=151936)", torch.device("cpu"), torch.float32
         )
-        return Detector(loaded, **options), pile_texts("pubmed_abstracts", n=20, max_words=None)
+        detector = Detector(ModelConfig(loaded, prepend_start=False), compute=compute)
+        return detector, pile_texts("pubmed_abstracts", n=20, max_words=None)
     raise SystemExit(f"unknown model {name!r}; choose builtin or qwen-152k")
 
 
@@ -113,10 +125,12 @@ def scoring_file(detector: Detector, texts: list[str], scratch: Path, overlap: b
     data = scratch / "texts.jsonl"
     if not data.exists():
         data.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
-    options = dict(
-        methods=METHODS, k=DEFAULT_KS, detector=detector, block_rows=FILE_BLOCK_ROWS, overwrite=True, progress=False
+    config = RunConfig(
+        OutputConfig(scratch / "scores.jsonl", overwrite=True, block_rows=FILE_BLOCK_ROWS),
+        scoring=ScoringConfig(METHODS, DEFAULT_KS),
+        compute=ComputeConfig(progress=False, overlap=overlap),
     )
-    return lambda: score_file(DataStream(data), scratch / "scores.jsonl", overlap=overlap, **options)
+    return lambda: score_file(DataStream(data), config, detector)
 
 
 # Ratios of median times: (name, numerator contender, denominator contender); reported where both ran.

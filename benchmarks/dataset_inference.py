@@ -26,8 +26,9 @@ import numpy as np
 from common import RESULTS, machine
 from contamination import interleaved_corpus
 
+from mia_fast.api import NeighborSettings, ScoringConfig
 from mia_fast.evaluation.dataset_inference import dataset_inference, plot_p_values
-from mia_fast.evaluation.experiments import FineTuning, run_experiment
+from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, run_experiment
 from mia_fast.methods import resolve_methods
 from mia_fast.pipeline.models import load_model
 from mia_fast.pipeline.neighbors import WordDropNeighbors
@@ -54,14 +55,18 @@ def main() -> None:
             loaded,
             interleaved_corpus(max(64, args.texts)),
             args.reports,
-            FineTuning(args.epochs, args.lr, 8, args.max_tokens, args.seed),
-            texts=args.texts,
-            methods=FEATURES,
-            ks=KS,
+            ExperimentDesign(
+                FineTuning(args.epochs, args.lr, 8, args.max_tokens, args.seed),
+                texts=args.texts,
+                bootstrap=200,
+                blind=False,
+            ),
+            ScoringConfig(
+                methods=FEATURES,
+                k=KS,
+                settings=[NeighborSettings(WordDropNeighbors(args.neighbor_count, seed=args.seed))],
+            ),
             corpus_name="pile_test (4 subsets)",
-            bootstrap=200,
-            neighbors=WordDropNeighbors(args.neighbor_count, seed=args.seed),
-            blind=False,
         )
     features = [c for r in resolve_methods(FEATURES, KS) for c in r.columns]
     rows = [json.loads(line) for line in (args.reports / "scores.jsonl").read_text().splitlines()]

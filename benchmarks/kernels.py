@@ -31,7 +31,7 @@ import torch
 from common import RESULTS, SHARED_DATA, machine, pile_texts
 from reference_loop import public_loop_scores
 
-from mia_fast import Detector, LoadedModel, kernels
+from mia_fast import DcpddSettings, Detector, LoadedModel, ModelConfig, kernels
 from mia_fast.frequency.build import count_token_ids
 from mia_fast.kernels import token_stats
 from mia_fast.methods import DEFAULT_KS
@@ -377,7 +377,9 @@ def bench_end_to_end(config: dict, device: torch.device, data: Path) -> dict:
     ids = np.concatenate([np.asarray(i, np.uint32) for i in tokenizer(texts)["input_ids"]])
     counts = count_token_ids(ids, loaded.vocab_size)
     detectors = {
-        backend: Detector(loaded, backend=backend, prepend_start=False, frequencies=counts)
+        backend: Detector(
+            ModelConfig(loaded, prepend_start=False, backend=backend), [DcpddSettings(frequencies=counts)]
+        )
         for backend in ("triton", "torch")
     }
     contenders = {
@@ -409,7 +411,7 @@ def bench_end_to_end(config: dict, device: torch.device, data: Path) -> dict:
     for backend, name in (("triton", "kernels"), ("torch", "torch_reference")):
 
         def score_one(text: str, length: int, backend=backend) -> None:
-            Detector(loaded, backend=backend, prepend_start=False, max_length=length).score(
+            Detector(ModelConfig(loaded, prepend_start=False, max_length=length, backend=backend)).score(
                 [text], ["loss", "mink", "minkpp"], [0.2]
             )
 

@@ -8,7 +8,7 @@ recall and conrecall are 4 other wikipedia_en texts each (as the demo draws them
 dcpdd are counted over 500 pile_cc documents; ref's reference model is a second copy of the built-in
 model (a reference of the same size); neighbor makes 25 word-drop neighbours per text; probe reads
 the middle layer with an untrained probe of the trained shape (its cost does not depend on its
-weights). Each pass kind is also run alone through ``Detector.run_passes``: tokens run (prefix,
+weights). Each pass kind is also run alone through the pass planner (``run_passes``): tokens run (prefix,
 transformed text, generated tokens) per second.
 
     python benchmarks/method_cost.py [--texts 16] [--max-words 100] [--rounds 3]
@@ -27,7 +27,17 @@ import time
 import numpy as np
 from common import RESULTS, machine, pile_texts
 
-from mia_fast import Detector
+from mia_fast import (
+    ConRecallSettings,
+    DcpddSettings,
+    Detector,
+    ModelConfig,
+    NeighborSettings,
+    PacSettings,
+    ProbeSettings,
+    RecallSettings,
+    SamiaSettings,
+)
 from mia_fast.frequency.build import count_token_ids
 from mia_fast.methods.conrecall import member_prefix_pass
 from mia_fast.methods.gradnorm import gradnorm_pass
@@ -39,6 +49,7 @@ from mia_fast.methods.samia import samia_pass
 from mia_fast.pipeline.models import load_model
 from mia_fast.pipeline.neighbors import WordDropNeighbors
 from mia_fast.pipeline.passes import PLAIN
+from mia_fast.scoring.planner import run_passes
 
 METHODS = [
     "loss",
@@ -104,17 +115,17 @@ def main() -> None:
         loaded.vocab_size,
     )
     detector = Detector(
-        loaded,
-        ref_model=reference,
-        frequencies=counts,
-        prefix_nonmembers=prefix_nonmembers,
-        prefix_members=prefix_members,
-        neighbors=WordDropNeighbors(),
-        probe=untrained_probe(loaded),
-        prepend_start=False,
+        ModelConfig(loaded, ref_model=reference, prepend_start=False),
+        [
+            DcpddSettings(frequencies=counts),
+            RecallSettings(prefix_nonmembers=prefix_nonmembers),
+            ConRecallSettings(prefix_members=prefix_members),
+            NeighborSettings(WordDropNeighbors()),
+            ProbeSettings(untrained_probe(loaded)),
+        ],
     )
-    input_tokens = int(detector.scored_positions(texts).sum() + len(texts))
-    options = detector.options()
+    input_tokens = int(detector.target.scored_positions(texts).sum() + len(texts))
+    options = detector.settings
     pass_kinds = {
         "plain (TokenStats)": [PLAIN],
         "non-member prefix (recall)": [recall_pass(options)],
@@ -123,7 +134,7 @@ def main() -> None:
         "one word-swapped copy (pac)": pac_passes(options)[:1],
         "samia sampling (10 per text; prompt + generated tokens)": [samia_pass(options)],
         "gradient norm (forward + backward, one text at a time)": [gradnorm_pass(options)],
-        "probe hidden states (stops at its layer)": [options.probe.scoring_pass],
+        "probe hidden states (stops at its layer)": [options.of(ProbeSettings).probe.scoring_pass],
     }
     seconds: dict[str, list[float]] = {m: [] for m in METHODS}
     loss_beside: dict[str, list[float]] = {m: [] for m in METHODS}
@@ -141,7 +152,7 @@ def main() -> None:
             print(f"round {round_ + 1}: {method} {method_s:.1f} s (loss beside it {loss_s:.1f} s)", flush=True)
         for kind, passes in pass_kinds.items():
             pass_s, pass_tokens[kind] = timed(
-                lambda on_tokenized, passes=passes: detector.run_passes(texts, passes, on_tokenized=on_tokenized)
+                lambda on_tokenized, passes=passes: run_passes(detector.engines, texts, passes, on_tokenized)
             )
             pass_seconds[kind].append(pass_s)
 
@@ -180,9 +191,9 @@ def main() -> None:
         "input_tokens": input_tokens,
         "model": loaded.name,
         "dtype": "fp32",
-        "samia_samples": options.samia_samples,
-        "pac_copies": options.pac_copies,
-        "neighbors": options.neighbors.count,
+        "samia_samples": options.of(SamiaSettings).samples,
+        "pac_copies": options.of(PacSettings).copies,
+        "neighbors": options.of(NeighborSettings).neighbors.count,
     }
     path.write_text(
         json.dumps(

@@ -14,7 +14,7 @@ import numpy as np
 from common import RESULTS, machine, pile_texts
 from reference_loop import public_loop_scores
 
-from mia_fast import Detector
+from mia_fast import Detector, ModelConfig
 
 KS = [0.1, 0.2, 0.5, 1.0]
 
@@ -25,7 +25,7 @@ def max_relative(a: np.ndarray, b: np.ndarray) -> float:
 
 def main() -> None:
     texts = pile_texts("wikipedia_en", n=100, max_words=100)
-    detector = Detector(prepend_start=False, device="cpu", dtype="fp32")
+    detector = Detector(ModelConfig(prepend_start=False, device="cpu", dtype="fp32"))
     loaded = detector.target.loaded
     ours = detector.score(texts, methods=["loss", "zlib", "mink", "minkpp"], k=KS)
     public = public_loop_scores(loaded.model, loaded.tokenizer, texts, KS)

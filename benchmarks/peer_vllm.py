@@ -142,7 +142,7 @@ def load_average() -> list[float]:
 def bench(name: str, dtypes: list[str], rounds: int, vllm_python: str, scratch: Path, padded: bool) -> dict:
     import numpy as np
 
-    from mia_fast import Detector
+    from mia_fast import Detector, ModelConfig
     from mia_fast.methods import DEFAULT_KS
 
     methods = ["loss", "zlib", "mink", "minkpp"]
@@ -151,7 +151,7 @@ def bench(name: str, dtypes: list[str], rounds: int, vllm_python: str, scratch: 
     ours_fp32 = None
     for dtype in dtypes:
         start = time.perf_counter()
-        detector = Detector(model_dir, device="cpu", dtype=dtype)
+        detector = Detector(ModelConfig(model_dir, device="cpu", dtype=dtype))
         load_s = time.perf_counter() - start
         ids = detector.target.tokenize(texts)
         tokens = sum(map(len, ids))

@@ -25,7 +25,7 @@ import time
 import numpy as np
 from common import RESULTS, machine, pile_texts
 
-from mia_fast import Detector, load_model
+from mia_fast import Detector, ProbeSettings, load_model
 from mia_fast.data import Dataset
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.experiments import prepare_texts, split_members
@@ -69,7 +69,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     report, train_seconds = trainings[chosen]
     plot_dev_auroc(RESULTS / f"probe-dev-auroc-seed{seed}.png", report)
 
-    detector = Detector(loaded, probe=report.probe)
+    detector = Detector(loaded, [ProbeSettings(report.probe)])
     scoring = {
         "score_loss_only": lambda: detector.score(evaluated, methods=["loss"]),
         "score_probe_only": lambda: detector.score(evaluated, methods=["probe"]),
@@ -80,7 +80,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
         for name, fn in scoring.items():
             seconds[name].append(timed(fn)[1])
     scores = scoring["score_loss_mink_minkpp_probe"]()
-    train_normalised = Detector(loaded, probe=report.probe, probe_normalization="train").score(
+    train_normalised = Detector(loaded, [ProbeSettings(report.probe, normalization="train")]).score(
         evaluated, methods=["probe"]
     )
     columns = {

@@ -22,7 +22,7 @@ from dataclasses import replace
 from common import RESULTS, machine, pile_texts
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from mia_fast import Detector
+from mia_fast import Detector, ModelConfig
 from mia_fast.methods import DEFAULT_KS
 from mia_fast.ops.token_stats import StreamedTokenStats
 from mia_fast.pipeline.batching import plan_batches
@@ -49,7 +49,7 @@ def instrument(decoder: PackedDecoder) -> None:
 
 
 def profile_dtype(dtype: str, texts: list[str]) -> dict:
-    detector = Detector(device="cpu", dtype=dtype)
+    detector = Detector(ModelConfig(device="cpu", dtype=dtype))
     engine = detector.target
     detector.score(texts, methods=METHODS, k=DEFAULT_KS)  # warm-up; builds the packed decoder
     instrument(engine._packed)

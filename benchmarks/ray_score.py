@@ -33,7 +33,17 @@ from pathlib import Path
 import torch
 from common import RESULTS, SHARED_DATA, machine
 
-from mia_fast import DataStream, score_file, score_on_ray
+from mia_fast import (
+    ComputeConfig,
+    DataStream,
+    ModelConfig,
+    OutputConfig,
+    RunConfig,
+    ScoringConfig,
+    score_file,
+    score_on_ray,
+)
+from mia_fast.cluster import RayConfig
 from mia_fast.methods import DEFAULT_KS
 from mia_fast.pipeline.models import load_tokenizer
 
@@ -122,27 +132,28 @@ def main() -> None:
         data, model = scratch / "rows.jsonl", scratch / "model"
         write_rows(data)
         save_model(model)
-        options = dict(
-            methods=METHODS,
-            k=DEFAULT_KS,
-            block_rows=BLOCK_ROWS,
-            overwrite=True,
-            progress=False,
-            model=str(model),
-            device="cpu",
-            dtype="fp32",
-        )
+
+        def config(out: Path) -> RunConfig:
+            return RunConfig(
+                OutputConfig(out, overwrite=True, block_rows=BLOCK_ROWS),
+                ModelConfig(str(model), device="cpu", dtype="fp32"),
+                ScoringConfig(METHODS, DEFAULT_KS),
+                ComputeConfig(progress=False),
+            )
+
         started = time.perf_counter()
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
         ray_init = time.perf_counter() - started
         actor_threads = max(1, os.cpu_count() // args.workers)
         contenders = {
-            "one_process": lambda: score_file(DataStream(data), scratch / "one.jsonl", **options),
+            "one_process": lambda: score_file(DataStream(data), config(scratch / "one.jsonl")),
             f"one_process_{actor_threads}_thread": with_threads(
-                actor_threads, lambda: score_file(DataStream(data), scratch / "one-actor-threads.jsonl", **options)
+                actor_threads, lambda: score_file(DataStream(data), config(scratch / "one-actor-threads.jsonl"))
             ),
             "ray": lambda: score_on_ray(
-                DataStream(data), scratch / "ray.jsonl", workers=args.workers, shard_rows=SHARD_ROWS, **options
+                DataStream(data),
+                config(scratch / "ray.jsonl"),
+                RayConfig(workers=args.workers, shard_rows=SHARD_ROWS),
             ),
         }
         times: dict[str, list[float]] = {c: [] for c in contenders}

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 from mia_fast import metrics
-from mia_fast.methods import DEFAULT_KS, ScoringInputs, resolve_methods, score
+from mia_fast.methods import (
+    DEFAULT_KS,
+    DcpddSettings,
+    LogFrequencies,
+    MethodSettings,
+    ScoringInputs,
+    resolve_methods,
+    score,
+)
 from mia_fast.pipeline.stats import TokenStats
 
 N_TEXTS = 10_000
@@ -36,7 +44,8 @@ def stats() -> TokenStats:
 def test_all_one_pass_methods_ten_ks(benchmark, stats):
     rng = np.random.default_rng(1)
     log_f = np.log(rng.dirichlet(np.ones(VOCAB)))
-    inputs = ScoringInputs(stats=stats, texts=["x" * 100] * len(stats), log_frequencies=log_f)
+    settings = MethodSettings(DcpddSettings(frequencies=LogFrequencies(log_f)))
+    inputs = ScoringInputs(stats=stats, texts=["x" * 100] * len(stats), settings=settings)
     requests = resolve_methods(["loss", "zlib", "mink", "minkpp", "dcpdd"], DEFAULT_KS)
     columns = benchmark(score, inputs, requests)
     assert len(columns) == 23
