@@ -30,7 +30,7 @@ from mia_fast.data import Dataset
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.experiments import prepare_texts, split_members
 from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
-from mia_fast.pipeline.finetune import fine_tune
+from mia_fast.pipeline.finetune import FineTuning, fine_tune
 
 SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
 METHODS = ["loss", "mink_0.2", "minkpp_0.2"]
@@ -57,7 +57,9 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     )
 
     losses, fine_tune_seconds = timed(
-        lambda: fine_tune(loaded, members, epochs=3, learning_rate=1e-4, batch_size=8, max_tokens=128, seed=seed)
+        lambda: fine_tune(
+            loaded, members, FineTuning(epochs=3, learning_rate=1e-4, batch_size=8, max_tokens=128, seed=seed)
+        )
     )
     trainings = {}
     for lr in args.lrs:

@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -80,30 +80,14 @@ def main() -> None:
     detector = Detector(model)  # the model is changed in place: it scores B, then C
 
     started = time.perf_counter()
-    planting = fine_tune(
-        model,
-        kept + unlearned,
-        epochs=tuning.epochs,
-        learning_rate=tuning.learning_rate,
-        batch_size=tuning.batch_size,
-        max_tokens=tuning.max_tokens,
-        seed=tuning.seed,
-    )
+    planting = fine_tune(model, kept + unlearned, tuning)
     seconds = {"plant": time.perf_counter() - started}
     loss_b = detector.score(texts, methods=["loss"])["loss"]
     with tempfile.TemporaryDirectory() as models:
         before = save(model, Path(models) / "B")
         started = time.perf_counter()
-        ascent = fine_tune(
-            model,
-            unlearned,
-            epochs=args.ascent_steps,
-            learning_rate=args.ascent_lr,
-            batch_size=len(unlearned),
-            max_tokens=tuning.max_tokens,
-            seed=tuning.seed,
-            ascent=True,
-        )
+        ascending = replace(tuning, epochs=args.ascent_steps, learning_rate=args.ascent_lr, batch_size=len(unlearned))
+        ascent = fine_tune(model, unlearned, ascending, ascent=True)
         seconds["unlearn"] = time.perf_counter() - started
         loss_c = detector.score(texts, methods=["loss"])["loss"]
         after = save(model, Path(models) / "C")
