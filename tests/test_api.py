@@ -3,7 +3,16 @@
 import numpy as np
 import pytest
 
-from mia_fast import Detector, score_file
+from mia_fast import (
+    ComputeConfig,
+    Detector,
+    ModelConfig,
+    OutputConfig,
+    RecallSettings,
+    RunConfig,
+    ScoringConfig,
+    score_file,
+)
 from mia_fast.data import Dataset, read_scores
 from mia_fast.errors import MiaFastError
 
@@ -19,12 +28,12 @@ def test_score_file_equals_detector_scores(tiny_model_dir, dataset, tmp_path):
     notes = []
     out = score_file(
         dataset,
-        tmp_path / "s.jsonl",
-        methods=["loss", "mink"],
-        k=[0.5],
+        RunConfig(
+            OutputConfig(tmp_path / "s.jsonl", block_rows=5),
+            scoring=ScoringConfig(methods=["loss", "mink"], k=[0.5]),
+            compute=ComputeConfig(progress=False),
+        ),
         detector=detector,
-        block_rows=5,
-        progress=False,
         log=notes.append,
     )
     written = read_scores(out, ["loss", "mink_0.5"])
@@ -36,15 +45,24 @@ def test_score_file_equals_detector_scores(tiny_model_dir, dataset, tmp_path):
 
 def test_a_finished_output_loads_no_model(tiny_model_dir, dataset, tmp_path):
     out = tmp_path / "s.csv"
-    score_file(dataset, out, methods=["loss"], model=str(tiny_model_dir), progress=False)
+    score_file(
+        dataset,
+        RunConfig(
+            OutputConfig(out),
+            ModelConfig(str(tiny_model_dir)),
+            ScoringConfig(methods=["loss"]),
+            ComputeConfig(progress=False),
+        ),
+    )
     notes = []
     score_file(
         dataset,
-        out,
-        methods=["loss"],
-        model=str(tmp_path / "no-such-model"),
-        resume=True,
-        progress=False,
+        RunConfig(
+            OutputConfig(out, resume=True),
+            ModelConfig(str(tmp_path / "no-such-model")),
+            ScoringConfig(methods=["loss"]),
+            ComputeConfig(progress=False),
+        ),
         log=notes.append,
     )
     assert notes == [f"{out}: all {len(dataset.texts)} rows already scored"]
@@ -53,9 +71,16 @@ def test_a_finished_output_loads_no_model(tiny_model_dir, dataset, tmp_path):
 def test_needs_are_checked_before_a_model_is_loaded(dataset, tmp_path):
     nowhere = str(tmp_path / "no-such-model")
     with pytest.raises(MiaFastError, match="needs a reference model"):
-        score_file(dataset, tmp_path / "a.jsonl", methods=["ref"], model=nowhere)
+        score_file(
+            dataset, RunConfig(OutputConfig(tmp_path / "a.jsonl"), ModelConfig(nowhere), ScoringConfig(methods=["ref"]))
+        )
     with pytest.raises(MiaFastError, match="also prefix texts"):
         score_file(
-            dataset, tmp_path / "b.jsonl", methods=["recall"], model=nowhere, prefix_nonmembers=[dataset.texts[0]]
+            dataset,
+            RunConfig(
+                OutputConfig(tmp_path / "b.jsonl"),
+                ModelConfig(nowhere),
+                ScoringConfig(methods=["recall"], settings=[RecallSettings(prefix_nonmembers=[dataset.texts[0]])]),
+            ),
         )
     assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()

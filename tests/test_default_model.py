@@ -7,9 +7,26 @@ import numpy as np
 import pytest
 from conftest import benchmark_module
 
-from mia_fast import Detector, MethodOptions, ScoringInputs, resolve_methods, score_stats
+from mia_fast import (
+    ComputeConfig,
+    ConRecallSettings,
+    DcpddSettings,
+    Detector,
+    GradnormSettings,
+    LogFrequencies,
+    MethodSettings,
+    ModelConfig,
+    NeighborSettings,
+    PacSettings,
+    RecallSettings,
+    SamiaSettings,
+    ScoringInputs,
+    resolve_methods,
+    score_stats,
+)
 from mia_fast.frequency.build import count_token_ids
 from mia_fast.frequency.table import laplace_log_frequencies
+from mia_fast.scoring.planner import run_passes
 
 SHARED_DATA, pile_texts = benchmark_module("common").SHARED_DATA, benchmark_module("common").pile_texts
 reference_loop = benchmark_module("reference_loop")
@@ -26,7 +43,7 @@ KS = [0.1, 0.2, 0.5, 1.0]
 
 @pytest.fixture(scope="module")
 def detector():
-    return Detector(prepend_start=False, dtype="fp32", device="cpu")
+    return Detector(ModelConfig(prepend_start=False, dtype="fp32", device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +90,11 @@ def test_recall_and_conrecall_match_the_public_formulas_on_real_text(detector, w
     nonmember_prefix, member_prefix = wiki_texts[-6:-3], wiki_texts[-3:]
     texts = wiki_texts[:12]
     prefixed = Detector(
-        detector.target.loaded,
-        prepend_start=False,
-        prefix_nonmembers=nonmember_prefix,
-        prefix_members=member_prefix,
-        conrecall_gamma=0.3,
+        ModelConfig(detector.target.loaded, prepend_start=False),
+        [
+            RecallSettings(prefix_nonmembers=nonmember_prefix),
+            ConRecallSettings(prefix_members=member_prefix, gamma=0.3),
+        ],
     )
     ours = prefixed.score(texts, methods=["recall", "conrecall"])
     loaded = detector.target.loaded
@@ -101,7 +118,10 @@ def test_neighbor_matches_mimirs_formula_on_real_text(detector, wiki_texts):
 
     texts = wiki_texts[:8]
     neighbors = [[" ".join(w for j, w in enumerate(t.split()) if j != drop) for drop in (1, 5, 9)] for t in texts]
-    scored = Detector(detector.target.loaded, prepend_start=False, neighbors=Neighbors.of_texts(texts, neighbors))
+    scored = Detector(
+        ModelConfig(detector.target.loaded, prepend_start=False),
+        [NeighborSettings(neighbors=Neighbors.of_texts(texts, neighbors))],
+    )
     ours = scored.score(texts, methods=["neighbor"])["neighbor"]
     loaded = detector.target.loaded
     theirs = reference_loop.public_neighbor_scores(loaded.model, loaded.tokenizer, texts, neighbors)["neighbor"]
@@ -114,7 +134,9 @@ def test_pac_matches_its_public_formula_on_real_text(detector, wiki_texts):
     from mia_fast.methods.pac import SwappedWords
 
     texts = wiki_texts[:6]
-    ours = Detector(detector.target.loaded, prepend_start=False, pac_copies=3).score(texts, methods=["pac"])["pac"]
+    ours = Detector(ModelConfig(detector.target.loaded, prepend_start=False), [PacSettings(copies=3)]).score(
+        texts, methods=["pac"]
+    )["pac"]
     loaded = detector.target.loaded
     theirs = reference_loop.public_pac_scores(
         loaded.model, loaded.tokenizer, texts, [[SwappedWords(c)(t) for c in range(3)] for t in texts]
@@ -127,7 +149,9 @@ def test_gradnorm_matches_mimirs_formula_on_real_text(detector, wiki_texts):
     texts = [" ".join(t.split()[:40]) for t in wiki_texts[:3]]
     loaded = detector.target.loaded
     for p in (np.inf, 2):
-        ours = Detector(loaded, prepend_start=False, gradnorm_norm=p).score(texts, methods=["gradnorm"])["gradnorm"]
+        ours = Detector(ModelConfig(loaded, prepend_start=False), [GradnormSettings(norm=p)]).score(
+            texts, methods=["gradnorm"]
+        )["gradnorm"]
         theirs = reference_loop.public_gradnorm_scores(loaded.model, loaded.tokenizer, texts, p)
         np.testing.assert_allclose(ours, theirs, rtol=1e-4)
 
@@ -141,8 +165,13 @@ def test_samia_matches_its_public_formula_and_its_samples_do_not_depend_on_the_b
 
     texts = [" ".join(t.split()[:40]) for t in wiki_texts[:4]]
     loaded = detector.target.loaded
-    runs = [Detector(loaded, prepend_start=False, samia_samples=3, batch_tokens=budget) for budget in (64, 4096)]
-    samples = [run.run_passes(texts, [samia_pass(run.options())])[samia_pass(run.options())] for run in runs]
+    runs = [
+        Detector(
+            ModelConfig(loaded, prepend_start=False), [SamiaSettings(samples=3)], ComputeConfig(batch_tokens=budget)
+        )
+        for budget in (64, 4096)
+    ]
+    samples = [run_passes(run.engines, texts, [samia_pass(run.settings)])[samia_pass(run.settings)] for run in runs]
     np.testing.assert_array_equal(samples[0], samples[1])
     scores = runs[0].score(texts, methods=["samia", "samia_zlib"])
     outputs = [[" ".join([FirstHalf()(t), *s.split()]) for s in row] for t, row in zip(texts, samples[0])]
@@ -158,14 +187,16 @@ def test_dcpdd_matches_direct_numpy_on_real_text(detector):
     corpus = pile_texts("pile_cc", n=200, max_words=None)
     ids = np.array([i for t in corpus for i in loaded.tokenizer.encode(t)], dtype=np.uint32)
     counts = count_token_ids(ids, loaded.vocab_size)
-    detector.log_frequencies = laplace_log_frequencies(counts, loaded.vocab_size)
+    frequencies = LogFrequencies(laplace_log_frequencies(counts, loaded.vocab_size))
     texts = pile_texts("pubmed_abstracts", n=20, max_words=150)
     stats = detector.token_stats(texts)
     log_f = laplace_log_frequencies(counts, loaded.vocab_size)
     ours = score_stats(
-        ScoringInputs(stats=stats, log_frequencies=log_f, options=MethodOptions(a=0.01)), resolve_methods(["dcpdd"])
+        ScoringInputs(stats=stats, settings=MethodSettings(DcpddSettings(a=0.01, frequencies=LogFrequencies(log_f)))),
+        resolve_methods(["dcpdd"]),
     )["dcpdd"]
-    np.testing.assert_allclose(detector.score(texts, methods=["dcpdd"], a=0.01)["dcpdd"], ours, rtol=1e-6)
+    dcpdd = [DcpddSettings(a=0.01, frequencies=frequencies)]
+    np.testing.assert_allclose(detector.score(texts, methods=["dcpdd"], settings=dcpdd)["dcpdd"], ours, rtol=1e-6)
 
     f = (counts.astype(np.float64) + 1) / (counts.sum() + loaded.vocab_size)
     for i, score in enumerate(ours):
@@ -185,9 +216,10 @@ def test_kernel_backend_equals_reference_on_default_model(detector, wiki_texts):
         [i for t in pile_texts("pile_cc", n=50, max_words=None) for i in loaded.tokenizer.encode(t)], dtype=np.uint32
     )
     counts = count_token_ids(corpus_ids, loaded.vocab_size)
-    options = dict(prepend_start=False, dtype="fp32", device=str(loaded.device), frequencies=counts)
-    kernel = Detector(backend="triton", **options)
-    reference = Detector(backend="torch", **options)
+    model = dict(prepend_start=False, dtype="fp32", device=str(loaded.device))
+    frequencies = [DcpddSettings(frequencies=counts)]
+    kernel = Detector(ModelConfig(backend="triton", **model), frequencies)
+    reference = Detector(ModelConfig(backend="torch", **model), frequencies)
     texts = [" ".join(t.split()[:40]) for t in wiki_texts[:4]]
     methods = ["loss", "zlib", "mink", "minkpp", "dcpdd"]
     ours = kernel.score(texts, methods=methods)
@@ -215,8 +247,9 @@ def test_dcpdd_from_a_built_table_equals_the_equivalent_counts_npy(detector, tmp
     table.save(tmp_path / "pile_cc.freq")
 
     texts = pile_texts("pubmed_abstracts", n=8, max_words=60)
-    from_table = Detector(detector.target.loaded, prepend_start=False, frequencies=tmp_path / "pile_cc.freq")
-    from_npy = Detector(detector.target.loaded, prepend_start=False, frequencies=tmp_path / "counts.npy")
+    model = ModelConfig(detector.target.loaded, prepend_start=False)
+    from_table = Detector(model, [DcpddSettings(frequencies=tmp_path / "pile_cc.freq")])
+    from_npy = Detector(model, [DcpddSettings(frequencies=tmp_path / "counts.npy")])
     np.testing.assert_array_equal(
         from_table.score(texts, ["dcpdd"])["dcpdd"], from_npy.score(texts, ["dcpdd"])["dcpdd"]
     )

@@ -7,7 +7,7 @@ from conftest import benchmark_module, random_sentence
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mia_fast import Detector, load_model
+from mia_fast import ComputeConfig, DcpddSettings, Detector, ModelConfig, load_model
 from mia_fast.errors import MiaFastError
 from mia_fast.ops.impl import resolve_backend
 from mia_fast.ops.token_stats import token_stats_torch
@@ -191,7 +191,7 @@ def test_soft_capped_head_falls_back_to_full_forward(tmp_path):
 
 
 def test_parity_with_public_loop(tiny_model_dir, texts):
-    detector = Detector(str(tiny_model_dir), prepend_start=False)
+    detector = Detector(ModelConfig(str(tiny_model_dir), prepend_start=False))
     loaded = detector.target.loaded
     # The public code needs k*n >= 1 and does not window texts beyond the context.
     long_enough = [t for t in texts if 11 <= len(loaded.tokenizer.encode(t)) <= loaded.context_length]
@@ -227,7 +227,7 @@ def test_scores_return_in_input_order(tiny_model_dir, texts):
 
 
 def test_lowercase_and_reference_passes(tiny_model_dir, tiny_reference_dir):
-    detector = Detector(str(tiny_model_dir), ref_model=str(tiny_reference_dir))
+    detector = Detector(ModelConfig(str(tiny_model_dir), ref_model=str(tiny_reference_dir)))
     assert detector.reference.loaded.vocab_size != detector.target.loaded.vocab_size
     texts = ["The Quick Brown Fox", "ALL THAT GLITTERS"]
     scores = detector.score(texts, methods=["loss", "lowercase", "ref"])
@@ -238,7 +238,7 @@ def test_lowercase_and_reference_passes(tiny_model_dir, tiny_reference_dir):
 
 
 def test_empty_and_whitespace_texts_are_nan_with_warning(tiny_model_dir):
-    scores = Detector(str(tiny_model_dir), prepend_start=False).score(
+    scores = Detector(ModelConfig(str(tiny_model_dir), prepend_start=False)).score(
         ["", "   \n", "the fox jumps", "a"], methods=["loss", "mink"], k=[0.5]
     )
     assert np.isnan(scores["loss"][:2]).all() and np.isfinite(scores["loss"][2])
@@ -252,7 +252,7 @@ def test_empty_and_whitespace_texts_are_nan_with_warning(tiny_model_dir):
 
 def test_dcpdd_counts_must_match_vocabulary(tiny_model_dir):
     with pytest.raises(MiaFastError, match="vocabulary has"):
-        Detector(str(tiny_model_dir), frequencies=np.ones(7, np.int64))
+        Detector(str(tiny_model_dir), [DcpddSettings(frequencies=np.ones(7, np.int64))])
 
 
 def test_missing_model_fails_clearly(tmp_path):
@@ -286,18 +286,18 @@ def test_triton_backend_equals_torch_reference(loaded, texts, use_hidden_states)
 def test_triton_detector_scores_every_one_pass_method_like_the_reference(tiny_model_dir, texts):
     """Statistics and reductions (bottom-k, DC-PDD) on the kernels against the torch and numpy reference."""
     counts = np.random.default_rng(0).zipf(1.5, len(load_model(str(tiny_model_dir)).tokenizer))
-    options = dict(frequencies=counts, batch_tokens=200)
-    kernel = Detector(str(tiny_model_dir), backend="triton", **options)
-    reference = Detector(str(tiny_model_dir), backend="torch", **options)
+    method_settings, compute = [DcpddSettings(frequencies=counts)], ComputeConfig(batch_tokens=200)
+    kernel = Detector(ModelConfig(str(tiny_model_dir), backend="triton"), method_settings, compute)
+    reference = Detector(ModelConfig(str(tiny_model_dir), backend="torch"), method_settings, compute)
     assert kernel.backend == "triton" and reference.backend == "torch"  # the reductions follow the statistics
     methods = [*METHODS, "dcpdd"]
     assert_scores_close(kernel.score(texts, methods, KS), reference.score(texts, methods, KS), rtol=1e-4, atol=1e-6)
 
 
 def test_detector_takes_a_model_already_in_memory(loaded, tiny_model_dir, texts):
-    in_memory = Detector(loaded, ref_model=loaded, batch_tokens=200)
+    in_memory = Detector(ModelConfig(loaded, ref_model=loaded), compute=ComputeConfig(batch_tokens=200))
     assert in_memory.target.loaded is loaded and in_memory.reference.loaded is loaded
-    from_disk = Detector(str(tiny_model_dir), batch_tokens=200)
+    from_disk = Detector(str(tiny_model_dir), compute=ComputeConfig(batch_tokens=200))
     assert_scores_close(in_memory.score(texts, METHODS, KS), from_disk.score(texts, METHODS, KS), rtol=1e-6)
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from mia_fast import methods
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import laplace_log_frequencies, load_counts
-from mia_fast.methods import MethodOptions, ScoringInputs, resolve_methods
+from mia_fast.methods import DcpddSettings, LogFrequencies, MethodSettings, ScoringInputs, resolve_methods
 from mia_fast.methods.lowercase import LOWERCASE
 from mia_fast.methods.reference import REFERENCE_PASS
 from mia_fast.ops.bottom_k import bottom_k_counts, bottom_k_means
@@ -116,7 +116,8 @@ def test_dcpdd_hand_checked_example():
     counts = np.array([0, 1, 2, 3, 4, 5, 3, 2], dtype=np.uint64)
     log_f = laplace_log_frequencies(counts, 8)
     np.testing.assert_allclose(np.exp(log_f), (counts + 1) / 28)
-    scores = run(["dcpdd"], log_frequencies=log_f, options=MethodOptions(a=0.5))["dcpdd"]
+    settings_ = MethodSettings(DcpddSettings(a=0.5, frequencies=LogFrequencies(log_f)))
+    scores = run(["dcpdd"], settings=settings_)["dcpdd"]
     # text 0: first occurrences of ids 5, 6, 7 (second 5 skipped)
     alphas = [
         min(math.exp(-1.0) * -math.log(6 / 28), 0.5),
@@ -151,7 +152,8 @@ def test_resolve_methods_names_and_errors():
 
 
 def test_missing_need_is_an_error():
-    with pytest.raises(MiaFastError, match="needs frequencies"):
+    # score() now names how to supply the missing setting (its declared supply text), as check_available does
+    with pytest.raises(MiaFastError, match="needs a token frequency table"):
         run(["dcpdd"])
 
 

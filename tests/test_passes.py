@@ -9,15 +9,16 @@ import torch
 from conftest import CORPUS
 from test_cli import fail, read_jsonl, run_cli, write_jsonl
 
-from mia_fast import Detector, load_model
+from mia_fast import ComputeConfig, ConRecallSettings, Detector, RecallSettings, load_model
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import MethodOptions, ScoringInputs, resolve_methods, score
+from mia_fast.methods import MethodSettings, ScoringInputs, resolve_methods, score
 from mia_fast.methods.conrecall import member_prefix_pass
 from mia_fast.methods.lowercase import LOWERCASE
 from mia_fast.methods.recall import recall_pass
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.passes import PLAIN, HiddenStatesReadout, Pass
 from mia_fast.pipeline.stats import TokenStats
+from mia_fast.scoring.planner import run_passes
 
 PREFIX = ["the rain in spain ", "all that glitters"]
 MEMBER_PREFIX = ["once upon ", "a time"]
@@ -68,7 +69,7 @@ def stats_of(*texts: list[float]) -> TokenStats:
 
 
 def test_lowercase_pass_of_lowercase_texts_costs_no_forward(tiny_model_dir):
-    detector = Detector(str(tiny_model_dir), batch_tokens=64)
+    detector = Detector(str(tiny_model_dir), compute=ComputeConfig(batch_tokens=64))
     calls = count_forwards(detector.target)
     lower = [t.lower() for t in CORPUS]
     detector.score(lower, methods=["loss"])
@@ -88,16 +89,16 @@ def test_lowercase_pass_of_lowercase_texts_costs_no_forward(tiny_model_dir):
 def test_identical_units_run_once_across_passes_and_texts(tiny_model_dir):
     detector = Detector(str(tiny_model_dir))
     seen = []
-    detector.run_passes(["a fox", "a fox", "A Fox"], [PLAIN, LOWERCASE], on_tokenized=seen.append)
+    run_passes(detector.engines, ["a fox", "a fox", "A Fox"], [PLAIN, LOWERCASE], on_tokenized=seen.append)
     one = []
-    detector.run_passes(["a fox", "A Fox"], [PLAIN], on_tokenized=one.append)
+    run_passes(detector.engines, ["a fox", "A Fox"], [PLAIN], on_tokenized=one.append)
     assert seen == one  # 3 texts x 2 passes: the two distinct texts, once each
 
 
 def test_pass_results_are_in_text_order(tiny_model_dir):
     detector = Detector(str(tiny_model_dir))
     texts = ["The Fox", "the dog jumps over", "THE FOX"]
-    results = detector.run_passes(texts, [PLAIN, LOWERCASE])
+    results = run_passes(detector.engines, texts, [PLAIN, LOWERCASE])
     direct = detector.token_stats([t.lower() for t in texts])
     np.testing.assert_array_equal(results[LOWERCASE].offsets, direct.offsets)
     np.testing.assert_allclose(results[LOWERCASE].logp, direct.logp, rtol=1e-6)
@@ -160,7 +161,7 @@ def test_hidden_state_readout_is_the_last_token_after_the_prefix(loaded):
 def test_hidden_state_pass_through_the_detector(tiny_model_dir):
     detector = Detector(str(tiny_model_dir))
     wrapped = Pass(transform=lambda t: f"statement: {t}", readout=HiddenStatesReadout((1,)))
-    result = detector.run_passes(["a fox", "the dog"], [wrapped])[wrapped]
+    result = run_passes(detector.engines, ["a fox", "the dog"], [wrapped])[wrapped]
     direct = detector.target.hidden_states(["statement: a fox", "statement: the dog"], HiddenStatesReadout((1,)))
     np.testing.assert_array_equal(result, direct)
 
@@ -169,11 +170,11 @@ def test_hidden_state_pass_through_the_detector(tiny_model_dir):
 
 
 def test_recall_formula_on_hand_built_stats():
-    options = MethodOptions(prefix_nonmembers=("shot one. ", "shot two."))
-    assert recall_pass(options) == Pass(prefix="shot one. shot two.")
+    settings = MethodSettings(RecallSettings(prefix_nonmembers=("shot one. ", "shot two.")))
+    assert recall_pass(settings) == Pass(prefix="shot one. shot two.")
     plain = stats_of([-1.0, -3.0], [-0.5], [])
     prefixed = stats_of([-2.0, -4.0], [-2.0], [])
-    inputs = ScoringInputs(stats=plain, passes={recall_pass(options): prefixed}, options=options)
+    inputs = ScoringInputs(stats=plain, passes={recall_pass(settings): prefixed}, settings=settings)
     scores = score(inputs, resolve_methods(["recall"]))["recall"]
     assert scores[0] == pytest.approx(3.0 / 2.0)  # loss(x | P) / loss(x)
     assert scores[1] == pytest.approx(2.0 / 0.5)
@@ -181,7 +182,7 @@ def test_recall_formula_on_hand_built_stats():
 
 
 def test_recall_equals_a_hand_computed_conditional_likelihood(tiny_model_dir):
-    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX)
+    detector = Detector(str(tiny_model_dir), [RecallSettings(prefix_nonmembers=PREFIX)])
     texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be"]
     got = detector.score(texts, methods=["loss", "recall"])
     model, engine = detector.target.loaded.model, detector.target
@@ -189,7 +190,7 @@ def test_recall_equals_a_hand_computed_conditional_likelihood(tiny_model_dir):
     for i, text in enumerate(texts):
         ids = engine.tokenize([text])[0]
 
-        def mean_nll(context: list[int]) -> float:
+        def mean_nll(context: list[int], ids: list[int] = ids) -> float:
             sequence = torch.tensor([context + ids])
             with torch.inference_mode():
                 logp = torch.log_softmax(model(sequence).logits[0].double(), -1)
@@ -202,7 +203,7 @@ def test_recall_equals_a_hand_computed_conditional_likelihood(tiny_model_dir):
 def test_recall_needs_prefix_texts_that_are_not_scored(tiny_model_dir):
     with pytest.raises(MiaFastError, match="needs known non-member texts for its prefix"):
         Detector(str(tiny_model_dir)).score(["a fox"], methods=["recall"])
-    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX)
+    detector = Detector(str(tiny_model_dir), [RecallSettings(prefix_nonmembers=PREFIX)])
     with pytest.raises(MiaFastError, match="1 scored text.* also prefix texts"):
         detector.score(["a fox", PREFIX[1]], methods=["loss", "recall"])
     detector.score(["a fox", PREFIX[1]], methods=["loss"])  # without recall the prefix plays no part
@@ -232,7 +233,9 @@ def test_recall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_path, 
     )
     rows = read_jsonl(out)
     texts = [json.loads(line)["text"] for line in labelled_jsonl.read_text().splitlines()]
-    expected = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(texts, methods=["recall"])["recall"]
+    expected = Detector(str(tiny_model_dir), [RecallSettings(prefix_nonmembers=PREFIX)]).score(
+        texts, methods=["recall"]
+    )["recall"]
     np.testing.assert_allclose([r["recall"] for r in rows], expected, rtol=1e-5)
 
     prefix_jsonl = write_jsonl(tmp_path / "prefix.jsonl", [{"body": t} for t in PREFIX])
@@ -289,26 +292,30 @@ def test_recall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_path, 
 
 
 def test_conrecall_formula_on_hand_built_stats():
-    options = MethodOptions(
-        prefix_nonmembers=("shot one. ",), prefix_members=("member one. ", "member two."), gamma=0.25
+    settings = MethodSettings(
+        RecallSettings(prefix_nonmembers=("shot one. ",)),
+        ConRecallSettings(prefix_members=("member one. ", "member two."), gamma=0.25),
     )
-    assert member_prefix_pass(options) == Pass(prefix="member one. member two.")
+    assert member_prefix_pass(settings) == Pass(prefix="member one. member two.")
     plain = stats_of([-1.0, -3.0], [-0.5], [])
     nonmember = stats_of([-2.0, -4.0], [-2.0], [])
     member = stats_of([-1.0, -1.0], [-0.25], [])
     inputs = ScoringInputs(
-        stats=plain, passes={recall_pass(options): nonmember, member_prefix_pass(options): member}, options=options
+        stats=plain, passes={recall_pass(settings): nonmember, member_prefix_pass(settings): member}, settings=settings
     )
     scores = score(inputs, resolve_methods(["conrecall"]))["conrecall"]
     assert scores[0] == pytest.approx((3.0 - 0.25 * 1.0) / 2.0)  # (loss(x | P_non) - γ loss(x | P_mem)) / loss(x)
     assert scores[1] == pytest.approx((2.0 - 0.25 * 0.25) / 0.5)
     assert np.isnan(scores[2])
     with pytest.raises(MiaFastError, match="gamma must be a finite number"):
-        MethodOptions(gamma=float("nan"))
+        ConRecallSettings(gamma=float("nan"))
 
 
 def test_conrecall_equals_hand_computed_conditional_likelihoods_and_shares_recalls_pass(tiny_model_dir):
-    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX)
+    detector = Detector(
+        str(tiny_model_dir),
+        [RecallSettings(prefix_nonmembers=PREFIX), ConRecallSettings(prefix_members=MEMBER_PREFIX)],
+    )
     sequences = count_sequences(detector.target)
     texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be"]
     got = detector.score(texts, methods=["loss", "recall", "conrecall"])
@@ -319,7 +326,7 @@ def test_conrecall_equals_hand_computed_conditional_likelihoods_and_shares_recal
     for i, text in enumerate(texts):
         ids = engine.tokenize([text])[0]
 
-        def mean_nll(prefix: str) -> float:
+        def mean_nll(prefix: str, ids: list[int] = ids) -> float:
             context = engine.tokenize([prefix])[0] if prefix else []
             with torch.inference_mode():
                 logp = torch.log_softmax(model(torch.tensor([context + ids])).logits[0].double(), -1)
@@ -332,10 +339,17 @@ def test_conrecall_equals_hand_computed_conditional_likelihoods_and_shares_recal
 
 def test_conrecall_needs_both_prefixes_and_refuses_scoring_a_prefix_text(tiny_model_dir):
     with pytest.raises(MiaFastError, match="needs known member texts for its prefix"):
-        Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX).score(["a fox"], methods=["conrecall"])
+        Detector(str(tiny_model_dir), [RecallSettings(prefix_nonmembers=PREFIX)]).score(
+            ["a fox"], methods=["conrecall"]
+        )
     with pytest.raises(MiaFastError, match="needs known non-member texts for its prefix"):
-        Detector(str(tiny_model_dir), prefix_members=MEMBER_PREFIX).score(["a fox"], methods=["conrecall"])
-    detector = Detector(str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX)
+        Detector(str(tiny_model_dir), [ConRecallSettings(prefix_members=MEMBER_PREFIX)]).score(
+            ["a fox"], methods=["conrecall"]
+        )
+    detector = Detector(
+        str(tiny_model_dir),
+        [RecallSettings(prefix_nonmembers=PREFIX), ConRecallSettings(prefix_members=MEMBER_PREFIX)],
+    )
     with pytest.raises(MiaFastError, match="1 scored text.* also prefix texts"):
         detector.score(["a fox", MEMBER_PREFIX[0]], methods=["conrecall"])
     detector.score(["a fox", MEMBER_PREFIX[0]], methods=["recall"])  # the member prefix is not recall's
@@ -368,7 +382,8 @@ def test_conrecall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_pat
     )
     texts = [json.loads(line)["text"] for line in labelled_jsonl.read_text().splitlines()]
     detector = Detector(
-        str(tiny_model_dir), prefix_nonmembers=PREFIX, prefix_members=MEMBER_PREFIX, conrecall_gamma=0.8
+        str(tiny_model_dir),
+        [RecallSettings(prefix_nonmembers=PREFIX), ConRecallSettings(prefix_members=MEMBER_PREFIX, gamma=0.8)],
     )
     np.testing.assert_allclose(
         [r["conrecall"] for r in read_jsonl(out)], detector.score(texts, methods=["conrecall"])["conrecall"], rtol=1e-5
