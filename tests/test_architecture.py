@@ -209,7 +209,9 @@ def wide_signatures(module: str, source: str) -> list[str]:
                 check(node, owner)
             elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 if _is_dataclass(node):
-                    annotated = [n for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+                    annotated = [
+                        n for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+                    ]
                     fields = [n for n in annotated if "ClassVar" not in ast.unparse(n.annotation)]
                     if len(fields) > MAX_PARAMETERS:
                         problems.append(

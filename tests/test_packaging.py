@@ -68,8 +68,8 @@ try:
     main(["--help"])
 except SystemExit:
     pass
-print("heavy:" + ",".join(m for m in %r if m in sys.modules))
-""" % (HEAVY,)
+print("heavy:" + ",".join(m for m in HEAVY if m in sys.modules))
+""".replace("HEAVY", repr(HEAVY))
     result = run_python(code)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[-1] == "heavy:"
@@ -83,8 +83,8 @@ import sys
 from mia_fast.cli.main import main
 assert main(sys.argv[1:]) == 0
 assert main(["freq", "info", sys.argv[-2]]) == 0
-print("heavy:" + ",".join(m for m in %r if m in sys.modules))
-""" % (HEAVY,)
+print("heavy:" + ",".join(m for m in HEAVY if m in sys.modules))
+""".replace("HEAVY", repr(HEAVY))
     out = tmp_path / "ids.freq"
     result = run_python(
         code,
@@ -123,7 +123,8 @@ assert "mia_fast._native" not in sys.modules
     assert len(out.read_text().splitlines()) == 2
     counting = run_python(
         BLOCK_IMPORTS
-        + "from mia_fast.frequency.build import count_token_ids\nimport numpy\ncount_token_ids(numpy.zeros(3, numpy.uint16), 5)",
+        + "from mia_fast.frequency.build import count_token_ids\nimport numpy\n"
+        + "count_token_ids(numpy.zeros(3, numpy.uint16), 5)",
         "mia_fast._native",
     )
     assert "needs mia-fast's compiled core" in counting.stderr

@@ -4,8 +4,7 @@ saved, neighbours read from the data or made by a masked LM or without a model, 
 import numpy as np
 import pytest
 import torch
-from test_cli import fail, read_jsonl, run_cli, write_jsonl
-from test_passes import MEMBER_PREFIX, PREFIX, count_sequences, stats_of
+from helpers import MEMBER_PREFIX, PREFIX, count_sequences, fail, read_jsonl, run_cli, stats_of, write_jsonl
 
 from mia_fast import Detector
 from mia_fast.data import read_dataset

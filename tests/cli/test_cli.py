@@ -10,31 +10,9 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from helpers import FAST, fail, read_jsonl, run_cli, write_jsonl
 
 from mia_fast.cli import main
-
-FAST = ["--methods", "loss,zlib,mink,minkpp", "--k", "0.2,1.0", "--quiet"]
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def run_cli(*args):
-    return main([str(a) for a in args])
-
-
-def fail(capsys, *args) -> str:
-    """Runs the CLI expecting a clean failure; returns its one-line error."""
-    assert run_cli(*args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("mia-fast: error: ")
-    return err[-1]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])

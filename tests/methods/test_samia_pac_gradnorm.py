@@ -4,8 +4,7 @@ sampling that does not depend on the batch, the passes they share, and the bad i
 import numpy as np
 import pytest
 import torch
-from test_cli import fail, read_jsonl, run_cli, write_jsonl
-from test_passes import count_sequences, stats_of
+from helpers import count_sequences, fail, read_jsonl, run_cli, stats_of, write_jsonl
 
 from mia_fast import ComputeConfig, Detector
 from mia_fast.errors import MiaFastError

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from test_cli import FAST, fail, run_cli, write_jsonl
+from helpers import FAST, fail, run_cli, write_jsonl
 
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from test_cli import fail, run_cli, write_jsonl
+from helpers import fail, run_cli, write_jsonl
 
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.dataset_inference import MIN_TEXTS, SIGNIFICANCE, dataset_inference, normalise, welch_p_value

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from conftest import CORPUS
-from test_cli import fail, read_jsonl, run_cli
+from helpers import fail, read_jsonl, run_cli
 from transformers import AutoTokenizer
 
 from mia_fast.frequency.table import FrequencyTable

@@ -7,7 +7,17 @@ import numpy as np
 import pytest
 import torch
 from conftest import CORPUS
-from test_cli import fail, read_jsonl, run_cli, write_jsonl
+from helpers import (
+    MEMBER_PREFIX,
+    PREFIX,
+    count_forwards,
+    count_sequences,
+    fail,
+    read_jsonl,
+    run_cli,
+    stats_of,
+    write_jsonl,
+)
 
 from mia_fast import ComputeConfig, ConRecallSettings, Detector, RecallSettings, load_model
 from mia_fast.errors import MiaFastError
@@ -17,52 +27,12 @@ from mia_fast.methods.lowercase import LOWERCASE
 from mia_fast.methods.recall import recall_pass
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.passes import PLAIN, HiddenStatesReadout, Pass
-from mia_fast.pipeline.stats import TokenStats
 from mia_fast.scoring.planner import run_passes
-
-PREFIX = ["the rain in spain ", "all that glitters"]
-MEMBER_PREFIX = ["once upon ", "a time"]
 
 
 @pytest.fixture(scope="module")
 def loaded(tiny_model_dir):
     return load_model(str(tiny_model_dir))
-
-
-def count_forwards(engine) -> list[int]:
-    """Forward batches of TokenStats the engine runs (packed or padded)."""
-    return _count(engine, lambda rows: 1)
-
-
-def count_sequences(engine) -> list[int]:
-    """Sequences (batch rows) the engine's model runs on for TokenStats."""
-    return _count(engine, len)
-
-
-def _count(engine, measure) -> list[int]:
-    total = [0]
-    run_batch = engine._run_batch
-
-    def counted(rows):
-        total[0] += measure(rows)
-        return run_batch(rows)
-
-    engine._run_batch = counted
-    return total
-
-
-def stats_of(*texts: list[float]) -> TokenStats:
-    return TokenStats.from_texts(
-        [
-            {
-                "target_ids": np.arange(len(t)),
-                "logp": np.array(t, np.float32),
-                "mu": np.zeros(len(t), np.float32),
-                "var": np.ones(len(t), np.float32),
-            }
-            for t in texts
-        ]
-    )
 
 
 # ---- dedupe ----

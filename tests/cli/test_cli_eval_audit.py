@@ -4,7 +4,7 @@ on a tiny model, with the bad inputs of each."""
 import json
 
 import pytest
-from test_cli import FAST, fail, read_jsonl, run_cli, write_jsonl
+from helpers import FAST, fail, read_jsonl, run_cli, write_jsonl
 from test_suites import write_jsonl as write_rows
 
 

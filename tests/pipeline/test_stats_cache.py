@@ -5,7 +5,7 @@ cache is not used."""
 import numpy as np
 import pyarrow as pa
 import pytest
-from test_cli import run_cli, write_jsonl
+from helpers import run_cli, write_jsonl
 
 from mia_fast import ComputeConfig, DcpddSettings, Detector, RecallSettings
 from mia_fast.errors import MiaFastError

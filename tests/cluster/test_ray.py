@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import CORPUS, random_sentence
-from test_cli import FAST, fail, run_cli
+from helpers import FAST, fail, run_cli
 
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable

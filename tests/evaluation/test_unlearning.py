@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from conftest import save_tiny_llama, train_tokenizer
-from test_cli import fail, read_jsonl, run_cli, write_jsonl
+from helpers import fail, read_jsonl, run_cli, write_jsonl
 
 from mia_fast.api import Detector, ModelConfig
 from mia_fast.errors import MiaFastError

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import random_sentence, train_tokenizer
-from test_cli import fail, read_jsonl, run_cli, write_jsonl
+from helpers import fail, read_jsonl, run_cli, write_jsonl
 
 from mia_fast import (
     ComputeConfig,

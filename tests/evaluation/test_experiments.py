@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import CORPUS
-from test_cli import fail, run_cli
+from helpers import fail, run_cli
 
 from mia_fast import load_model
 from mia_fast.errors import MiaFastError

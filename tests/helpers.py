@@ -1,0 +1,73 @@
+"""Helpers shared by tests of several stages: running the CLI, counting forwards, hand-built stats."""
+
+import json
+
+import numpy as np
+
+from mia_fast.cli import main
+from mia_fast.pipeline.stats import TokenStats
+
+FAST = ["--methods", "loss,zlib,mink,minkpp", "--k", "0.2,1.0", "--quiet"]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def run_cli(*args):
+    return main([str(a) for a in args])
+
+
+def fail(capsys, *args) -> str:
+    """Runs the CLI expecting a clean failure; returns its one-line error."""
+    assert run_cli(*args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mia-fast: error: ")
+    return err[-1]
+
+
+PREFIX = ["the rain in spain ", "all that glitters"]
+
+
+MEMBER_PREFIX = ["once upon ", "a time"]
+
+
+def count_forwards(engine) -> list[int]:
+    """Forward batches of TokenStats the engine runs (packed or padded)."""
+    return _count(engine, lambda rows: 1)
+
+
+def count_sequences(engine) -> list[int]:
+    """Sequences (batch rows) the engine's model runs on for TokenStats."""
+    return _count(engine, len)
+
+
+def _count(engine, measure) -> list[int]:
+    total = [0]
+    run_batch = engine._run_batch
+
+    def counted(rows):
+        total[0] += measure(rows)
+        return run_batch(rows)
+
+    engine._run_batch = counted
+    return total
+
+
+def stats_of(*texts: list[float]) -> TokenStats:
+    return TokenStats.from_texts(
+        [
+            {
+                "target_ids": np.arange(len(t)),
+                "logp": np.array(t, np.float32),
+                "mu": np.zeros(len(t), np.float32),
+                "var": np.ones(len(t), np.float32),
+            }
+            for t in texts
+        ]
+    )
