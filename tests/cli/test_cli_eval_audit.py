@@ -5,7 +5,6 @@ import json
 
 import pytest
 from helpers import FAST, fail, read_jsonl, run_cli, write_jsonl
-from test_suites import write_jsonl as write_rows
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +15,7 @@ def wikimia_dir(tmp_path_factory):
         {"input": " ".join(words[(i + j) % len(words)] for j in range(3 + 7 * (i % 6))), "label": (i // 6) % 2}
         for i in range(36)
     ]
-    write_rows(root / "WikiMIA_length64.jsonl", rows)
+    write_jsonl(root / "WikiMIA_length64.jsonl", rows)
     return root
 
 

@@ -1,19 +1,12 @@
 """Benchmark loaders on small local fixtures written in each suite's layout (nothing is downloaded)."""
 
-import json
-
 import pytest
+from helpers import write_jsonl
 
 from mia_fast.data import SUITES, load_suite
 from mia_fast.data.suites import cut_into_snippets
 from mia_fast.data.text import count_words
 from mia_fast.errors import MiaFastError
-
-
-def write_jsonl(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 def test_wikimia_from_a_split_file_in_a_directory(tmp_path):

@@ -166,7 +166,7 @@ def test_score_with_stats_cache_reruns_without_a_forward(tiny_model_dir, tmp_pat
 def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_lacks(
     tiny_model_dir, tiny_reference_dir, tmp_path, monkeypatch, capsys
 ):
-    from test_cli import fail, read_jsonl
+    from helpers import fail, read_jsonl
 
     import mia_fast.pipeline.models as models
 
@@ -246,7 +246,7 @@ def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_la
 def test_rescore_from_a_saved_token_stats_file_serves_the_plain_pass_and_refuses_the_rest(
     tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
-    from test_cli import fail, read_jsonl
+    from helpers import fail, read_jsonl
 
     import mia_fast.pipeline.models as models
 
