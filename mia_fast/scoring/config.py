@@ -38,16 +38,18 @@ class ModelConfig:
     SmolLM2-135M) or a GGUF file, the reference model of ``ref``, where and in what precision they run
     (``device``, ``dtype`` apply to models loaded here), whether the start token is prepended, the window
     length for long texts (default: the model's context) and the back end of the token statistics and
-    reductions (``auto``, ``torch``, ``triton``). Every field changes scores."""
+    reductions (``auto``, ``torch``, ``triton``). Every field but the device and the back end changes scores."""
 
     model: str | LoadedModel | None = _scores(None)
     gguf: str | os.PathLike | None = _scores(None)
     ref_model: str | LoadedModel | None = _scores(None)
-    device: str | None = _scores(None)
+    # Where the model runs and which kernels reduce its logits move a score only within floating-point error: a
+    # threshold calibrated on one device applies on another.
+    device: str | None = _scores(None, False)
     dtype: str | None = _scores(None)
     prepend_start: bool = _scores(True)
     max_length: int | None = _scores(None)
-    backend: str = _scores("auto")
+    backend: str = _scores("auto", False)
 
     @property
     def name(self) -> str:

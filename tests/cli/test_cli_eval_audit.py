@@ -190,6 +190,10 @@ def test_audit_bad_inputs(tiny_model_dir, tiny_reference_dir, tmp_path, capsys):
         tmp_path / "f.jsonl",
     )
     assert "calibrated under other scoring settings (model: calibrated with" in message
+    for option, value in (("--max-length", "16"), ("--dtype", "bf16")):
+        classify = ["classify", tmp_path / "val.jsonl", "--model", tiny_model_dir, "--threshold", tmp_path / "t.json"]
+        message = fail(capsys, *classify, option, value, "--out", tmp_path / "f.jsonl")
+        assert f"calibrated under other scoring settings ({option[2:].replace('-', '_')}: calibrated with" in message
     assert "--method takes one score column" in fail(
         capsys,
         "calibrate",
