@@ -217,22 +217,16 @@ def prepare_settings(settings: MethodSettings, model: Any) -> MethodSettings:
     return settings.map(lambda value: value.prepare(model) if hasattr(value, "prepare") else value)
 
 
-def check_texts(settings: MethodSettings, requests: Sequence[MethodRequest], texts: Sequence[str]) -> None:
-    """Each requested method's settings checked against the texts about to be scored (``check_texts(texts)``
-    where a settings class has one: e.g. no prefix text among them)."""
+def call_settings_hook(
+    settings: MethodSettings, requests: Sequence[MethodRequest], hook: str, texts: Sequence[str]
+) -> None:
+    """Calls ``hook(texts)`` on the settings of the requested methods that define it: ``check_texts`` before any
+    text is scored (e.g. no prefix text among them), ``before_scoring`` on a block's texts (e.g. neighbours
+    generated for them)."""
     for cls in settings_classes(r.method for r in requests):
         value = settings.of(cls)
-        if hasattr(value, "check_texts"):
-            value.check_texts(texts)
-
-
-def before_scoring(settings: MethodSettings, requests: Sequence[MethodRequest], texts: Sequence[str]) -> None:
-    """Lets the requested methods' settings prepare for these texts (``before_scoring(texts)`` where a settings
-    class has one: e.g. neighbours generated for them)."""
-    for cls in settings_classes(r.method for r in requests):
-        value = settings.of(cls)
-        if hasattr(value, "before_scoring"):
-            value.before_scoring(texts)
+        if hasattr(value, hook):
+            getattr(value, hook)(texts)
 
 
 @dataclass(frozen=True)

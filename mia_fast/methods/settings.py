@@ -157,7 +157,8 @@ class MethodSettings:
         return isinstance(other, MethodSettings) and self._given == other._given
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted((c.__qualname__, id(v)) for c, v in self._given.items())))
+        # Consistent with __eq__ without hashing the values (a frequency table may be an array).
+        return hash(frozenset(self._given))
 
     def __repr__(self) -> str:
         return f"MethodSettings({', '.join(map(repr, self._given.values()))})"

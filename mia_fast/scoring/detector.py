@@ -208,10 +208,10 @@ class Detector:
         if not all(isinstance(t, str) for t in texts):
             raise MiaFastError("every text must be a string")
         settings = settings or self.settings
-        registry.check_texts(settings, requests, texts)
+        registry.call_settings_hook(settings, requests, "check_texts", texts)
         # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash.
         cleaned = [t if t.strip() else "" for t in texts]
-        registry.before_scoring(settings, requests, cleaned)
+        registry.call_settings_hook(settings, requests, "before_scoring", cleaned)
         passes = registry.passes_of(requests, settings)
         if online is not None and PLAIN not in passes:
             passes.append(PLAIN)

@@ -223,7 +223,7 @@ def score_file(
     pooled = registry.pooled_methods(requests, settings)
     blocks = dataset.blocks(sys.maxsize if pooled else output.block_rows)
     first, first_end = next(blocks)
-    registry.check_texts(settings, requests, first.texts)
+    registry.call_settings_hook(settings, requests, "check_texts", first.texts)
     if pooled and len(first.texts) > output.block_rows:
         log(
             f"{', '.join(pooled)} standardises over all the texts scored together: "
@@ -274,7 +274,6 @@ def score_file(
                     # The first call copies the tokenizer for the read-ahead thread: done here, before that thread runs.
                     detector.target.tokenize_ahead(block.rows.texts)
                 upcoming = reading.submit(_read_ahead, unscored, detector)
-                registry.check_texts(settings, requests, block.rows.texts)
                 bar.start_block(block.rows)
                 scores = detector.score_requests(
                     block.rows.texts, requests, settings, bar.tokenized, bar.advance, online
