@@ -1,6 +1,8 @@
 """Helpers shared by tests of several stages: running the CLI, counting forwards, hand-built stats."""
 
+import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -30,6 +32,27 @@ def fail(capsys, *args) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("mia-fast: error: ")
     return err[-1]
+
+
+def digests(*places) -> dict[str, str]:
+    """The SHA-256 of every file under (or at) each place, by path."""
+    found = {}
+    for place in map(Path, places):
+        files = sorted(p for p in place.rglob("*") if p.is_file()) if place.is_dir() else [place] * place.is_file()
+        found.update({str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files})
+    return found
+
+
+def refused(capsys, *args, keep=()) -> str:
+    """Runs the CLI expecting it to refuse: exit 2, exactly one line on stderr, and every file under ``keep``
+    (directories or files) byte-identical after, none added or removed. Returns the line."""
+    before = digests(*keep)
+    code = run_cli(*args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, f"exit {code}; stderr: {err}"
+    assert len(err) == 1 and err[0].startswith("mia-fast: error: "), err
+    assert digests(*keep) == before
+    return err[0]
 
 
 PREFIX = ["the rain in spain ", "all that glitters"]

@@ -64,10 +64,7 @@ def test_start_imports_no_heavy_library():
 import sys
 import mia_fast
 from mia_fast.cli.main import main
-try:
-    main(["--help"])
-except SystemExit:
-    pass
+main(["--help"])
 print("heavy:" + ",".join(m for m in HEAVY if m in sys.modules))
 """.replace("HEAVY", repr(HEAVY))
     result = run_python(code)

@@ -13,9 +13,10 @@ import importlib
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, MiaFastWarning
 
 # command: (help, module that adds its options and handler)
 COMMANDS = {
@@ -57,12 +58,19 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad option is one line on stderr, as every other error is (argparse's usage block would come first)."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"mia-fast: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The parser, with the options of ``commands`` (all of them by default)."""
     wanted = set(COMMANDS if commands is None else commands)
-    parser = argparse.ArgumentParser(prog="mia-fast", description="Fast pretraining-data detection.")
+    parser = _Parser(prog="mia-fast", description="Fast pretraining-data detection.")
     parser.add_argument("--version", action=_VersionAction)
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (help_text, module) in COMMANDS.items():
         command = subparsers.add_parser(name, help=help_text)
         if name in wanted:
@@ -81,16 +89,41 @@ def _quiet_transformers() -> None:
         hf_logging.set_verbosity_error()
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """The package's own warnings as one line each (Python's format adds the source line)."""
+    if issubclass(category, MiaFastWarning):
+        print(f"mia-fast: warning: {message}", file=sys.stderr)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OSError a user can cause (disk full, permission, a path that is a directory) as one line."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser([chosen] if chosen in COMMANDS else []).parse_args(argv)
+    try:
+        args = build_parser([chosen] if chosen in COMMANDS else []).parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad option (one line already printed)
+        return int(exc.code or 0)
     started = time.perf_counter()
     try:
         _quiet_transformers()
-        args.handler(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            args.handler(args)
     except MiaFastError as exc:
         print(f"mia-fast: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"mia-fast: error: {os_error_line(exc)}; nothing already written was lost", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("mia-fast: interrupted; finished work is kept (scores: continue with --resume)", file=sys.stderr)

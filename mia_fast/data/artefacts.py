@@ -1,0 +1,167 @@
+"""Writing what a user keeps without ever losing what was there: a file is replaced only by a complete new one
+(written beside it, then renamed over it), an output has one writer at a time (an exclusive lock naming its
+holder), and every JSON artefact read back carries a checksum of its content."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from mia_fast.errors import MiaFastError
+
+CHECKSUM_KEY = "sha256"
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fsync_directory(directory: Path) -> None:
+    """Makes a rename in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write: renamed over ``path`` (durably) when the block ends without an
+    error, removed otherwise, so ``path`` is either what it was or the complete new file."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield temporary
+        with open(temporary, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+        fsync_directory(path.parent)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Replaces ``path`` by ``data`` as a whole (text as UTF-8)."""
+    path = Path(path)
+    with replacing(path) as temporary:
+        temporary.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return path
+
+
+def _canonical(payload: Mapping[str, Any]) -> bytes:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def checked_json(payload: Mapping[str, Any], kind: str) -> str:
+    """``payload`` as JSON with its ``format`` (``kind``) and a checksum of both; non-finite numbers are refused
+    (they are not JSON)."""
+    body = {"format": kind, **payload}
+    try:
+        checksum = hashlib.sha256(_canonical(body)).hexdigest()
+    except ValueError as exc:
+        raise MiaFastError(f"cannot write a {kind} file: {exc}") from None
+    return json.dumps({**body, CHECKSUM_KEY: checksum}, indent=1, allow_nan=False) + "\n"
+
+
+def write_checked_json(path: str | os.PathLike, payload: Mapping[str, Any], kind: str) -> Path:
+    """Writes :func:`checked_json` atomically."""
+    return write_atomic(path, checked_json(payload, kind))
+
+
+def read_checked_json(path: str | os.PathLike, kind: str, writer: str) -> dict[str, Any]:
+    """The payload of a file written by :func:`write_checked_json` (without ``format`` and the checksum); one clear
+    error when it cannot be read, is not a ``kind`` file (``writer`` says what writes one), or was changed."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise MiaFastError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError:
+        raise MiaFastError(f"{path} is not a {kind} file (not JSON); {writer} writes one") from None
+    if not isinstance(data, dict) or data.get("format") != kind:
+        raise MiaFastError(f"{path} is not a {kind} file; {writer} writes one")
+    checksum = data.pop(CHECKSUM_KEY, None)
+    if checksum is None:
+        raise MiaFastError(f"{path} has no checksum (written by an older mia-fast?); {writer} writes it again")
+    try:
+        actual = hashlib.sha256(_canonical(data)).hexdigest()
+    except ValueError:
+        actual = None
+    if actual != checksum:
+        raise MiaFastError(f"{path}: checksum mismatch: the file was changed after it was written; {writer} again")
+    del data["format"]
+    return data
+
+
+class OutputLock:
+    """An exclusive lock on an output for the length of a run: ``<output>.lock`` holds the writer's PID, and a
+    second writer is refused naming it. The lock is the kernel's (``flock``), so a killed writer holds none."""
+
+    def __init__(self, output: str | os.PathLike) -> None:
+        self.output = Path(output)
+        self.path = self.output.with_name(self.output.name + ".lock")
+        self._fd: int | None = None
+
+    def __enter__(self) -> OutputLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MiaFastError(f"cannot write {self.output}: {exc.strerror or exc}") from None
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise MiaFastError(f"cannot write {self.output}: {exc.strerror or exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                raise MiaFastError(
+                    f"{self.output} is being written by process {self._holder()} (lock {self.path.name}); "
+                    "wait for it to finish or choose another output"
+                ) from None
+            # A holder that was releasing may have removed the file we opened: lock the one at the path.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def _holder(self) -> str:
+        try:
+            return self.path.read_text().strip() or "unknown"
+        except OSError:
+            return "unknown"
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None
