@@ -28,14 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mia_fast.data.files import (
-    OUTPUT_SUFFIXES,
-    PARQUET_CONVERSION_ROWS,
-    DataStream,
-    ResultWriter,
-    RowPosition,
-    row_positions,
-)
+from mia_fast.data.artefacts import OutputLock
+from mia_fast.data.files import DataStream, RowPosition, row_positions
+from mia_fast.data.outputs import OUTPUT_SUFFIXES, PARQUET_CONVERSION_ROWS, ResultWriter, manifest_path
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.sources import CorpusFormat, Counting
 from mia_fast.frequency.table import write_atomically
@@ -209,6 +204,7 @@ class _ShardJob:
         config = replace(self.config, output=output, compute=replace(self.config.compute, progress=False))
         score_file(self.stream(shard), config, detector, data_name=str(self.data.path))
         os.replace(partial, self.directory / shard.name)
+        manifest_path(partial).unlink()
 
 
 class ShardScorer:
@@ -404,11 +400,9 @@ def score_on_ray(
     Detector from ``config``.
     """
     cluster = cluster or RayConfig()
-    address, workers, out = cluster.address, cluster.workers, config.output.path
-    block_rows, resume, overwrite = config.output.block_rows, config.output.resume, config.output.overwrite
-    progress = config.compute.progress
+    out, block_rows = config.output.path, config.output.block_rows
     require_ray()
-    check_address(address)
+    check_address(cluster.address)
     if not out.name.lower().endswith(OUTPUT_SUFFIXES):
         raise MiaFastError(f"{out}: unsupported output format; use one of {', '.join(OUTPUT_SUFFIXES)}")
     if block_rows < 1:
@@ -420,6 +414,20 @@ def score_on_ray(
             "scored as in one process"
         )
     _check_before_ray(config)
+    from mia_fast.scoring.runner import refuse_input_as_output
+
+    refuse_input_as_output(data, out, online=False)
+    with OutputLock(out):
+        return _score_shards_and_merge(data, config, cluster, shard_rows, log)
+
+
+def _score_shards_and_merge(
+    data: DataStream, config: RunConfig, cluster: RayConfig, shard_rows: int, log: Callable[[str], None]
+) -> Path:
+    """score_on_ray once its checks are done and OUT is locked."""
+    from mia_fast.scoring.runner import run_record
+
+    out, resume, overwrite = config.output.path, config.output.resume, config.output.overwrite
     directory = out.with_name(out.name + ".shards")
     settings = _run_settings(data, config, shard_rows)
     manifest = _Manifest(directory, settings, resume, overwrite, out)
@@ -432,11 +440,11 @@ def score_on_ray(
         log(f"resuming: {len(shards) - len(todo)} of {len(shards)} shards already scored in {directory}")
     if todo:
         job = _ShardJob(data, directory, config)
-        _score_shards(job, todo, manifest, address, workers, progress, log, total_rows=manifest.content["rows"])
+        _score_shards(job, todo, manifest, cluster, log, total_rows=manifest.content["rows"])
     missing = [shard.describe() for shard in shards if not manifest.finished(shard)]
     if missing:
         raise MiaFastError(f"the Ray run ended without {len(missing)} shard(s), e.g. {missing[0]}; rerun with --resume")
-    rows, unscorable = _merge_shards([directory / shard.name for shard in shards], out)
+    rows, unscorable = _merge_shards([directory / shard.name for shard in shards], out, run_record(config))
     manifest.content["merged"] = True
     manifest.save()
     if unscorable:
@@ -449,18 +457,17 @@ def _score_shards(
     job: _ShardJob,
     todo: list[_Shard],
     manifest: _Manifest,
-    address: str | None,
-    workers: int | None,
-    progress: bool,
+    cluster: RayConfig,
     log: Callable[[str], None],
     total_rows: int,
 ) -> None:
     from tqdm.auto import tqdm
 
-    with ray_session(address) as ray, _quiet_ray_data():
+    progress = job.config.compute.progress
+    with ray_session(cluster.address) as ray, _quiet_ray_data():
         from ray.data import ActorPoolStrategy
 
-        actors, cpus, gpus = _actor_resources(ray, job.config.model.device, workers, len(todo), log)
+        actors, cpus, gpus = _actor_resources(ray, job.config.model.device, cluster.workers, len(todo), log)
         log(
             f"scoring {len(todo)} shards of up to {todo[0].rows} rows with {actors} model actor(s) on Ray "
             f"({gpus or cpus} {'GPU' if gpus else 'CPU'}{'s' if (gpus or cpus) > 1 else ''} each)"
@@ -497,13 +504,13 @@ def _score_shards(
             bar.close()
 
 
-def _merge_shards(files: list[Path], out: Path) -> tuple[int, int]:
+def _merge_shards(files: list[Path], out: Path, settings: dict[str, Any]) -> tuple[int, int]:
     """Concatenates the shards into ``out`` in its own format, a few thousand rows at a time; returns the
     rows written and how many carry a warning."""
     import pyarrow.parquet as pq
 
     columns = pq.read_schema(files[0]).names
-    writer = ResultWriter(out, columns, overwrite=True)
+    writer = ResultWriter(out, columns, overwrite=True, settings=settings)
     unscorable = 0
     for path in files:
         shard = pq.ParquetFile(path)

@@ -1,7 +1,9 @@
 """Helpers shared by tests of several stages: running the CLI, counting forwards, hand-built stats."""
 
+import errno
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -47,12 +49,37 @@ def refused(capsys, *args, keep=()) -> str:
     """Runs the CLI expecting it to refuse: exit 2, exactly one line on stderr, and every file under ``keep``
     (directories or files) byte-identical after, none added or removed. Returns the line."""
     before = digests(*keep)
+    capsys.readouterr()
     code = run_cli(*args)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, f"exit {code}; stderr: {err}"
     assert len(err) == 1 and err[0].startswith("mia-fast: error: "), err
-    assert digests(*keep) == before
+    after = digests(*keep)
+    assert after == before, {
+        path: (before.get(path), after.get(path)) for path in {*before, *after} if before.get(path) != after.get(path)
+    }
     return err[0]
+
+
+def fail_writes(monkeypatch, from_block: int) -> list[int]:
+    """Makes the disk fill up while scores block ``from_block`` (0-based, counted over every staged rows file) is
+    written: half of it reaches the file, then ENOSPC, as it does for every later write. Returns the count of
+    blocks written so far (one list item)."""
+    real_write = os.write
+    blocks = [0]
+
+    def write(fd, data):
+        target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if target.name not in ("rows.jsonl", "rows.csv") or not target.parent.name.endswith(".partial"):
+            return real_write(fd, data)
+        if blocks[0] >= from_block:
+            real_write(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        blocks[0] += 1
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return blocks
 
 
 PREFIX = ["the rain in spain ", "all that glitters"]

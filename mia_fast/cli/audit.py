@@ -11,8 +11,10 @@ from mia_fast.cli.options import (
     add_input_options,
     add_model_options,
     add_scoring_options,
+    bounded,
     input_name,
     load_input,
+    positive_int,
     run_config,
     score_settings,
     single_column,
@@ -20,6 +22,7 @@ from mia_fast.cli.options import (
 )
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.thresholds import RULES
+from mia_fast.methods.settings import Range
 
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
@@ -34,7 +37,9 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
             default="accuracy",
             help="best validation accuracy, or the highest TPR at --target-fpr",
         )
-        parser.add_argument("--target-fpr", type=float, default=0.05, help="for --rule fpr (default 0.05)")
+        parser.add_argument(
+            "--target-fpr", type=bounded(Range(0, 1)), default=0.05, help="for --rule fpr (default 0.05)"
+        )
         parser.add_argument(
             "--out", required=True, help="the threshold file (JSON); the validation scores go beside it"
         )
@@ -45,7 +50,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", required=True, help="one row per text with its score and flag (.jsonl); the rates go beside it"
     )
-    parser.add_argument("--top", type=int, default=20, help="documents shown in the printed table")
+    parser.add_argument("--top", type=positive_int, default=20, help="documents shown in the printed table")
     parser.set_defaults(handler=command_classify)
 
 

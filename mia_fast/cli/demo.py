@@ -7,9 +7,21 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mia_fast.cli.options import add_model_options, floats, refuse_nonempty, require_positive
-from mia_fast.evaluation.experiments import DEMO_METHODS, PREFIX_SHOTS, PROBE_TEXTS, FineTuning
+from mia_fast.cli.options import (
+    add_model_options,
+    bounded,
+    fractions,
+    method_list,
+    non_negative_int,
+    positive_int,
+    positive_number,
+    refuse_nonempty,
+)
+from mia_fast.errors import MiaFastError
+from mia_fast.evaluation.experiments import DEMO_METHODS, MIN_TEXTS, PREFIX_SHOTS, PROBE_TEXTS, FineTuning
 from mia_fast.evaluation.probe import ProbeTraining
+from mia_fast.methods.settings import Range
+from mia_fast.pipeline.finetune import TrainingDiverged
 from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP, neighbor_source
 
 
@@ -27,36 +39,41 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     )
     demo.add_argument("--text-field", default="text")
     demo.add_argument(
-        "--texts", type=int, default=64, help="texts drawn from the corpus, half of them members (default 64)"
+        "--texts",
+        type=bounded(Range(MIN_TEXTS, whole=True)),
+        default=64,
+        help="texts drawn from the corpus, half of them members (default 64)",
     )
-    demo.add_argument("--epochs", type=int, default=FineTuning.epochs)
-    demo.add_argument("--lr", type=float, default=FineTuning.learning_rate, help="learning rate (default 1e-4)")
-    demo.add_argument("--batch-size", type=int, default=FineTuning.batch_size)
+    demo.add_argument("--epochs", type=positive_int, default=FineTuning.epochs)
+    demo.add_argument(
+        "--lr", type=positive_number, default=FineTuning.learning_rate, help="learning rate (default 1e-4)"
+    )
+    demo.add_argument("--batch-size", type=positive_int, default=FineTuning.batch_size)
     demo.add_argument(
         "--max-tokens",
-        type=int,
+        type=positive_int,
         default=FineTuning.max_tokens,
         help="each text is cut to this many tokens (default 128)",
     )
-    demo.add_argument("--seed", type=int, default=FineTuning.seed)
-    demo.add_argument("--methods", default=",".join(DEMO_METHODS))
-    demo.add_argument("--k", type=floats, help="fractions for mink/minkpp (default 0.1,...,1.0)")
+    demo.add_argument("--seed", type=non_negative_int, default=FineTuning.seed)
+    demo.add_argument("--methods", type=method_list, default=",".join(DEMO_METHODS))
+    demo.add_argument("--k", type=fractions, help="fractions for mink/minkpp (default 0.1,...,1.0)")
     demo.add_argument(
         "--prefix-shots",
-        type=int,
+        type=positive_int,
         default=PREFIX_SHOTS,
         help="for recall and conrecall: passages drawn for each prefix, known non-members and (conrecall) known "
         f"members (default {PREFIX_SHOTS})",
     )
     demo.add_argument(
         "--probe-texts",
-        type=int,
+        type=positive_int,
         default=PROBE_TEXTS,
         help=f"for probe: passages drawn as its training set, half of them its proxy's members (default {PROBE_TEXTS})",
     )
     demo.add_argument(
         "--probe-lr",
-        type=float,
+        type=positive_number,
         default=ProbeTraining.learning_rate,
         help="for probe: its proxy's fine-tuning learning rate (default 1e-3)",
     )
@@ -67,11 +84,11 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     )
     demo.add_argument(
         "--neighbor-count",
-        type=int,
+        type=positive_int,
         default=DEFAULT_NEIGHBORS,
         help=f"for neighbor: neighbours per text (default {DEFAULT_NEIGHBORS})",
     )
-    demo.add_argument("--bootstrap", type=int, default=1000)
+    demo.add_argument("--bootstrap", type=positive_int, default=1000)
     demo.add_argument(
         "--no-blind",
         dest="blind",
@@ -100,18 +117,6 @@ def command_demo(args: argparse.Namespace) -> None:
 
     report = Path(args.report)
     refuse_nonempty(report, args.overwrite, "--report")
-    require_positive(
-        args,
-        "texts",
-        "epochs",
-        "batch_size",
-        "max_tokens",
-        "prefix_shots",
-        "probe_texts",
-        "lr",
-        "probe_lr",
-        "neighbor_count",
-    )
     corpus = read_corpus(args.corpus, args.text_field) if args.corpus else stdlib_corpus()
     corpus_name = args.corpus or "Python standard library docstrings"
     methods = [m for m in args.methods.split(",") if m]
@@ -172,6 +177,8 @@ def command_demo(args: argparse.Namespace) -> None:
             scoring = replace(scoring, k=tuple(args.k))
         progress = ExperimentProgress(on_step, on_tokenized, lambda tokens: bars[-1].update(tokens))
         experiment, results = run_experiment(loaded, corpus, report, design, scoring, corpus_name, progress)
+    except TrainingDiverged as diverged:
+        raise MiaFastError(f"{diverged} (--lr {args.lr:g}); nothing was scored, the losses are in {report}") from None
     finally:
         for bar in bars:
             bar.close()

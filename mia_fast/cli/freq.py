@@ -9,8 +9,17 @@ from pathlib import Path
 
 import numpy as np
 
+from mia_fast.cli.options import non_negative_int, positive_int
 from mia_fast.errors import MiaFastError
-from mia_fast.frequency.sources import TOKEN_DTYPES, CorpusFormat, Counting, build_from_text, build_from_tokens
+from mia_fast.frequency.sources import (
+    TOKEN_DTYPES,
+    CorpusFormat,
+    Counting,
+    build_from_text,
+    build_from_tokens,
+    expand_sources,
+    require_text,
+)
 from mia_fast.frequency.table import MODES, FrequencyTable, tokenizer_fingerprint
 
 
@@ -27,7 +36,7 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
         )
         parser.add_argument(
             "--max-tokens-per-doc",
-            type=int,
+            type=positive_int,
             help="count only each document's first N tokens (the DC-PDD code used 1024)",
         )
         parser.add_argument("--overwrite", action="store_true", help="replace an existing table")
@@ -46,9 +55,11 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
         help="hub name, local model directory, .gguf file, or 'default' (the built-in model)",
     )
     build.add_argument("--text-field", default="text", help="JSON field or parquet column holding the text")
-    build.add_argument("--workers", type=int, help="tokenizer threads (default: one per core)")
+    build.add_argument("--workers", type=positive_int, help="tokenizer threads (default: one per core)")
     build.add_argument(
-        "--vocab-size", type=int, help="the model's vocabulary size when its output head is larger than the tokenizer"
+        "--vocab-size",
+        type=positive_int,
+        help="the model's vocabulary size when its output head is larger than the tokenizer",
     )
     build.add_argument(
         "--skip-bad-records",
@@ -70,23 +81,23 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
     )
     tokens.set_defaults(handler=command_build_tokens)
     tokens.add_argument("files", nargs="+", help="token files, or Megatron prefixes (PATH for PATH.bin + PATH.idx)")
-    tokens.add_argument("--vocab-size", type=int, required=True)
+    tokens.add_argument("--vocab-size", type=positive_int, required=True)
     tokens.add_argument(
         "--dtype", choices=TOKEN_DTYPES, help="id type of raw files (.npy headers and Megatron indexes carry their own)"
     )
     tokens.add_argument(
         "--doc-separator",
-        type=int,
+        type=non_negative_int,
         help="id that ends every document of a raw stream (for --mode document or --max-tokens-per-doc)",
     )
     tokens.add_argument("--tokenizer", help="the tokenizer that made the ids, to stamp its fingerprint on the table")
-    tokens.add_argument("--threads", type=int, default=0, help="counting threads (default: one per core)")
+    tokens.add_argument("--threads", type=non_negative_int, default=0, help="counting threads (default: one per core)")
     counting_options(tokens)
 
     info = actions.add_parser("info", help="print a table's header and its most frequent ids")
     info.set_defaults(handler=command_info)
     info.add_argument("table")
-    info.add_argument("--top", type=int, default=10)
+    info.add_argument("--top", type=positive_int, default=10)
     info.add_argument("--tokenizer", help="show the most frequent ids as tokens of this tokenizer")
 
     merge = actions.add_parser("merge", help="add tables built with the same tokenizer and settings")
@@ -114,10 +125,11 @@ def _summary(table: FrequencyTable, path: Path) -> str:
 
 
 def command_build(args: argparse.Namespace) -> None:
-    from mia_fast.pipeline.models import load_tokenizer
-
     out = Path(args.out)
     _check_output(out, args.overwrite)
+    corpus = CorpusFormat(text_field=args.text_field, skip_bad_records=args.skip_bad_records)
+    counting = Counting(mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc, vocab_size=args.vocab_size)
+    require_text(expand_sources(args.sources), corpus)  # before torch and the tokenizer, which take long to load
     checkpoints = out.with_name(out.name + ".partial")
     if args.overwrite:
         shutil.rmtree(checkpoints, ignore_errors=True)
@@ -128,12 +140,14 @@ def command_build(args: argparse.Namespace) -> None:
         build, options = build_on_ray, {"address": args.ray or None, "threads": args.workers or 1}
     else:
         build, options = build_from_text, {"workers": args.workers}
+    from mia_fast.pipeline.models import load_tokenizer
+
     tokenizer = load_tokenizer(args.tokenizer)
     report = build(
         args.sources,
         tokenizer,
-        Counting(mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc, vocab_size=args.vocab_size),
-        CorpusFormat(text_field=args.text_field, skip_bad_records=args.skip_bad_records),
+        counting,
+        corpus,
         checkpoint_dir=checkpoints,
         progress=not args.quiet,
         **options,

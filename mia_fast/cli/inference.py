@@ -7,7 +7,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mia_fast.cli.options import add_model_options, add_scoring_options, floats, refuse_nonempty
+from mia_fast.cli.options import (
+    add_model_options,
+    add_scoring_options,
+    fractions,
+    method_list,
+    non_negative_int,
+    refuse_nonempty,
+)
 from mia_fast.pipeline.neighbors import WORD_DROP
 
 # Maini et al.'s features, as far as the engine has them: likelihoods, Min-K% and Min-K%++ over k,
@@ -31,14 +38,15 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report", required=True, help="directory for dataset_inference.json, p_values.png, report.md and the scores"
     )
-    parser.add_argument("--seed", type=int, default=0, help="the halves and the draws (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="the halves and the draws (default 0)")
     parser.add_argument(
         "--methods",
+        type=method_list,
         default=FEATURE_METHODS,
         help=f"the features: comma-separated methods (default {FEATURE_METHODS}; ref is added with --ref-model)",
     )
     parser.add_argument(
-        "--k", type=floats, default=floats(FEATURE_KS), help=f"fractions for mink/minkpp (default {FEATURE_KS})"
+        "--k", type=fractions, default=fractions(FEATURE_KS), help=f"fractions for mink/minkpp (default {FEATURE_KS})"
     )
     add_model_options(parser)
     add_scoring_options(parser, methods=False)
@@ -54,12 +62,19 @@ def command_dataset_inference(args: argparse.Namespace) -> None:
     from mia_fast.cli.options import run_config, stderr
     from mia_fast.data import Dataset, read_dataset, read_scores
     from mia_fast.errors import MiaFastError
-    from mia_fast.evaluation.dataset_inference import MIN_TEXTS, dataset_inference, write_dataset_inference
+    from mia_fast.evaluation.dataset_inference import (
+        MIN_TEXTS,
+        check_disjoint_texts,
+        check_distinct_files,
+        dataset_inference,
+        write_dataset_inference,
+    )
     from mia_fast.methods import resolve_methods
     from mia_fast.scoring.runner import score_file
 
     report = Path(args.report)
     refuse_nonempty(report, args.overwrite or args.resume, "--report")
+    check_distinct_files(args.suspect, args.validation)
     sets = [
         read_dataset(path, args.text_field, id_field=None, label_field=None) for path in (args.suspect, args.validation)
     ]
@@ -68,6 +83,7 @@ def command_dataset_inference(args: argparse.Namespace) -> None:
             raise MiaFastError(
                 f"the {what} set has {len(dataset.texts)} texts; dataset inference needs at least {MIN_TEXTS}"
             )
+    check_disjoint_texts(sets[0].texts, sets[1].texts)
     methods = args.methods.split(",") + (["ref"] if args.ref_model and "ref" not in args.methods.split(",") else [])
     features = [c for r in resolve_methods(methods, args.k) for c in r.columns]
     combined = Dataset(

@@ -1,42 +1,76 @@
-"""The options the scoring commands share, and turning them into library calls."""
+"""The options the scoring commands share, the parsers that check every number and method list as it is
+parsed (one line, before any model or data is touched), and turning the options into library calls."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mia_fast.data import SUITES
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, REGISTRY, setting_options
+from mia_fast.methods.registry import (
+    DEFAULT_KS,
+    DEFAULT_METHODS,
+    REGISTRY,
+    SettingOption,
+    resolve_methods,
+    setting_options,
+)
+from mia_fast.methods.settings import FRACTION, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Range
 from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP
-from mia_fast.scoring.config import DEFAULT_BLOCK_ROWS
 
 
-def floats(text: str) -> list[float]:
+def bounded(bounds: Range) -> Callable[[str], int | float]:
+    """An argparse type: the number an option spells, refused as it is parsed when outside ``bounds``."""
+
+    def parse(text: str) -> int | float:
+        try:
+            return bounds.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def bounded_list(bounds: Range) -> Callable[[str], list[int | float]]:
+    """An argparse type: comma-separated numbers, at least one, each within ``bounds``."""
+
+    def parse(text: str) -> list[int | float]:
+        try:
+            values = [bounds.parse(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            values = []
+        if not values:
+            raise argparse.ArgumentTypeError(f"must be comma-separated numbers, each {bounds}, got {text!r}")
+        return values
+
+    return parse
+
+
+positive_int = bounded(POSITIVE_INT)
+non_negative_int = bounded(NON_NEGATIVE_INT)
+positive_number = bounded(POSITIVE)
+fraction = bounded(FRACTION)
+# A window scores every token after its first, so it holds at least two.
+window_length = bounded(Range(2, whole=True))
+fractions = bounded_list(FRACTION)
+positive_ints = bounded_list(POSITIVE_INT)
+
+
+def method_list(text: str) -> str:
+    """An argparse type: comma-separated method names (or ``mink_0.2`` ...), at least one, every one registered."""
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        resolve_methods(text.split(","), ())
+    except MiaFastError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def stderr(message: str) -> None:
     print(message, file=sys.stderr)
-
-
-def require_positive(args: argparse.Namespace, *names: str) -> None:
-    """Refuses a zero or negative value of any of these options (None: not given, left to its default)."""
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            raise MiaFastError(f"--{name.replace('_', '-')} must be positive, got {value}")
 
 
 def refuse_nonempty(directory: Path, overwrite: bool, option: str) -> None:
@@ -60,7 +94,9 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     suites.add_argument("--split", help="the suite's split (e.g. WikiMIA_length64, ngram_13_0.8)")
     suites.add_argument("--config", help="the suite's config (MIMIR domain, ArxivMIA cs or math)")
     suites.add_argument(
-        "--max-words", type=int, help="cut every text to its first N words (jieba words for Chinese), as WikiMIA does"
+        "--max-words",
+        type=positive_int,
+        help="cut every text to its first N words (jieba words for Chinese), as WikiMIA does",
     )
     fields = parser.add_argument_group("input fields")
     fields.add_argument("--text-field", default="text")
@@ -90,13 +126,12 @@ def add_method_settings(group: argparse._ArgumentGroup) -> None:
     """Every method setting's flag, as the registry derives them from the methods' settings classes (a value not
     given is None: the setting's default)."""
     for option in setting_options():
-        flag, default = option.flag, option.default
-        number = isinstance(default, (int, float)) and not isinstance(default, bool)
+        flag = option.flag
         group.add_argument(
             f"--{flag.name}",
             *(f"--{alias}" for alias in flag.aliases),
             dest=option.key,
-            type=flag.parse or (type(default) if number else None),
+            type=setting_parser(option),
             choices=flag.choices,
             metavar=flag.metavar,
             default=None,
@@ -104,16 +139,28 @@ def add_method_settings(group: argparse._ArgumentGroup) -> None:
         )
 
 
+def setting_parser(option: SettingOption) -> Callable[[str], Any] | None:
+    """How a setting's flag is parsed: its own ``parse``, else its declared Range, else the type of a numeric
+    default (None: the text itself)."""
+    default = option.default
+    if option.flag.parse is not None:
+        return option.flag.parse
+    if option.spec.bounds is not None:
+        return bounded(option.spec.bounds)
+    return type(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else None
+
+
 def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -> None:
     scoring = parser.add_argument_group("scoring")
     if methods:
         scoring.add_argument(
             "--methods",
+            type=method_list,
             default=",".join(DEFAULT_METHODS),
             help=f"comma-separated: {','.join(REGISTRY)} (or mink_0.2 ...)",
         )
         scoring.add_argument(
-            "--k", type=floats, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)"
+            "--k", type=fractions, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)"
         )
     add_method_settings(parser.add_argument_group("method settings"))
     scoring.add_argument(
@@ -124,7 +171,7 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
     )
     scoring.add_argument(
         "--neighbor-count",
-        type=int,
+        type=positive_int,
         default=DEFAULT_NEIGHBORS,
         help=f"neighbours made per text (default {DEFAULT_NEIGHBORS})",
     )
@@ -135,7 +182,7 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
         help="prepend the BOS/EOS start token so the first token is scored",
     )
     scoring.add_argument(
-        "--batch-tokens", type=int, help="token budget per forward batch (default: 1024 on CPU, 16384 on GPU)"
+        "--batch-tokens", type=positive_int, help="token budget per forward batch (default: 1024 on CPU, 16384 on GPU)"
     )
     scoring.add_argument(
         "--backend",
@@ -143,15 +190,23 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
         default="auto",
         help="token statistics and reductions: Triton kernels (auto on CUDA) or the reference",
     )
-    scoring.add_argument("--max-length", type=int, help="window length for long texts (default: the model context)")
+    scoring.add_argument(
+        "--max-length", type=window_length, help="window length for long texts (default: the model context)"
+    )
     add_output_options(parser, stats_cache=True)
 
 
 def add_output_options(parser: argparse.ArgumentParser, stats_cache: bool = False) -> None:
+    # Here, not at the top: scoring.config imports torch, and `freq`, which shares this module's parsers, starts
+    # without it.
+    from mia_fast.scoring.config import DEFAULT_BLOCK_ROWS
+
     output = parser.add_argument_group("output")
     output.add_argument("--resume", action="store_true", help="continue an interrupted output")
     output.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    output.add_argument("--block-rows", type=int, default=DEFAULT_BLOCK_ROWS, help="rows scored and written per block")
+    output.add_argument(
+        "--block-rows", type=positive_int, default=DEFAULT_BLOCK_ROWS, help="rows scored and written per block"
+    )
     if stats_cache:
         output.add_argument(
             "--stats-cache",
@@ -249,6 +304,8 @@ def load_input(args: argparse.Namespace, require_labels: bool = False, stream: b
     from mia_fast.data import DataStream, load_suite, read_dataset
     from mia_fast.data.files import cut_to_words
 
+    if getattr(args, "neighbor_field", None) and getattr(args, "neighbor_model", None):
+        raise MiaFastError("give --neighbor-field or --neighbor-model, not both")
     if args.suite:
         dataset = load_suite(args.suite, args.split, args.config, files=args.data)
         if args.group_field or args.neighbor_field:
@@ -284,12 +341,9 @@ def neighbor_source(args: argparse.Namespace, dataset):
     """The neighbours of --neighbor-field, or the generator of --neighbor-model (None without either)."""
     from mia_fast.pipeline import neighbors
 
-    if args.neighbor_field and args.neighbor_model:
-        raise MiaFastError("give --neighbor-field or --neighbor-model, not both")
     if args.neighbor_field:
         return neighbors.Neighbors.of_texts(dataset.texts, dataset.neighbors)
     if args.neighbor_model:
-        require_positive(args, "neighbor_count")
         return neighbors.neighbor_source(
             args.neighbor_model, args.neighbor_count, device=args.device, progress=not args.quiet
         )

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from mia_fast.cli.options import add_model_options, refuse_nonempty, require_positive
+from mia_fast.cli.options import add_model_options, positive_int, positive_number, refuse_nonempty
+from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.probe import ProbeTraining
 from mia_fast.methods.probe import NORMALIZATIONS
 
@@ -31,25 +32,27 @@ def add_command(name: str, probe: argparse.ArgumentParser) -> None:
     add_model_options(train, reference=False)
     train.add_argument(
         "--lr",
-        type=float,
+        type=positive_number,
         default=ProbeTraining.learning_rate,
         help="the proxy's fine-tuning learning rate (default 1e-3)",
     )
     train.add_argument(
-        "--epochs", type=int, default=ProbeTraining.epochs, help="the proxy's fine-tuning epochs (default 2)"
+        "--epochs", type=positive_int, default=ProbeTraining.epochs, help="the proxy's fine-tuning epochs (default 2)"
     )
     train.add_argument(
-        "--batch-size", type=int, help="texts per optimizer step of the proxy (default: every member, as the paper)"
+        "--batch-size",
+        type=positive_int,
+        help="texts per optimizer step of the proxy (default: every member, as the paper)",
     )
     train.add_argument(
         "--micro-batch",
-        type=int,
+        type=positive_int,
         default=ProbeTraining.micro_batch,
         help="texts per forward while fine-tuning (gradients accumulate)",
     )
     train.add_argument(
         "--probe-epochs",
-        type=int,
+        type=positive_int,
         default=ProbeTraining.probe_epochs,
         help="full-batch epochs of each layer's logistic regression",
     )
@@ -61,7 +64,9 @@ def add_command(name: str, probe: argparse.ArgumentParser) -> None:
         "training split's",
     )
     train.add_argument("--seed", type=int, default=ProbeTraining.seed)
-    train.add_argument("--batch-tokens", type=int, help="token budget per forward batch when reading activations")
+    train.add_argument(
+        "--batch-tokens", type=positive_int, help="token budget per forward batch when reading activations"
+    )
     train.add_argument("--out", required=True, help="the probe directory: probe.json, probe.safetensors, dev_auroc.png")
     train.add_argument("--keep-proxy", action="store_true", help="also save the fine-tuned proxy model in OUT/proxy")
     train.add_argument("--overwrite", action="store_true", help="write into a directory that is not empty")
@@ -77,8 +82,9 @@ def command_train(args: argparse.Namespace) -> None:
     from mia_fast.pipeline.models import load_model
 
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise MiaFastError(f"{out} is a file; --out is the directory the probe is written into")
     refuse_nonempty(out, args.overwrite, "--out")
-    require_positive(args, "epochs", "micro_batch", "probe_epochs", "batch_size", "lr")
     train = read_dataset(args.train, args.text_field, None, args.label_field, require_labels=True)
     dev = read_dataset(args.dev, args.text_field, None, args.label_field, require_labels=True)
     members, _ = check_labelled(train, "training", 4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from mia_fast.cli.options import add_input_options, add_method_settings, add_output_options, floats
+from mia_fast.cli.options import add_input_options, add_method_settings, add_output_options, fractions, method_list
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS
 
@@ -32,10 +32,13 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
         "--out", required=True, help="scores: .jsonl, .csv or .parquet (one row per input row, in order)"
     )
     parser.add_argument(
-        "--methods", default=",".join(DEFAULT_METHODS), help="comma-separated methods (or mink_0.2 ...)"
+        "--methods",
+        type=method_list,
+        default=",".join(DEFAULT_METHODS),
+        help="comma-separated methods (or mink_0.2 ...)",
     )
     parser.add_argument(
-        "--k", type=floats, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)"
+        "--k", type=fractions, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)"
     )
     add_method_settings(parser.add_argument_group("method settings"))
     add_output_options(parser)

@@ -11,8 +11,10 @@ from mia_fast.cli.options import (
     add_model_options,
     add_scoring_options,
     input_name,
-    ints,
     load_input,
+    non_negative_int,
+    positive_int,
+    positive_ints,
     run_config,
     score_into,
     stderr,
@@ -32,14 +34,17 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
         online = parser.add_argument_group("online detection (Min-K%++ §4.4)")
         online.add_argument(
             "--online",
-            type=int,
+            type=positive_int,
             metavar="W",
             help="also score every window of W scored tokens: each row gets its best "
             "window (online_max, online_start, online_end, online_text) and every window's score goes to "
             "OUT_STEM.windows.jsonl",
         )
         online.add_argument(
-            "--online-stride", type=int, metavar="S", help="scored tokens between window starts (default W // 2)"
+            "--online-stride",
+            type=positive_int,
+            metavar="S",
+            help="scored tokens between window starts (default W // 2)",
         )
         online.add_argument("--online-method", help=f"loss, mink_<k> or minkpp_<k> (default {DEFAULT_ONLINE_METHOD})")
         cluster = parser.add_argument_group("Ray cluster (pip install 'mia-fast[ray]')")
@@ -53,21 +58,24 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
         )
         cluster.add_argument(
             "--ray-workers",
-            type=int,
+            type=positive_int,
             metavar="N",
             help="model actors (default: one per GPU, or one per node without GPUs)",
         )
         cluster.add_argument(
-            "--shard-rows", type=int, metavar="S", help="rows per shard, a multiple of --block-rows (default 8 blocks)"
+            "--shard-rows",
+            type=positive_int,
+            metavar="S",
+            help="rows per shard, a multiple of --block-rows (default 8 blocks)",
         )
         parser.set_defaults(handler=command_score)
         return
     parser.add_argument("--report", help="directory for metrics.json, figures, report.md and report.html")
     parser.add_argument("--out", help="scores file (default: REPORT/scores.jsonl)")
-    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the AUROC CI")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the AUROC CI")
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument(
-        "--buckets", type=ints, help="word-length bucket edges, e.g. 32,64,128,256: metrics per bucket too"
+        "--buckets", type=positive_ints, help="word-length bucket edges, e.g. 32,64,128,256: metrics per bucket too"
     )
     parser.add_argument(
         "--no-blind",

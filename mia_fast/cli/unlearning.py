@@ -9,6 +9,7 @@ from pathlib import Path
 from mia_fast.cli.options import (
     add_input_options,
     add_scoring_options,
+    fraction,
     input_name,
     load_input,
     refuse_nonempty,
@@ -56,7 +57,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     )
     rule.add_argument(
         "--ratio",
-        type=float,
+        type=fraction,
         help=f"flag texts whose after score kept at least this share of the before score (default {DEFAULT_RATIO}; "
         "mean log-probabilities only: loss, mink_K)",
     )

@@ -2,16 +2,15 @@
 
 from mia_fast.data.files import (
     INPUT_SUFFIXES,
-    OUTPUT_SUFFIXES,
     Dataset,
     DataStream,
-    ResultWriter,
     parse_label,
     read_dataset,
     read_rows,
     read_scores,
     read_texts,
 )
+from mia_fast.data.outputs import OUTPUT_SUFFIXES, ResultWriter
 from mia_fast.data.suites import SUITES, load_suite
 
 __all__ = [

@@ -1,19 +1,16 @@
-"""Reading texts (.jsonl[.gz], .json[.gz], .csv, .parquet) and writing scores incrementally.
-
-Results are appended in input order and flushed block by block, so an interrupted run loses at
-most the block in flight; ``resume`` keeps every complete row already written and continues.
-"""
+"""Reading texts (.jsonl[.gz], .json[.gz], .csv, .parquet), block by block or whole, and score columns back."""
 
 from __future__ import annotations
 
 import copy
 import csv
 import gzip
+import hashlib
 import io
 import json
-import math
 import os
 import sys
+import warnings
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -23,13 +20,12 @@ from typing import Any
 import numpy as np
 
 from mia_fast.data.readers import BadRecord, decode_json_record, iter_lines, iter_parquet
-from mia_fast.data.text import truncate_words
-from mia_fast.errors import MiaFastError
+from mia_fast.data.text import replace_lone_surrogates, truncate_words
+from mia_fast.errors import MiaFastError, MiaFastWarning
 
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".csv", ".parquet")
-OUTPUT_SUFFIXES = (".jsonl", ".csv", ".parquet")
-# Rows of a staged .parquet output converted at a time, so that memory stays flat whatever the output's size.
-PARQUET_CONVERSION_ROWS = 8192
+# Rows held at a time while a stream is checked before scoring.
+_CHECK_ROWS = 4096
 # Label encodings seen in the field's datasets, mapped to 1 = member, 0 = non-member.
 _LABEL_WORDS = {
     "0": 0,
@@ -54,6 +50,19 @@ class Dataset:
     labels: list[int] | None
     groups: list[str] | None = None  # e.g. the book of each BookMIA snippet, for per-document rates
     neighbors: list[tuple[str, ...]] | None = None  # perturbed copies of each text, for the neighbour attack
+    source: Path | None = None  # the file the rows were read from
+
+    def fingerprints(self) -> list[bytes]:
+        """A digest of each row as it is scored (text, id, label, neighbours): a resumed output checks that the rows
+        it holds were scored from these."""
+
+        def column(values):
+            return values if values is not None else [None] * len(self.texts)
+
+        return [
+            hashlib.sha256(json.dumps(list(row), ensure_ascii=False, default=str).encode("utf-8")).digest()
+            for row in zip(self.texts, column(self.ids), column(self.labels), column(self.neighbors))
+        ]
 
     @property
     def size(self) -> int:
@@ -66,7 +75,9 @@ class Dataset:
         def cut(values):
             return None if values is None else values[start:stop]
 
-        return Dataset(cut(self.texts), cut(self.ids), cut(self.labels), cut(self.groups), cut(self.neighbors))
+        return Dataset(
+            cut(self.texts), cut(self.ids), cut(self.labels), cut(self.groups), cut(self.neighbors), self.source
+        )
 
     def blocks(self, rows: int) -> Iterator[tuple[Dataset, int]]:
         """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the characters of text up to its
@@ -291,6 +302,11 @@ class DataStream:
         """Bytes of the file, for progress against the bytes read."""
         return self.path.stat().st_size
 
+    def check(self) -> int:
+        """Reads every row once, as :meth:`blocks` will, so that a bad row is refused before anything is scored or
+        written; returns the number of rows."""
+        return sum(len(block.texts) for block, _ in self.blocks(_CHECK_ROWS))
+
     def blocks(self, rows: int) -> Iterator[tuple[Dataset, int]]:
         """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the bytes of the file read by its
         end."""
@@ -333,6 +349,7 @@ class DataStream:
             labels=labels,
             groups=None if groups is None else [str(g) for g in groups],
             neighbors=neighbors,
+            source=path,
         )
         return cut_to_words(dataset, self.max_words) if self.max_words is not None else dataset
 
@@ -358,6 +375,12 @@ def _row_text(path: Path, number: int, record: dict, field: str) -> str:
         return ""
     if not isinstance(text, str):
         raise MiaFastError(f"{path}: row at line {number}: {field!r} is a {type(text).__name__}, not a string")
+    text, replaced = replace_lone_surrogates(text)
+    if replaced:
+        warnings.warn(
+            MiaFastWarning(f"{path}: row at line {number}: {replaced} lone surrogate(s) replaced by U+FFFD"),
+            stacklevel=2,
+        )
     return text
 
 
@@ -449,146 +472,3 @@ def _row_label(path: Path, number: int, value: Any) -> int:
         return parse_label(value)
     except MiaFastError as exc:
         raise MiaFastError(f"{path}: row at line {number}: {exc}") from None
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-class ResultWriter:
-    """Appends result rows to .jsonl / .csv (or .parquet, staged as .jsonl and converted at the end).
-
-    Opening checks that the path is writable. An existing output is refused unless ``resume``
-    (keep its complete rows and continue) or ``overwrite`` is given.
-    """
-
-    def __init__(self, path: str | os.PathLike, columns: Sequence[str], resume: bool = False, overwrite: bool = False):
-        self.path = Path(path)
-        self.format = _suffix(self.path, OUTPUT_SUFFIXES, "output").lstrip(".")
-        self.columns = list(columns)
-        self.stage = self.path.with_name(self.path.name + ".partial.jsonl") if self.format == "parquet" else self.path
-        self.done_rows = 0
-        self.complete = False
-        if resume and overwrite:
-            raise MiaFastError("--resume and --overwrite exclude each other")
-        exists = self.path.exists() or self.stage.exists()
-        if exists and not (resume or overwrite):
-            raise MiaFastError(f"{self.path} exists; pass --resume to continue it or --overwrite to replace it")
-        if self.format == "parquet" and resume and self.path.exists() and not self.stage.exists():
-            self.done_rows, self.complete = self._parquet_rows(), True
-        elif resume and self.stage.exists():
-            self.done_rows = self._recover()
-        else:
-            self._create()
-
-    def _create(self) -> None:
-        try:
-            self.stage.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.stage, "w", encoding="utf-8", newline="") as f:
-                if self.format == "csv":
-                    csv.writer(f).writerow(self.columns)
-        except OSError as exc:
-            raise MiaFastError(f"cannot write {self.stage}: {exc.strerror or exc}") from None
-        if self.format == "parquet" and self.path.exists():
-            self.path.unlink()
-
-    def _recover(self) -> int:
-        """Keeps the complete rows of an interrupted output, cuts a torn last line, returns their count."""
-        raw = self.stage.read_bytes()
-        keep = raw[: raw.rfind(b"\n") + 1]
-        text = keep.decode("utf-8", errors="strict")
-        if self.format == "csv":
-            rows = list(csv.reader(io.StringIO(text, newline="")))
-            if not rows or rows[0] != self.columns:
-                found = rows[0] if rows else []
-                raise MiaFastError(
-                    f"{self.stage} has columns {found}, not {self.columns}; cannot resume with other methods or fields"
-                )
-            count = len(rows) - 1
-        else:
-            count = 0
-            for line_number, line in enumerate(text.splitlines(), start=1):
-                try:
-                    keys = list(json.loads(line))
-                except json.JSONDecodeError:
-                    raise MiaFastError(f"{self.stage}:{line_number}: not a result row; cannot resume") from None
-                if keys != self.columns:
-                    raise MiaFastError(
-                        f"{self.stage} has columns {keys}, not {self.columns}; "
-                        "cannot resume with other methods or fields"
-                    )
-                count += 1
-        if len(keep) != len(raw):
-            with open(self.stage, "r+b") as f:
-                f.truncate(len(keep))
-        return count
-
-    def _parquet_rows(self) -> int:
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(self.path).metadata.num_rows
-
-    def written_column(self, name: str) -> Iterator[Any]:
-        """A column of the rows written so far, read lazily (to check that a resumed output matches the input)."""
-        if self.complete:
-            import pyarrow.parquet as pq
-
-            yield from pq.read_table(self.path, columns=[name]).column(name).to_pylist()
-            return
-        with open(self.stage, encoding="utf-8", newline="") as f:
-            if self.format == "csv":
-                yield from (row[name] for row in csv.DictReader(f))
-            else:
-                yield from (json.loads(line)[name] for line in f if line.strip())
-
-    def write(self, rows: Sequence[dict[str, Any]]) -> None:
-        with open(self.stage, "a", encoding="utf-8", newline="") as f:
-            if self.format == "csv":
-                writer = csv.writer(f)
-                for row in rows:
-                    writer.writerow(["" if _json_value(row[c]) is None else row[c] for c in self.columns])
-            else:
-                for row in rows:
-                    f.write(json.dumps({c: _json_value(row[c]) for c in self.columns}, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.done_rows += len(rows)
-
-    def _staged_tables(self, rows: int = PARQUET_CONVERSION_ROWS) -> Iterator[Any]:
-        import pyarrow as pa
-
-        with open(self.stage, encoding="utf-8") as f:
-            records: list[dict] = []
-            for line in f:
-                if line.strip():
-                    records.append(json.loads(line))
-                if len(records) == rows:
-                    yield pa.Table.from_pylist(records)
-                    records = []
-            if records:
-                yield pa.Table.from_pylist(records)
-
-    def close(self) -> None:
-        """Finishes the output; for parquet, converts the staged rows and removes the stage."""
-        if self.format != "parquet" or self.complete:
-            return
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        staging = self.path.with_name(self.path.name + ".tmp")
-        # Two passes over the staged rows, a few thousand at a time: one for the column types (a column that is
-        # empty in the first rows and text later is text), one to write.
-        schemas = [table.schema for table in self._staged_tables()]
-        schema = (
-            pa.unify_schemas(schemas, promote_options="permissive")
-            if schemas
-            else pa.table({c: [] for c in self.columns}).schema
-        )
-        with pq.ParquetWriter(staging, schema) as parquet:
-            for table in self._staged_tables():
-                parquet.write_table(table.select(schema.names).cast(schema))
-        os.replace(staging, self.path)
-        self.stage.unlink()
-        self.complete = True

@@ -14,6 +14,15 @@ _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _CHINESE_SHARE = 0.2
 
 
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def replace_lone_surrogates(text: str) -> tuple[str, int]:
+    """``text`` with each lone surrogate (half of a UTF-16 pair, which no encoder accepts: JSON may escape one as
+    ``"\\ud800"``) replaced by U+FFFD, and how many there were."""
+    return _LONE_SURROGATE.subn("\ufffd", text)
+
+
 def is_chinese(text: str) -> bool:
     visible = len(text) - sum(c.isspace() for c in text)
     return visible > 0 and len(_CJK.findall(text)) >= _CHINESE_SHARE * visible

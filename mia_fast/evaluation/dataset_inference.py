@@ -22,6 +22,7 @@ split, see ``evaluation.blind``) makes any test "significant".
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -90,6 +91,26 @@ class DatasetInference:
             "test": asdict(self.test),
             "false_positive_check": asdict(self.false_positive_check),
         }
+
+
+def check_distinct_files(suspect: str | os.PathLike, validation: str | os.PathLike) -> None:
+    """Refuses one file given as both sets (through a symlink, ``./`` or a hard link too)."""
+    if os.path.exists(suspect) and os.path.exists(validation) and os.path.samefile(suspect, validation):
+        raise MiaFastError(
+            f"{suspect} and {validation} are the same file; the validation set must be other texts, known not to "
+            "be trained on"
+        )
+
+
+def check_disjoint_texts(suspect: Sequence[str], validation: Sequence[str]) -> None:
+    """Refuses suspect and validation sets that share texts: the test compares two disjoint sets, and a text in
+    both would be taken as known not to be trained on and suspected at once."""
+    shared = {t.strip() for t in suspect} & {t.strip() for t in validation}
+    if shared:
+        raise MiaFastError(
+            f"the suspect and validation sets share {len(shared)} text(s) (e.g. {min(shared)[:60]!r}); dataset "
+            "inference needs disjoint sets: remove them from one of the two"
+        )
 
 
 def feature_matrix(columns: Mapping[str, np.ndarray], features: Sequence[str]) -> np.ndarray:

@@ -37,7 +37,8 @@ from mia_fast.api import (
     SamiaSettings,
     ScoringConfig,
 )
-from mia_fast.data.files import Dataset, ResultWriter
+from mia_fast.data.files import Dataset
+from mia_fast.data.outputs import ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.blind import blind_scores

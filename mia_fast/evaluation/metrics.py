@@ -110,6 +110,11 @@ def bootstrap_auroc(
 
 
 def confidence_interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of the resamples that are defined; (NaN, NaN) when none is (every resample of a tiny
+    group missed a class)."""
+    samples = np.asarray(samples, dtype=np.float64)
+    if np.isnan(samples).all():
+        return float("nan"), float("nan")
     tail = (1 - level) / 2 * 100
     low, high = np.nanpercentile(samples, [tail, 100 - tail])
     return float(low), float(high)

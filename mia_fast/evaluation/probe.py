@@ -34,7 +34,7 @@ from mia_fast.data.files import Dataset
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.metrics import auroc
-from mia_fast.methods.probe import NORMALIZATIONS, Probe, ProbePrompt, standardise
+from mia_fast.methods.probe import CARD_FILE, NORMALIZATIONS, WEIGHTS_FILE, Probe, ProbePrompt, standardise
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.finetune import FineTuning, fine_tune
 from mia_fast.pipeline.models import LoadedModel
@@ -221,11 +221,12 @@ def plot_dev_auroc(path: Path, report: ProbeReport) -> Path:
 
 
 def save_probe(directory: Path, report: ProbeReport) -> list[Path]:
-    """The probe (weights and card), the dev-AUROC figure and, if kept, the proxy model."""
+    """The probe (weights, then the card holding their checksum), the dev-AUROC figure and, if kept, the proxy
+    model."""
     report.probe.save(directory)
     written = [
-        directory / "probe.json",
-        directory / "probe.safetensors",
+        directory / CARD_FILE,
+        directory / WEIGHTS_FILE,
         plot_dev_auroc(directory / "dev_auroc.png", report),
     ]
     if report.proxy is not None:

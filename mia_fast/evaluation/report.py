@@ -14,13 +14,15 @@ import html
 import json
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mia_fast.errors import MiaFastError
+from mia_fast.data.artefacts import write_atomic
+from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.blind import BLIND_COLUMNS, blind_verdict
 from mia_fast.evaluation.figures import pyplot, save_figure
@@ -31,6 +33,8 @@ _K_COLUMN = re.compile(r"^(?P<family>.+)_(?P<k>\d+\.\d+)$")
 # Marks a model-free baseline in tables and figures; a footnote says so.
 MODEL_FREE = "*"
 MODEL_FREE_NOTE = "* model-free baseline: a classifier of the texts alone, scored out of fold (no model involved)"
+# Meta entries that say where a report's scores went, what it took or how its fine-tuning went: not what it measured.
+_INCIDENTAL_META = re.compile(r"^(scores|python|seconds_.*|first_loss|last_loss)$")
 
 
 def ranked(results: Mapping[str, MethodMetrics]) -> list[tuple[str, MethodMetrics]]:
@@ -82,8 +86,9 @@ def write_report(
         payload["model_free"] = {"columns": [n for n in BLIND_COLUMNS if n in results], "verdict": verdict}
     if buckets:
         payload["buckets"] = {label: {name: r.to_dict() for name, r in ranked(res)} for label, res in buckets.items()}
-    metrics_path = directory / "metrics.json"
-    metrics_path.write_text(json.dumps(payload, indent=2) + "\n")
+    metrics_path = write_atomic(
+        directory / "metrics.json", json.dumps(_finite(payload), indent=2, allow_nan=False) + "\n"
+    )
     roc = plot_roc(directory / "roc.png", labels, columns, results)
     histograms = plot_histograms(directory / "histograms.png", labels, columns, results)
     shown = [
@@ -97,6 +102,18 @@ def write_report(
         written.append(by_k)
     markdown, page = write_documents(directory, meta, results, buckets, [*shown, *figures])
     return [*written, markdown, page]
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity (e.g. the CI of a bucket too small to resample) as None: JSON has
+    neither."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _styles(plt, count: int) -> list[dict]:
@@ -261,8 +278,7 @@ def write_documents(
     for caption, path in figures:
         md += [f"## {caption}", "", f"![{caption}]({path.name})", ""]
     md += ["## Settings", "", "| setting | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in settings), ""]
-    markdown = directory / "report.md"
-    markdown.write_text("\n".join(md))
+    markdown = write_atomic(directory / "report.md", "\n".join(md))
 
     def html_table(title: str, header: list[str], rows: list[list[str]]) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
@@ -290,10 +306,10 @@ def write_documents(
         ".warning{background:#fde2e1;border-left:6px solid #c0392b;padding:8px 12px;font-weight:bold}"
         ".note{background:#eef4fb;border-left:6px solid #2c6fbb;padding:8px 12px}"
     )
-    page = directory / "report.html"
-    page.write_text(
+    page = write_atomic(
+        directory / "report.html",
         "<!doctype html><html><head><meta charset='utf-8'><title>mia-fast report</title>"
-        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>",
     )
     return markdown, page
 
@@ -330,24 +346,66 @@ def format_table(results: Mapping[str, MethodMetrics]) -> str:
     return "\n".join(lines)
 
 
-def load_metrics(directory: str | Path) -> dict[str, dict]:
+def load_metrics(directory: str | Path) -> dict[str, Any]:
+    """metrics.json of a report: its ``meta`` and ``methods`` (a metric that was undefined, null in the file, as
+    NaN)."""
     path = Path(directory) / "metrics.json"
     try:
-        methods = json.loads(path.read_text())["methods"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        payload = json.loads(path.read_text())
+        methods, meta = payload["methods"], payload.get("meta", {})
+        for result in methods.values():
+            result["auroc"] = _number(result["auroc"])
+            result["tpr_at_fpr"] = {k: _number(v) for k, v in result["tpr_at_fpr"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise MiaFastError(f"{path}: not a mia-fast metrics file ({exc})") from None
-    return methods
+    return {"meta": meta if isinstance(meta, dict) else {}, "methods": methods}
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _differences(first: Mapping[str, Any], second: Mapping[str, Any], shared: str) -> list[str]:
+    """What makes the numbers of two loaded reports (:func:`load_metrics`) incomparable: each setting their meta
+    records differently (data, model, methods, k, ...), and the rows their methods (``shared`` among them) were
+    measured on."""
+    meta_a, meta_b = first["meta"], second["meta"]
+    differences = [
+        f"{key} (A: {_recorded(meta_a, key)}; B: {_recorded(meta_b, key)})"
+        for key in dict.fromkeys([*meta_a, *meta_b])
+        if not _INCIDENTAL_META.match(key) and meta_a.get(key) != meta_b.get(key)
+    ]
+    rows_a, rows_b = (_rows(report["methods"][shared]) for report in (first, second))
+    if rows_a != rows_b:
+        differences.append(f"the rows scored (A: {rows_a}; B: {rows_b})")
+    return differences
+
+
+def _recorded(meta: Mapping[str, Any], key: str) -> str:
+    return repr(meta[key]) if key in meta else "not recorded"
+
+
+def _rows(result: Mapping[str, Any]) -> str:
+    return (
+        f"{result.get('n_members')} members, {result.get('n_nonmembers')} non-members, "
+        f"{result.get('n_excluded')} excluded"
+    )
 
 
 def compare_reports(first: str | Path, second: str | Path) -> str:
-    """Per method in both reports: AUROC and TPR@1%FPR of each and their difference (second − first)."""
-    a, b = load_metrics(first), load_metrics(second)
+    """Per method in both reports: AUROC and TPR@1%FPR of each and their difference (second − first). Each
+    difference in what the reports were made from or with is a warning (:class:`MiaFastWarning`): their deltas
+    then measure that difference too."""
+    loaded_a, loaded_b = load_metrics(first), load_metrics(second)
+    a, b = loaded_a["methods"], loaded_b["methods"]
     shared = [name for name in b if name in a]
     if not shared:
         raise MiaFastError(f"{first} and {second} share no method")
+    for difference in _differences(loaded_a, loaded_b, shared[0]):
+        warnings.warn(f"the reports are not comparable: they differ in {difference}", MiaFastWarning, stacklevel=2)
     header = f"{'method':<16} {'AUROC A':>8} {'AUROC B':>8} {'Δ':>7}   {'TPR@1% A':>9} {'TPR@1% B':>9} {'Δ':>7}"
     lines = [f"A = {first}", f"B = {second}", header, "-" * len(header)]
-    for name in sorted(shared, key=lambda n: -b[n]["auroc"]):
+    for name in sorted(shared, key=lambda n: -np.nan_to_num(b[n]["auroc"], nan=-1)):
         ra, rb = a[name], b[name]
         ta, tb = ra["tpr_at_fpr"]["1%"], rb["tpr_at_fpr"]["1%"]
         lines.append(

@@ -17,10 +17,24 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.data.artefacts import read_checked_json, replacing, write_atomic, write_checked_json
 from mia_fast.errors import MiaFastError
 
 RULES = ("accuracy", "fpr")
-_FORMAT = "mia-fast threshold v1"
+_FORMAT = "mia-fast threshold v2"
+_WRITER = "mia-fast calibrate"
+# JSON has no infinity: a threshold of +inf (flag nothing) or -inf (flag every scored text) is written as a string.
+_INFINITIES = {"inf": math.inf, "-inf": -math.inf}
+
+
+def _json_number(value: float) -> float | str:
+    """``value`` as JSON holds it: an infinity as "inf" or "-inf"."""
+    return ("inf" if value > 0 else "-inf") if math.isinf(value) else value
+
+
+def _from_json_number(value: Any) -> Any:
+    """The inverse of :func:`_json_number`; anything else is returned as it is."""
+    return _INFINITIES.get(value, value) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)
@@ -33,22 +47,16 @@ class Threshold:
     settings: dict[str, Any] = field(default_factory=dict)  # model and scoring options it was calibrated with
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(json.dumps({"format": _FORMAT, **asdict(self)}, indent=2) + "\n")
-        return path
+        return write_checked_json(path, {**asdict(self), "value": _json_number(self.value)}, _FORMAT)
 
     @classmethod
     def load(cls, path: str | Path) -> Threshold:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise MiaFastError(f"cannot read threshold file {path}: {exc}") from None
-        if not isinstance(data, dict) or data.pop("format", None) != _FORMAT:
-            raise MiaFastError(f"{path} is not a threshold file written by 'mia-fast calibrate'")
+        data = read_checked_json(path, _FORMAT, _WRITER)
+        data["value"] = _from_json_number(data.get("value"))
         try:
             threshold = cls(**data)
         except TypeError as exc:
-            raise MiaFastError(f"{path}: malformed threshold file ({exc})") from None
+            raise MiaFastError(f"{path}: malformed threshold file ({exc}); {_WRITER} writes one") from None
         if threshold.rule not in RULES or not isinstance(threshold.value, (int, float)):
             raise MiaFastError(f"{path}: malformed threshold file (rule {threshold.rule!r}, value {threshold.value!r})")
         return threshold
@@ -78,10 +86,7 @@ def calibrate(
 ) -> Threshold:
     """The threshold on ``scores`` that maximises validation accuracy (``rule="accuracy"``) or TPR
     subject to FPR <= ``target_fpr`` (``rule="fpr"``). Unscorable (NaN) rows are left out."""
-    if rule not in RULES:
-        raise MiaFastError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
-    if rule == "fpr" and not (target_fpr is not None and 0 <= target_fpr < 1):
-        raise MiaFastError(f"the fpr rule needs a target FPR in [0, 1), got {target_fpr}")
+    check_rule(rule, target_fpr)
     labels, scores = np.asarray(labels), np.asarray(scores, dtype=np.float64)
     keep = ~np.isnan(scores)
     labels, scores = labels[keep], scores[keep]
@@ -105,6 +110,14 @@ def calibrate(
         "nonmembers": nonmembers,
     }
     return Threshold(method, float(candidates[best]), rule, target_fpr, validation, dict(settings or {}))
+
+
+def check_rule(rule: str, target_fpr: float | None) -> None:
+    """Refuses an unknown rule, or the fpr rule without a target FPR in [0, 1)."""
+    if rule not in RULES:
+        raise MiaFastError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    if rule == "fpr" and not (target_fpr is not None and 0 <= target_fpr < 1):
+        raise MiaFastError(f"the fpr rule needs a target FPR in [0, 1), got {target_fpr}")
 
 
 def require_both_classes(labels: Sequence[int]) -> tuple[int, int]:
@@ -153,7 +166,7 @@ def write_classification(
     flags = flag(scores, threshold)
     scored = ~np.isnan(scores)
     groups = list(groups) if groups is not None else ["all"] * len(scores)
-    with open(out, "w", encoding="utf-8") as f:
+    with replacing(out) as temporary, open(temporary, "w", encoding="utf-8") as f:
         for i, score in enumerate(scores):
             row = {
                 "id": ids[i] if ids is not None else i,
@@ -165,6 +178,11 @@ def write_classification(
                 row["label"] = labels[i]
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     rates = contamination_rates(groups, flags, scored)
-    payload = {"threshold": threshold_source, "method": threshold.method, "value": threshold.value, "groups": rates}
-    Path(rates_path).write_text(json.dumps(payload, indent=1) + "\n")
+    payload = {
+        "threshold": threshold_source,
+        "method": threshold.method,
+        "value": _json_number(threshold.value),
+        "groups": [{**entry, "rate": None if math.isnan(entry["rate"]) else entry["rate"]} for entry in rates],
+    }
+    write_atomic(rates_path, json.dumps(payload, indent=1, allow_nan=False) + "\n")
     return rates

@@ -19,7 +19,13 @@ from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.blind import blind_scores, cross_validation_folds
 from mia_fast.evaluation.report import write_report
-from mia_fast.evaluation.thresholds import Threshold, calibrate, require_both_classes, write_classification
+from mia_fast.evaluation.thresholds import (
+    Threshold,
+    calibrate,
+    check_rule,
+    require_both_classes,
+    write_classification,
+)
 from mia_fast.evaluation.unlearning import Rule, UnlearningAudit, audit_unlearning, write_audit_report
 from mia_fast.methods.registry import resolve_methods
 from mia_fast.scoring.config import RunConfig
@@ -108,6 +114,9 @@ class CalibrationRule:
     column: str
     rule: str = "accuracy"
     target_fpr: float | None = None
+
+    def __post_init__(self) -> None:
+        check_rule(self.rule, self.target_fpr)
 
 
 def calibrate_file(

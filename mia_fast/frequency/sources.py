@@ -295,10 +295,12 @@ def build_from_text(
     ``corpus`` says.
 
     ``counting.vocab_size`` defaults to the tokenizer's; give the model's when its output head is larger.
-    With ``checkpoint_dir`` every finished shard (input file) is kept there, and a rerun skips it.
+    With ``checkpoint_dir`` every finished shard (input file) is kept there, and a rerun skips it; a build that
+    stops before any shard counted a token removes the directory, which would hold nothing to resume.
     """
     settings = text_build_settings(tokenizer, counting, corpus)
     files = expand_sources(sources)
+    require_text(files, corpus)
     workers = workers or os.cpu_count() or 1
     fingerprint = settings["tokenizer_fingerprint"]
     text_field = corpus.text_field
@@ -326,12 +328,28 @@ def build_from_text(
                     if checkpoints:
                         checkpoints.save(index, table, bad.count - skipped_before)
                 tables.append(table)
+        table = FrequencyTable.merge(tables)
+        if table.tokens == 0:
+            raise _no_tokens(files)
+    except BaseException:
+        if checkpoints and not any(table.tokens for table in tables):
+            checkpoints.remove()
+        raise
     finally:
         bar.close()
-    table = FrequencyTable.merge(tables)
-    if table.tokens == 0:
-        raise MiaFastError(f"the corpus ({len(files)} file(s)) holds no tokens to count")
     return BuildReport(table, bad.count, bad.examples, resumed, time.perf_counter() - started, total_bytes)
+
+
+def _no_tokens(files: Sequence[Path]) -> MiaFastError:
+    return MiaFastError(f"the corpus ({len(files)} file(s)) holds no tokens to count")
+
+
+def require_text(files: Sequence[Path], corpus: CorpusFormat = CorpusFormat()) -> None:
+    """Refuses corpus files without a single non-empty document (or with a bad record before the first, unless
+    ``corpus`` skips them), reading only up to that document: the check that needs no tokenizer."""
+    bad = BadRecords(skip=corpus.skip_bad_records)
+    if not any(text for path in files for text, _ in iter_documents(path, corpus.text_field, bad)):
+        raise _no_tokens(files)
 
 
 def text_build_settings(
@@ -525,6 +543,8 @@ def build_from_tokens(
     sources = [open_token_file(f, dtype) for f in files]
     if not sources:
         raise MiaFastError("no token files given")
+    if not any(len(source.ids) for source in sources):
+        raise MiaFastError(f"the token files ({len(sources)}) hold no tokens to count")
     needs_documents = mode == "document" or bool(max_tokens_per_doc)
     counts = np.zeros(vocab_size, dtype=np.uint64)
     tokens, documents = 0, 0

@@ -17,16 +17,14 @@ does not); a prefix longer than half the model window is refused rather than cut
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from mia_fast.errors import MiaFastError
 from mia_fast.methods.recall import RecallSettings, recall_pass, refuse_prefix_overlap
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.methods.settings import Flag, MethodSettings, setting
+from mia_fast.methods.settings import FINITE, Flag, MethodSettings, check_ranges, setting
 from mia_fast.pipeline.passes import PLAIN, Pass
 
 DEFAULT_GAMMA = 0.5
@@ -41,12 +39,11 @@ class ConRecallSettings:
         required=True,
         supply="known member texts for its prefix (--prefix-members FILE)",
     )
-    gamma: float = setting(DEFAULT_GAMMA, "the weight of the member prefix", "conrecall-gamma")
+    gamma: float = setting(DEFAULT_GAMMA, "the weight of the member prefix", "conrecall-gamma", bounds=FINITE)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefix_members", tuple(self.prefix_members or ()))
-        if not (isinstance(self.gamma, (int, float)) and math.isfinite(self.gamma)):
-            raise MiaFastError(f"Con-ReCall's gamma must be a finite number, got {self.gamma}")
+        check_ranges(self)
 
     def check_texts(self, texts: Sequence[str]) -> None:
         refuse_prefix_overlap(texts, self.prefix_members)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any
@@ -12,7 +11,7 @@ import numpy as np
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import Flag, setting
+from mia_fast.methods.settings import POSITIVE, Flag, check_ranges, setting
 from mia_fast.ops.first_occurrence import capped_first_occurrence_mean
 
 DEFAULT_A = 0.01
@@ -33,7 +32,7 @@ class LogFrequencies:
 
 @dataclass(frozen=True)
 class DcpddSettings:
-    a: float = setting(DEFAULT_A, "DC-PDD's cap on each token's calibrated score", "a")
+    a: float = setting(DEFAULT_A, "DC-PDD's cap on each token's calibrated score", "a", bounds=POSITIVE)
     frequencies: str | os.PathLike | np.ndarray | FrequencyTable | LogFrequencies | None = setting(
         None,
         "a token frequency table of a reference corpus ('mia-fast freq build'), or per-id counts (.npy)",
@@ -43,8 +42,7 @@ class DcpddSettings:
     )
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.a, (int, float)) and math.isfinite(self.a) and self.a > 0):
-            raise MiaFastError(f"DC-PDD's cap a must be a positive number, got {self.a!r}")
+        check_ranges(self)
 
     def prepare(self, model: Any) -> DcpddSettings:
         """The table mapped onto the model's vocabulary (checked against its tokenizer); nothing without a model."""

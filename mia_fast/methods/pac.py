@@ -23,9 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import MethodSettings, setting
+from mia_fast.methods.settings import POSITIVE_INT, MethodSettings, Range, check_ranges, setting
 from mia_fast.ops.bottom_k import bottom_k_means
 from mia_fast.pipeline.passes import PLAIN, Pass
 from mia_fast.pipeline.stats import TokenStats
@@ -59,12 +58,11 @@ DEFAULT_COPIES = 5
 
 @dataclass(frozen=True)
 class PacSettings:
-    copies: int = setting(DEFAULT_COPIES, "word-swapped copies per text", "pac-copies")
-    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed")
+    copies: int = setting(DEFAULT_COPIES, "word-swapped copies per text", "pac-copies", bounds=POSITIVE_INT)
+    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed", bounds=Range(whole=True))
 
     def __post_init__(self) -> None:
-        if isinstance(self.copies, bool) or not isinstance(self.copies, int) or self.copies < 1:
-            raise MiaFastError(f"pac_copies must be a positive whole number, got {self.copies!r}")
+        check_ranges(self)
 
 
 def pac_passes(settings: MethodSettings) -> tuple[Pass, ...]:

@@ -12,7 +12,7 @@ centred (divided by 1), where the public code would divide by zero.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.data.artefacts import read_checked_json, replacing, sha256_file, write_checked_json
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.methods.settings import Flag, MethodSettings, setting
@@ -29,7 +30,8 @@ PROMPT = "Here is a statement:\n\n[TEXT]\n\nIs the above statement correct? Answ
 NORMALIZATIONS = ("split", "train")
 CARD_FILE = "probe.json"
 WEIGHTS_FILE = "probe.safetensors"
-FORMAT = "mia-fast probe v1"
+FORMAT = "mia-fast probe v2"
+WRITER = "mia-fast probe train"
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ def standardise(activations: np.ndarray, mean: np.ndarray | None = None, std: np
         mean = activations.mean(axis=-2, keepdims=True)
         std = activations.std(axis=-2, ddof=1, keepdims=True)
     return (activations - mean) / np.where(std > 0, std, 1.0)
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-logits)) without overflow: exp of a non-positive number only."""
+    decay = np.exp(-np.abs(logits))
+    return np.where(logits >= 0, 1.0 / (1.0 + decay), decay / (1.0 + decay))
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,7 +93,7 @@ class Probe:
             x = standardise(activations.astype(np.float64))
         else:
             x = standardise(activations.astype(np.float64), self.train_mean, self.train_std)
-        return 1.0 / (1.0 + np.exp(-(x @ self.weight.astype(np.float64))))
+        return sigmoid(x @ self.weight.astype(np.float64))
 
     def check_model(self, name: str, hidden_size: int, layers: int, fingerprint: str) -> None:
         """Refuses a model the probe was not trained for."""
@@ -103,39 +111,48 @@ class Probe:
             )
 
     def save(self, directory: str | os.PathLike) -> Path:
+        """Writes the weights, then the card holding their checksum: a probe cut off while saving is never loaded."""
         from safetensors.numpy import save_file
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {"weight": self.weight, "train_mean": self.train_mean, "train_std": self.train_std}
-        save_file(
-            {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}, str(directory / WEIGHTS_FILE)
-        )
+        with replacing(directory / WEIGHTS_FILE) as temporary:
+            save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}, str(temporary))
         card = {
-            "format": FORMAT,
             **self.card,
             "layer": self.layer,
             "normalization": self.normalization,
             "prompt": PROMPT,
+            "weights_sha256": sha256_file(directory / WEIGHTS_FILE),
         }
-        (directory / CARD_FILE).write_text(json.dumps(card, indent=1) + "\n")
+        write_checked_json(directory / CARD_FILE, card, FORMAT)
         return directory
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Probe:
+        """Reads a probe written by :meth:`save`; a card or weights changed since are refused."""
         from safetensors import SafetensorError
-        from safetensors.numpy import load_file
+        from safetensors.numpy import load
 
         directory = Path(directory)
         if not directory.is_dir():
-            raise MiaFastError(f"{directory}: no such probe directory (train one with 'mia-fast probe train')")
+            raise MiaFastError(f"{directory}: no such probe directory (train one with '{WRITER}')")
+        card = read_checked_json(directory / CARD_FILE, FORMAT, WRITER)
+        weights = directory / WEIGHTS_FILE
         try:
-            card = json.loads((directory / CARD_FILE).read_text())
-            tensors = load_file(str(directory / WEIGHTS_FILE))
-        except (OSError, ValueError, SafetensorError) as exc:
-            raise MiaFastError(f"{directory}: not a readable probe ({type(exc).__name__}: {exc})") from None
-        if not isinstance(card, dict) or card.get("format") != FORMAT:
-            raise MiaFastError(f"{directory}/{CARD_FILE}: not a probe card written by 'mia-fast probe train'")
+            data = weights.read_bytes()
+        except OSError as exc:
+            raise MiaFastError(f"cannot read {weights}: {exc.strerror or exc}") from None
+        if hashlib.sha256(data).hexdigest() != card.get("weights_sha256"):
+            raise MiaFastError(
+                f"{weights}: checksum mismatch: the file was changed after it was written; "
+                f"train the probe again ({WRITER})"
+            )
+        try:
+            tensors = load(data)
+        except SafetensorError as exc:
+            raise MiaFastError(f"{directory}: not a readable probe ({exc})") from None
         if card.get("prompt") != PROMPT:
             raise MiaFastError(f"{directory}: the probe was trained with another prompt")
         missing = {"weight", "train_mean", "train_std"} - set(tensors)
@@ -144,7 +161,7 @@ class Probe:
             raise MiaFastError(
                 f"{directory}: a malformed probe (tensors {sorted(tensors)}, layer {card.get('layer')!r})"
             )
-        info = {k: v for k, v in card.items() if k not in ("format", "layer", "normalization", "prompt")}
+        info = {k: v for k, v in card.items() if k not in ("layer", "normalization", "prompt", "weights_sha256")}
         return cls(
             tensors["weight"],
             card["layer"],

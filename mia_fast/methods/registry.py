@@ -144,7 +144,7 @@ def resolve_methods(names: Sequence[str], ks: Sequence[float] = DEFAULT_KS) -> l
             continue
         raise MiaFastError(f"unknown method {name!r}; known methods: {', '.join(sorted(REGISTRY))}")
     if not requested:
-        raise MiaFastError("no method given")
+        raise MiaFastError(f"no method given; known methods: {', '.join(sorted(REGISTRY))}")
     return [MethodRequest(REGISTRY[name], tuple(dict.fromkeys(k_list))) for name, k_list in requested.items()]
 
 

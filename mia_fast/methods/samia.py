@@ -29,9 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import MethodSettings, setting
+from mia_fast.methods.settings import POSITIVE_INT, MethodSettings, Range, check_ranges, setting
 from mia_fast.pipeline.passes import Pass, SamplesReadout
 
 PREFIX_RATIO = 0.5
@@ -55,12 +54,11 @@ DEFAULT_SAMPLES = 10
 
 @dataclass(frozen=True)
 class SamiaSettings:
-    samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "samia-samples")
-    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed")
+    samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "samia-samples", bounds=POSITIVE_INT)
+    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed", bounds=Range(whole=True))
 
     def __post_init__(self) -> None:
-        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
-            raise MiaFastError(f"samia_samples must be a positive whole number, got {self.samples!r}")
+        check_ranges(self)
 
 
 def samia_pass(settings: MethodSettings) -> Pass:

@@ -2,7 +2,8 @@
 :func:`setting`, which says what the field means, its command-line flag, whether it changes scores and whether
 a method cannot run without it. The registry derives from these declarations the CLI flags, the checks, the
 "what is missing and how to supply it" message, and the settings recorded with a run
-(``mia_fast.methods.registry``).
+(``mia_fast.methods.registry``). A number's declared :class:`Range` is both the CLI's parse-time check of its flag
+and the settings class's own check (:func:`check_ranges`, from its ``__post_init__``).
 
 A run's settings are one :class:`MethodSettings`: one object per settings class, the class's defaults for a
 class not given. Fields of two classes that share a flag are one CLI option (e.g. ``--method-seed`` for
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -28,10 +30,63 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class Range:
+    """The finite numbers a value may take: from ``minimum`` (or above it) to ``maximum``, whole numbers only when
+    ``whole``; a bound of None is open.
+
+    >>> str(Range(0, 1, exclusive_minimum=True))
+    'a number in (0, 1]'
+    """
+
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    whole: bool = False
+
+    def __str__(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        low, high = self.minimum, self.maximum
+        if low is not None and high is not None:
+            return f"{kind} in {'(' if self.exclusive_minimum else '['}{low:g}, {high:g}]"
+        if low is not None:
+            return f"{kind} {'>' if self.exclusive_minimum else '>='} {low:g}"
+        if high is not None:
+            return f"{kind} <= {high:g}"
+        return kind if self.whole else "a finite number"
+
+    def contains(self, value: Any) -> bool:
+        kinds = (int, np.integer) if self.whole else (int, float, np.integer, np.floating)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return False
+        if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+            return False
+        above = self.minimum is None or (value > self.minimum if self.exclusive_minimum else value >= self.minimum)
+        return above and (self.maximum is None or value <= self.maximum)
+
+    def parse(self, text: str) -> int | float:
+        """The number ``text`` spells; ValueError saying what is allowed when it spells none in range."""
+        try:
+            value = int(text) if self.whole else float(text)
+        except ValueError:
+            value = None
+        if value is None or not self.contains(value):
+            raise ValueError(f"must be {self}, got {text!r}")
+        return value
+
+
+POSITIVE_INT = Range(1, whole=True)
+NON_NEGATIVE_INT = Range(0, whole=True)
+POSITIVE = Range(0, exclusive_minimum=True)
+FRACTION = Range(0, 1, exclusive_minimum=True)
+FINITE = Range()
+
+
+@dataclass(frozen=True)
 class Flag:
     """A setting's command-line option: ``name`` without its dashes, the ``metavar`` shown in help, the allowed
-    ``choices``, ``parse`` from the option's text to the value, other names (``aliases``), and whether the CLI
-    reads the value from a file of texts (``texts_file``: one per line, or a data file's text field)."""
+    ``choices``, ``parse`` from the option's text to the value (a number's declared Range parses it by
+    default), other names (``aliases``), and whether the CLI reads the value from a file of texts
+    (``texts_file``: one per line, or a data file's text field)."""
 
     name: str
     metavar: str | None = None
@@ -46,13 +101,15 @@ class SettingSpec:
     """How a settings field is shown, parsed and checked: its ``help``, its CLI ``flag`` (None: set from Python
     only, or by CLI options of its own), whether a change of it changes scores (``scores``: it is recorded with
     thresholds and runs), whether a method declaring the class cannot run while the value is empty
-    (``required``), and how a user supplies a required value (``supply``, for the error that says it is missing)."""
+    (``required``), how a user supplies a required value (``supply``, for the error that says it is missing), and
+    the numbers it may take (``bounds``: checked when the flag is parsed and when the settings are made)."""
 
     help: str
     flag: Flag | None = None
     scores: bool = True
     required: bool = False
     supply: str | None = None
+    bounds: Range | None = None
 
 
 def setting(
@@ -63,11 +120,12 @@ def setting(
     scores: bool = True,
     required: bool = False,
     supply: str | None = None,
+    bounds: Range | None = None,
 ) -> Any:
-    """A settings field: ``samples: int = setting(10, "continuations sampled per text", "samia-samples")``; a
-    ``flag`` given by name alone is a plain option (``Flag(name)``)."""
+    """A settings field: ``samples: int = setting(10, "continuations sampled per text", "samia-samples",
+    bounds=POSITIVE_INT)``; a ``flag`` given by name alone is a plain option (``Flag(name)``)."""
     flag = Flag(flag) if isinstance(flag, str) else flag
-    return field(default=default, metadata={SPEC_KEY: SettingSpec(help, flag, scores, required, supply)})
+    return field(default=default, metadata={SPEC_KEY: SettingSpec(help, flag, scores, required, supply, bounds)})
 
 
 @dataclass(frozen=True)
@@ -83,6 +141,12 @@ class SettingField:
     def key(self) -> str:
         """The flat name of the setting (its flag with underscores, or ``<class>.<field>`` without a flag)."""
         return self.spec.flag.name.replace("-", "_") if self.spec.flag else f"{self.owner.__name__}.{self.name}"
+
+    @property
+    def label(self) -> str:
+        """How an error names the field: ``SamiaSettings.samples (--samia-samples)``."""
+        flag = f" (--{self.spec.flag.name})" if self.spec.flag else ""
+        return f"{self.owner.__name__}.{self.name}{flag}"
 
     def supply_text(self) -> str:
         if self.spec.supply:
@@ -105,6 +169,14 @@ def setting_fields(cls: type) -> list[SettingField]:
     return found
 
 
+def check_ranges(settings: Any) -> None:
+    """Refuses a settings object holding a number outside its field's declared Range."""
+    for f in setting_fields(type(settings)):
+        value = getattr(settings, f.name)
+        if f.spec.bounds is not None and not f.spec.bounds.contains(value):
+            raise MiaFastError(f"{f.label} must be {f.spec.bounds}, got {value!r}")
+
+
 def is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (tuple, list, str)) and not value)
 
@@ -119,7 +191,7 @@ class MethodSettings:
     def __init__(self, *values: Any) -> None:
         given: dict[type, Any] = {}
         for value in values:
-            setting_fields(type(value))
+            check_ranges(value)
             if type(value) in given:
                 raise MiaFastError(f"two {type(value).__name__} settings given; give each settings class once")
             given[type(value)] = value

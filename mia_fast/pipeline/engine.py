@@ -36,7 +36,7 @@ from mia_fast.pipeline.passes import (
     TokenCallback,
 )
 from mia_fast.pipeline.stats import TokenStats
-from mia_fast.pipeline.stats_cache import StatsCache, text_key
+from mia_fast.pipeline.stats_cache import StatsCache, provenance, text_key
 from mia_fast.pipeline.tokenize import split_windows, tokenize
 
 # Token budget per forward batch. On CPU the forward is compute-bound and large padded batches
@@ -132,6 +132,10 @@ class StatsEngine:
             "fused_head": self.head is not None,
             "packed": self.packs,
         }
+
+    def provenance(self) -> dict[str, Any]:
+        """What a scores file records of this engine (:func:`mia_fast.pipeline.stats_cache.provenance`)."""
+        return provenance(self.cache_settings())
 
     def use_cache(self, directory: str | os.PathLike, log: Callable[[str], None]) -> None:
         """Keeps every TokenStats pass of this engine in a stats cache under ``directory``."""

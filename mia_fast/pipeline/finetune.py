@@ -1,5 +1,12 @@
 """Fine-tuning a causal LM in place on texts: the controlled-contamination experiment plants members
-with it, and the probe trains its proxy model with it."""
+with it, and the probe trains its proxy model with it.
+
+A fine-tuning that diverges stops with :class:`TrainingDiverged` instead of handing back a model that is worse at
+its own training texts: on a loss that is NaN or infinite, and at the end, when the last epoch's mean loss exceeds
+the untouched model's mean loss on the same texts by more than ``DIVERGENCE_MARGIN``. Descent on a fixed set of
+texts at a workable learning rate lowers their loss; ending above where it started means the steps overshoot (the
+margin leaves room for the order of the batches and for dropout).
+"""
 
 from __future__ import annotations
 
@@ -14,13 +21,16 @@ from mia_fast.errors import MiaFastError
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.tokenize import tokenize
 
+# How far above the untouched model's mean loss the last epoch's may end before the fine-tuning counts as diverged.
+DIVERGENCE_MARGIN = 0.1
+
 
 class TrainingDiverged(MiaFastError):
-    """The fine-tuning loss became NaN or infinite."""
+    """The fine-tuning loss became NaN or infinite, or ended clearly above where it started (``symptom`` says
+    which); ``losses`` holds every step's loss up to where it stopped."""
 
-    def __init__(self, step: int, losses: list[float]):
-        super().__init__(f"fine-tuning diverged: the loss is {losses[-1]} at step {step}; lower the learning rate")
-        self.step = step
+    def __init__(self, symptom: str, losses: list[float]):
+        super().__init__(f"fine-tuning diverged: {symptom}; lower the learning rate")
         self.losses = losses
 
 
@@ -49,7 +59,8 @@ def fine_tune(
     start token prepended as when scoring), AdamW at a constant learning rate without weight decay, gradients
     clipped to norm 1, each optimizer step the mean of its micro-batches' mean losses. With ``ascent``, the loss
     is maximised instead (gradient ascent, the usual unlearning baseline); the losses returned are still the true
-    ones. Returns the loss of every step; raises TrainingDiverged on a NaN loss."""
+    ones. Returns the loss of every step; raises TrainingDiverged on a NaN or infinite loss and, unless
+    ``ascent``, when the last epoch ends clearly above the untouched model's loss (see the module's notes)."""
     model, device = loaded.model, loaded.device
     epochs, learning_rate, batch_size, max_tokens, seed = (
         tuning.epochs,
@@ -72,6 +83,7 @@ def fine_tune(
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         try:
+            untouched = None if ascent else _mean_loss(model, sequences, batch_size, micro_batch, pad, device)
             for _ in range(epochs):
                 order = generator.permutation(len(sequences))
                 for start in range(0, len(order), batch_size):
@@ -82,7 +94,9 @@ def fine_tune(
                         loss = _causal_lm_loss(model, [sequences[i] for i in part], pad, device) / len(parts)
                         step_loss += float(loss.detach())
                         if not math.isfinite(step_loss):
-                            raise TrainingDiverged(len(losses) + 1, [*losses, step_loss])
+                            raise TrainingDiverged(
+                                f"the loss is {step_loss} at step {len(losses) + 1}", [*losses, step_loss]
+                            )
                         (-loss if ascent else loss).backward()
                     losses.append(step_loss)
                     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -93,7 +107,32 @@ def fine_tune(
         finally:
             model.eval()
             optimizer.zero_grad(set_to_none=True)
+    if untouched is not None and losses:
+        _refuse_a_rise(untouched, losses, steps_per_epoch=math.ceil(len(sequences) / batch_size))
     return losses
+
+
+def _mean_loss(
+    model: torch.nn.Module, sequences: list[list[int]], batch_size: int, micro_batch: int, pad: int, device
+) -> float:
+    """The mean step loss over the texts in their order, as the fine-tuning measures it, without a step taken."""
+    step_losses = []
+    with torch.no_grad():
+        for start in range(0, len(sequences), batch_size):
+            step = sequences[start : start + batch_size]
+            parts = [step[i : i + micro_batch] for i in range(0, len(step), micro_batch)]
+            step_losses.append(sum(float(_causal_lm_loss(model, part, pad, device)) for part in parts) / len(parts))
+    return float(np.mean(step_losses))
+
+
+def _refuse_a_rise(untouched: float, losses: list[float], steps_per_epoch: int) -> None:
+    last = float(np.mean(losses[-steps_per_epoch:]))
+    if last > untouched * (1 + DIVERGENCE_MARGIN):
+        raise TrainingDiverged(
+            f"the last epoch's mean loss {last:.3g} ended above the untouched model's {untouched:.3g} on the same "
+            "texts",
+            losses,
+        )
 
 
 def _causal_lm_loss(model: torch.nn.Module, batch: list[list[int]], pad: int, device: torch.device) -> torch.Tensor:

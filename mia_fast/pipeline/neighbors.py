@@ -170,18 +170,15 @@ class MaskedLMNeighbors(GeneratedNeighbors):
 
     def model(self):
         if self.loaded is None:
-            from transformers import AutoModelForMaskedLM, AutoTokenizer
+            from transformers import AutoModelForMaskedLM
 
-            from mia_fast.pipeline.models import first_line, resolve_device
+            from mia_fast.pipeline.models import load_pretrained, local_or_hub, resolve_device
 
             device = resolve_device(self.device)
             try:
-                tokenizer = AutoTokenizer.from_pretrained(self.model_name)
-                model = AutoModelForMaskedLM.from_pretrained(self.model_name)
-            except Exception as exc:  # hub, file and config errors all end here
-                raise MiaFastError(
-                    f"could not load the masked LM {self.model_name!r} for neighbours: {first_line(exc)}"
-                ) from None
+                tokenizer, model = load_pretrained(local_or_hub(self.model_name), self.model_name, AutoModelForMaskedLM)
+            except MiaFastError as exc:
+                raise MiaFastError(f"could not load the masked LM for neighbours: {exc}") from None
             if not tokenizer.is_fast:
                 raise MiaFastError(
                     f"the masked LM {self.model_name!r} has no fast tokenizer; neighbours need its character offsets"

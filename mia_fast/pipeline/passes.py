@@ -135,6 +135,10 @@ class Engine(Protocol):
         on_progress: TokenCallback | None = None,
     ) -> Any: ...
 
+    def provenance(self) -> dict[str, Any]:
+        """What a scores file records of the model behind this engine (weights, tokenizer, dtype, device type, back
+        end, windowing): a resumed file must come from the same."""
+
     def tokenize_ahead(self, texts: Sequence[str]) -> None:
         """Prepares texts about to be scored, on another thread than the scoring one (may do nothing)."""
 

@@ -7,19 +7,40 @@ for the first time in that text. Texts are stored ragged: flat arrays plus ``off
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import zipfile
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from mia_fast.data.artefacts import replacing
 from mia_fast.errors import MiaFastError
 from mia_fast.ops.first_occurrence import first_occurrence_mask
 from mia_fast.ops.segments import segment_ids, segment_mean
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 _FIELDS = ("target_ids", "logp", "mu", "var")
+_WRITER = "Detector.token_stats(texts).save(FILE)"
+# What np.load raises on a file that is not an intact .npz archive.
+_UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
+def _not_token_stats(path: Path, reason: str) -> MiaFastError:
+    return MiaFastError(f"{path} is not a TokenStats file written by mia-fast ({reason}); {_WRITER} writes one")
+
+
+def _checksum(arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 of the arrays' names, dtypes, shapes and bytes."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        array = np.asarray(arrays[name])
+        digest.update(f"{name}:{array.dtype.str}:{array.shape}:".encode())
+        digest.update(np.ascontiguousarray(array).data)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -92,25 +113,75 @@ class TokenStats:
             first_occurrence=first_occurrence_mask(target_ids, offsets),
         )
 
-    def save(self, path: str | Path) -> None:
-        """Writes the stats to an ``.npz`` file that :meth:`load` reads back."""
-        np.savez(
-            path,
-            format_version=np.int64(_FORMAT_VERSION),
-            offsets=self.offsets,
-            first_occurrence=self.first_occurrence,
+    def save(self, path: str | Path) -> Path:
+        """Writes the stats, with a checksum, to an ``.npz`` file (the suffix added if missing) that :meth:`load`
+        reads back; the file is replaced only once the new one is complete. Returns its path."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
+        arrays = {
+            "format_version": np.int64(_FORMAT_VERSION),
+            "offsets": self.offsets,
+            "first_occurrence": self.first_occurrence,
             **{name: getattr(self, name) for name in _FIELDS},
-        )
+        }
+        with replacing(path) as temporary, open(temporary, "wb") as f:
+            np.savez(f, checksum=np.array(_checksum(arrays)), **arrays)
+        return path
 
     @classmethod
     def load(cls, path: str | Path) -> TokenStats:
-        """Reads stats written by :meth:`save`."""
-        with np.load(path) as data:
-            version = int(data["format_version"]) if "format_version" in data else None
-            if version != _FORMAT_VERSION:
-                raise MiaFastError(f"{path}: TokenStats format version {version}, expected {_FORMAT_VERSION}")
-            return cls(
-                offsets=data["offsets"],
-                first_occurrence=data["first_occurrence"],
-                **{name: data[name] for name in _FIELDS},
+        """Reads stats written by :meth:`save`; anything else, or a file changed since, is refused."""
+        path = Path(path)
+        if not path.is_file():
+            what = "a directory, not a file" if path.is_dir() else "no such file"
+            raise MiaFastError(f"{path}: {what}; {_WRITER} writes TokenStats")
+        try:
+            archive = np.load(path, allow_pickle=False)
+        except _UNREADABLE:
+            raise _not_token_stats(path, "not an .npz archive") from None
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise _not_token_stats(path, "a single array, not an .npz archive")
+        with archive:
+            names = ("format_version", "checksum", "offsets", "first_occurrence", *_FIELDS)
+            missing = [name for name in names[2:] if name not in archive.files]
+            try:
+                arrays = {name: archive[name] for name in names if name in archive.files}
+            except ValueError as exc:
+                object_arrays = "Object arrays" in str(exc)
+                raise _not_token_stats(
+                    path, "it holds arrays of Python objects" if object_arrays else "a damaged array"
+                ) from None
+            except _UNREADABLE:
+                raise _not_token_stats(path, "a damaged archive") from None
+        version = arrays.pop("format_version", None)
+        if version is None or version.shape != () or version.dtype.kind not in "iu":
+            raise _not_token_stats(path, "no format version")
+        if int(version) != _FORMAT_VERSION:
+            age = "an older" if int(version) < _FORMAT_VERSION else "a newer"
+            raise MiaFastError(
+                f"{path} holds TokenStats of format {int(version)}, written by {age} mia-fast; this one reads format "
+                f"{_FORMAT_VERSION}: save the stats again ({_WRITER})"
             )
+        if missing:
+            raise _not_token_stats(path, f"no {', '.join(missing)}")
+        checksum = arrays.pop("checksum", None)
+        if checksum is None or str(checksum) != _checksum({"format_version": version, **arrays}):
+            raise MiaFastError(
+                f"{path}: checksum mismatch: the file was changed after it was written; save the stats again "
+                f"({_WRITER})"
+            )
+        offsets, target_ids = arrays["offsets"], arrays["target_ids"]
+        size = len(target_ids) if target_ids.ndim == 1 else -1
+        consistent = (
+            offsets.ndim == 1
+            and offsets.dtype.kind in "iu"
+            and len(offsets) > 0
+            and offsets[0] == 0
+            and offsets[-1] == size
+            and bool((np.diff(offsets) >= 0).all())
+            and all(arrays[name].shape == (size,) for name in ("first_occurrence", *_FIELDS))
+        )
+        if not consistent:
+            raise _not_token_stats(path, "its offsets do not split its token arrays into texts")
+        return cls(**arrays)

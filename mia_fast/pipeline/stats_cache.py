@@ -27,11 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.data.artefacts import write_atomic
 from mia_fast.errors import MiaFastError
 from mia_fast.pipeline.passes import TOKEN_STATS, Readout
 from mia_fast.pipeline.stats import TokenStats
 
 CACHE_FORMAT = 1
+# What of an engine's setting a scores file records: the model, tokenizer, precision, device type, back end and
+# windowing (the cache's other keys say how the statistics were computed, not of what).
+PROVENANCE_KEYS = ("weights", "tokenizer", "dtype", "device", "prepend_start", "max_length", "backend")
 # The arrays of a TokenStats as stored: ids fit int32 in every vocabulary; first occurrences as bytes.
 _STORED = {
     "target_ids": np.int32,
@@ -42,6 +46,11 @@ _STORED = {
 }
 _SETTING_KEY = b"mia_fast_setting"
 _CHECKSUM_KEY = b"mia_fast_crc32"
+
+
+def provenance(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of an engine setting (``StatsEngine.cache_settings``) that a scores file records."""
+    return {key: settings[key] for key in PROVENANCE_KEYS if key in settings}
 
 
 def text_key(prefix: str, text: str) -> bytes:
@@ -201,7 +210,7 @@ class StatsCache:
         self.root.mkdir(parents=True, exist_ok=True)
         manifest = self.root / "settings.json"
         if not manifest.exists():
-            manifest.write_text(json.dumps(self.settings, indent=1, sort_keys=True, default=str) + "\n")
+            write_atomic(manifest, json.dumps(self.settings, indent=1, sort_keys=True, default=str) + "\n")
         flat = {name: np.ascontiguousarray(getattr(stats, name), dtype=dtype) for name, dtype in _STORED.items()}
         offsets = pa.array(stats.offsets.astype(np.int32) if stats.offsets[-1] < 2**31 else stats.offsets)
         list_type = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
@@ -287,6 +296,9 @@ class _StatsOnlyEngine:
     def tokenize_ahead(self, texts: Sequence[str]) -> None:
         """Nothing to prepare: stats need no tokenizer."""
 
+    def provenance(self) -> dict[str, Any]:
+        return {}
+
     def scored_positions(self, texts: Sequence[str]) -> np.ndarray:
         return self.run(TOKEN_STATS, texts).lengths
 
@@ -297,6 +309,9 @@ class CacheOnlyEngine(_StatsOnlyEngine):
 
     def __init__(self, cache: StatsCache):
         self.cache = cache
+
+    def provenance(self) -> dict[str, Any]:
+        return provenance(self.cache.settings)
 
     def _refusal(self, readout: Readout, prefixes: Sequence[str]) -> str | None:
         if readout.token_stats:
@@ -342,6 +357,10 @@ class SavedStatsEngine(_StatsOnlyEngine):
             f"{self.source} holds the plain pass only; methods with other passes need a stats cache "
             "('mia-fast score --stats-cache DIR') or the model"
         )
+
+    def provenance(self) -> dict[str, Any]:
+        digest = hashlib.sha256(self.stats.offsets.tobytes() + self.stats.logp.tobytes()).hexdigest()
+        return {"token_stats": digest}
 
     def _stats(self, texts: Sequence[str], prefixes: Sequence[str]) -> TokenStats:
         missing = next((text for text in texts if text not in self.rows), None)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mia_fast.errors import MiaFastError
+from mia_fast.data.text import replace_lone_surrogates
+from mia_fast.errors import MiaFastError, MiaFastWarning
 
 
 def start_token_id(tokenizer) -> int:
@@ -21,11 +23,28 @@ def tokenize(tokenizer, texts: Sequence[str], prepend_start: bool) -> list[list[
     for and not already there."""
     if not texts:
         return []
-    encoded = tokenizer(list(texts), add_special_tokens=True, verbose=False)["input_ids"]
+    encoded = tokenizer(encodable(texts), add_special_tokens=True, verbose=False)["input_ids"]
     if not prepend_start:
         return [list(ids) for ids in encoded]
     start = start_token_id(tokenizer)
     return [list(ids) if ids and ids[0] == start else [start, *ids] for ids in encoded]
+
+
+def encodable(texts: Sequence[str]) -> list[str]:
+    """The texts with each lone surrogate (which tokenizers refuse) replaced by U+FFFD, warning of each text changed.
+    Texts read from files are cleaned as they are read; these came through the Python API. The warning quotes the
+    text's start: its index among the texts tokenized together need not be its index among those given."""
+    cleaned = []
+    for text in texts:
+        text, replaced = replace_lone_surrogates(text)
+        if replaced:
+            start = text if len(text) <= 40 else text[:37] + "..."
+            warnings.warn(
+                MiaFastWarning(f"the text {start!r} had {replaced} lone surrogate(s), tokenized as U+FFFD"),
+                stacklevel=3,
+            )
+        cleaned.append(text)
+    return cleaned
 
 
 @dataclass(frozen=True)

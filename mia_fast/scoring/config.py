@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mia_fast.methods.online import OnlineSetting
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, recorded_settings, resolve_methods
 from mia_fast.methods.settings import MethodSettings, recorded
-from mia_fast.pipeline.models import LoadedModel
+
+if TYPE_CHECKING:  # the model's module imports torch, which a configuration does not need
+    from mia_fast.pipeline.models import LoadedModel
 
 DEFAULT_BLOCK_ROWS = 512
 DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
@@ -54,7 +56,7 @@ class ModelConfig:
     @property
     def name(self) -> str:
         """The target model as a user named it."""
-        if isinstance(self.model, LoadedModel):
+        if self.model is not None and not isinstance(self.model, str):
             return self.model.name
         return str(self.gguf or self.model or DEFAULT_MODEL_NAME)
 

@@ -20,6 +20,7 @@ from mia_fast.pipeline.models import LoadedModel, load_model
 from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Engine, TokenCallback
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import CacheOnlyEngine, SavedStatsEngine, open_cache
+from mia_fast.pipeline.tokenize import encodable
 from mia_fast.scoring.config import ComputeConfig, ModelConfig
 from mia_fast.scoring.planner import run_passes
 
@@ -159,6 +160,10 @@ class Detector:
         given = MethodSettings.coerce(settings).given()
         return self._prepared(self.settings.replace(*given)) if given else self.settings
 
+    def provenance(self) -> dict[str, dict]:
+        """What each engine's model is, as a scores file records it (see ``Engine.provenance``)."""
+        return {role: engine.provenance() for role, engine in self.engines.items()}
+
     def token_stats(self, texts: Sequence[str]) -> TokenStats:
         """TokenStats of ``texts`` under the target model (save them to re-score without a forward pass)."""
         return self.target.run(PLAIN.readout, texts)
@@ -209,8 +214,9 @@ class Detector:
             raise MiaFastError("every text must be a string")
         settings = settings or self.settings
         registry.call_settings_hook(settings, requests, "check_texts", texts)
-        # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash.
-        cleaned = [t if t.strip() else "" for t in texts]
+        # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash; a lone surrogate, which
+        # no encoder takes, becomes U+FFFD (with a warning).
+        cleaned = [t if t.strip() else "" for t in encodable(texts)]
         registry.call_settings_hook(settings, requests, "before_scoring", cleaned)
         passes = registry.passes_of(requests, settings)
         if online is not None and PLAIN not in passes:

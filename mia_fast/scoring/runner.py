@@ -4,7 +4,6 @@ actor runs on its shard (``mia_fast.cluster``)."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -13,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mia_fast.data.files import Dataset, DataStream, ResultWriter
+from mia_fast.data.artefacts import OutputLock
+from mia_fast.data.files import Dataset, DataStream
+from mia_fast.data.outputs import ResultWriter, manifest_path, stage_path
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import registry
-from mia_fast.methods.online import OnlineSetting
 from mia_fast.methods.registry import MethodRequest
 from mia_fast.methods.settings import MethodSettings
+from mia_fast.pipeline.models import LoadedModel, check_device, check_model_source
 from mia_fast.pipeline.passes import REFERENCE
 from mia_fast.scoring.config import ModelConfig, RunConfig, ScoringConfig
 from mia_fast.scoring.detector import Detector, OnlineScores, Scores
@@ -30,11 +31,17 @@ _CHARS_PER_TOKEN = 4
 
 def check_before_loading(model: ModelConfig, scoring: ScoringConfig) -> tuple[list[MethodRequest], MethodSettings]:
     """What can be refused before a model loads, for a run here or on Ray: unknown methods, bad k, methods whose
-    models or settings were not given. Returns the requests and the settings made ready without a model (a
-    probe read from its directory)."""
+    models or settings were not given, a device this machine lacks, a model that cannot load (a missing
+    directory or part of one, a corrupt GGUF file, a hub name neither cached nor reachable). Returns the requests
+    and the settings made ready without a model (a probe read from its directory)."""
     requests = registry.resolve_methods(scoring.methods, scoring.k)
     settings = registry.prepare_settings(scoring.settings, None)
     registry.check_available(requests, settings, models=[REFERENCE] if model.ref_model is not None else [])
+    check_device(model.device, model.dtype)
+    if not isinstance(model.model, LoadedModel):
+        check_model_source(model.model, model.gguf)
+    if model.ref_model is not None and not isinstance(model.ref_model, LoadedModel):
+        check_model_source(model.ref_model)
     return requests, settings
 
 
@@ -74,28 +81,30 @@ def _windows_columns(dataset: Dataset, id_field: str) -> list[str]:
     ]
 
 
-def _resume_windows(path: Path, online: OnlineSetting, rows: int) -> None:
-    """Cuts an interrupted windows file back to the ``rows`` rows of the scores file (it is written first, so it
-    holds at least those), after checking that they hold ``online``'s windows."""
-    raw = path.read_bytes() if path.exists() else b""
-    lines = raw.split(b"\n")[:-1]
-    if len(lines) < rows:
+def _align_windows(windows: ResultWriter, rows: int, out: Path) -> None:
+    """A windows file is written before its scores rows, so an interrupted one may hold more: those are cut."""
+    kept = [block for block in windows.blocks if block.rows <= rows]
+    if (kept[-1].rows if kept else 0) != rows:
         raise MiaFastError(
-            f"{path} holds {len(lines)} rows but the scores file {rows}; pass --overwrite to start again"
+            f"{windows.path} holds {windows.done_rows} rows but {out} {rows}; pass --overwrite to start again"
         )
-    if rows:
-        try:
-            first = json.loads(lines[0])
-            written = OnlineSetting(first["window"], first["stride"], first["method"])
-        except (ValueError, KeyError, TypeError, MiaFastError):
-            raise MiaFastError(f"{path}:1: not a windows row; cannot resume") from None
-        if written != online:
-            raise MiaFastError(
-                f"{path} holds the windows of {written}, not of {online}; cannot resume with other online settings"
-            )
-    if path.exists():
-        with open(path, "r+b") as f:
-            f.truncate(sum(len(line) + 1 for line in lines[:rows]))
+    windows.blocks = kept
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+
+
+def refuse_input_as_output(dataset: Dataset | DataStream, out: Path, online: bool) -> None:
+    """Scores are never written over the texts they come from, whatever the flags."""
+    source = dataset.path if isinstance(dataset, DataStream) else dataset.source
+    if source is None:
+        return
+    written = [out, stage_path(out), manifest_path(out), *([windows_path(out)] if online else [])]
+    if any(_same_file(Path(source), path) for path in written):
+        raise MiaFastError(
+            f"--out {out} is the input {source}: the scores would replace the texts; choose another --out"
+        )
 
 
 class _TokenProgress:
@@ -144,21 +153,18 @@ class _Block:
     end: int
 
 
-def _unscored_blocks(
-    blocks: Iterator[tuple[Dataset, int]], done: int, written_ids: Iterator[Any] | None, out: Path, data_name: str
-) -> Iterator[_Block]:
-    """The blocks after the first ``done`` rows, which are checked against the ids already written."""
-    row, position = 0, 0
+def _unscored_blocks(blocks: Iterator[tuple[Dataset, int]], writer: ResultWriter, data_name: str) -> Iterator[_Block]:
+    """The blocks after the rows the output already holds, which are checked to be the rows it was scored from."""
+    row, position, done = 0, 0, writer.done_rows
     for dataset, end in blocks:
         count, skip = len(dataset.texts), max(min(done - row, len(dataset.texts)), 0)
-        if written_ids is not None and skip:
-            if [str(v) for v in itertools.islice(written_ids, skip)] != [str(v) for v in dataset.ids[:skip]]:
-                raise MiaFastError(f"{out} was written for other input rows (ids differ); not resuming")
+        if skip:
+            writer.check_input_rows(dataset.rows(0, skip).fingerprints(), data_name)
         if skip < count:
             yield _Block(row + skip, dataset.rows(skip, count) if skip else dataset, position, end)
         row, position = row + count, end
     if row < done:
-        raise MiaFastError(f"{out} holds {done} rows but {data_name} only {row}; not the same input")
+        raise MiaFastError(f"{writer.path} holds {done} rows but {data_name} only {row}; not the same input")
 
 
 class _InlineExecutor:
@@ -196,23 +202,27 @@ def score_file(
 ) -> Path:
     """Scores ``dataset`` (in memory, or a :class:`DataStream` read block by block, so memory stays flat
     whatever the file's size) into ``config.output.out`` (.jsonl, .csv or .parquet), one row per text in input
-    order, each block appended and fsync'ed. With ``resume`` a killed run continues after its last complete
-    row; an existing output is never replaced without ``overwrite``.
+    order, through a stage (``mia_fast.data.outputs``): each block appended and fsync'ed, the output renamed into
+    place only when complete, so an existing output is never touched before then (and replaced only with
+    ``overwrite``). With ``resume`` a killed run continues after its last finished block, once the output's
+    manifest shows the same settings, model and input rows. One run writes an output at a time (a lock).
+
+    Everything that can be checked without a model is checked before one is loaded, and before any file is
+    written: the methods, the models and settings they need, the device, every row of a streamed input, the
+    output and whether a resumed output belongs to this run. The detector is ``detector``, or one made from
+    ``config`` only when rows remain to be scored. ``log`` receives one-line notes (resuming, texts that could not
+    be scored).
 
     The next block is read and tokenized on one thread while a block is scored, and the scored block is
     written on another: the model does not wait on either, and the scores are the same as one thread's
     (``config.compute.overlap=False`` does all three in turn on the calling thread).
 
-    Everything that can be checked without a model is checked before one is loaded: the methods, the
-    models and settings they need, the output, and whether a resumed output belongs to this input. The
-    detector is ``detector``, or one made from ``config`` only when rows remain to be scored. ``log``
-    receives one-line notes (resuming, texts that could not be scored).
-
     With ``config.scoring.online``, each row also gets its best window (``ONLINE_COLUMNS``) and every window's
     score goes to :func:`windows_path`, one row per text, each block written there before its scores rows.
     """
-    output, scoring, compute = config.output, config.scoring, config.compute
-    out, online, id_field, label_field = output.path, scoring.online, output.id_field, output.label_field
+    output, scoring = config.output, config.scoring
+    out, online = output.path, scoring.online
+    refuse_input_as_output(dataset, out, online is not None)
     if output.block_rows < 1:
         raise MiaFastError("--block-rows must be positive")
     if detector is not None:
@@ -221,6 +231,8 @@ def score_file(
     else:
         requests, settings = check_before_loading(config.model, scoring)
     pooled = registry.pooled_methods(requests, settings)
+    if isinstance(dataset, DataStream):
+        dataset.check()
     blocks = dataset.blocks(sys.maxsize if pooled else output.block_rows)
     first, first_end = next(blocks)
     registry.call_settings_hook(settings, requests, "check_texts", first.texts)
@@ -229,33 +241,71 @@ def score_file(
             f"{', '.join(pooled)} standardises over all the texts scored together: "
             f"scoring {len(first.texts)} rows in one block"
         )
-    windows_out = windows_path(out)
-    if online is not None and windows_out.exists() and not (output.resume or output.overwrite):
-        raise MiaFastError(f"{windows_out} exists; pass --resume to continue it or --overwrite to replace it")
-    columns = output_columns(first, requests, id_field, label_field, online is not None)
-    writer = ResultWriter(out, columns, resume=output.resume, overwrite=output.overwrite)
-    done = writer.done_rows
-    if pooled and 0 < done < len(first.texts):
-        raise MiaFastError(
-            f"{out} holds {done} of {len(first.texts)} rows, but {', '.join(pooled)} must score all rows "
-            "together; pass --overwrite to start again"
-        )
-    windows_writer = None
-    if online is not None:
-        if output.resume:
-            _resume_windows(windows_out, online, done)
-        windows_writer = ResultWriter(
-            windows_out, _windows_columns(first, id_field), resume=output.resume, overwrite=output.overwrite
-        )
-    written_ids = iter(writer.written_column(id_field)) if done and first.ids is not None else None
-    unscored = _unscored_blocks(itertools.chain([(first, first_end)], blocks), done, written_ids, out, data_name)
+    recorded = run_record(config)
+    with OutputLock(out):
+        columns = output_columns(first, requests, output.id_field, output.label_field, online is not None)
+        writer = ResultWriter(out, columns, output.resume, output.overwrite, recorded)
+        writers = [writer]
+        if online is not None:
+            windows_columns = _windows_columns(first, output.id_field)
+            windows = ResultWriter(windows_path(out), windows_columns, output.resume, output.overwrite, recorded)
+            _align_windows(windows, writer.done_rows, out)
+            writers.insert(0, windows)  # written, and closed, first: it may hold more rows, never fewer
+        unscored = _unscored_blocks(itertools.chain([(first, first_end)], blocks), writer, data_name)
+        try:
+            scored = _score_blocks(dataset, unscored, config, _Writing(writers, detector, settings, log))
+        except BaseException:
+            for each in writers:
+                each.abandon()
+            raise
+        for each in writers:
+            each.close()
+    if not scored:
+        log(f"{out}: all {writer.done_rows} rows already scored")
+        return out
+    unscorable = sum(1 for w in writer.written_column("warning") if w not in (None, ""))
+    if unscorable:
+        log(f"warning: {unscorable} texts could not be scored; their scores are NaN, see the 'warning' column")
+    return out
+
+
+def run_record(config: RunConfig) -> dict[str, Any]:
+    """What a scores file records of its run and a resumed run must repeat. The models are recorded by what they
+    are (weights, tokenizer: ``Detector.provenance``), not by the names or paths they were given."""
+    recorded = config.recorded()
+    for name in ("model", "gguf", "ref_model"):
+        recorded.pop(name, None)
+    return recorded
+
+
+@dataclass
+class _Writing:
+    """The writers of a run (the windows file's first), and the detector and settings, made when first needed."""
+
+    writers: list[ResultWriter]
+    detector: Detector | None
+    settings: MethodSettings
+    log: Callable[[str], None]
+
+
+def _score_blocks(dataset: Dataset | DataStream, unscored: Iterator[_Block], config: RunConfig, run: _Writing) -> bool:
+    """Scores and writes every unscored block; whether there was any."""
+    output, scoring, compute = config.output, config.scoring, config.compute
+    *windows_writer, writer = run.writers
 
     def write(block: _Block, scores: Scores) -> None:
-        if windows_writer is not None:
-            windows_writer.write(_window_rows(block, scores.online, id_field))
-        writer.write(_rows(block, scores, id_field, label_field))
+        fingerprints = block.rows.fingerprints()
+        try:
+            if windows_writer:
+                windows_writer[0].write(_window_rows(block, scores.online, output.id_field), fingerprints)
+            writer.write(_rows(block, scores, output.id_field, output.label_field), fingerprints)
+        except OSError as exc:
+            kept = f"the {writer.done_rows} rows finished are kept: continue with --resume" if writer.done_rows else ""
+            raise MiaFastError(
+                f"cannot write {writer.path}: {exc.strerror or exc}; {kept or 'nothing was written'}"
+            ) from None
 
-    bar = None
+    bar, detector, settings = None, run.detector, run.settings
     executor = (lambda name: ThreadPoolExecutor(1, name)) if compute.overlap else (lambda name: _InlineExecutor())
     with executor("mia-fast-read") as reading, executor("mia-fast-write") as writing:
         upcoming = reading.submit(_read_ahead, unscored, None)
@@ -263,11 +313,13 @@ def score_file(
         try:
             while (block := upcoming.result()) is not None:
                 if bar is None:
-                    if done:
-                        log(f"resuming {out} after {done} rows")
                     if detector is None:
                         detector = Detector(config.model, settings, compute)
                         settings = detector.settings
+                    for each in run.writers:
+                        each.check_engines(detector.provenance())
+                    if writer.done_rows:
+                        run.log(f"resuming {writer.path} after {writer.done_rows} rows")
                     requests = detector.requests(scoring.methods, scoring.k, settings)
                     passes = len(registry.passes_of(requests, settings))
                     bar = _TokenProgress(dataset.size, block.start, passes, disable=not compute.progress)
@@ -276,7 +328,7 @@ def score_file(
                 upcoming = reading.submit(_read_ahead, unscored, detector)
                 bar.start_block(block.rows)
                 scores = detector.score_requests(
-                    block.rows.texts, requests, settings, bar.tokenized, bar.advance, online
+                    block.rows.texts, requests, settings, bar.tokenized, bar.advance, scoring.online
                 )
                 if written is not None:
                     written.result()
@@ -287,14 +339,7 @@ def score_file(
         finally:  # leaving the executors waits for the block being written: what was scored is kept
             if bar is not None:
                 bar.close()
-    writer.close()
-    if bar is None:
-        log(f"{out}: all {writer.done_rows} rows already scored")
-        return out
-    unscorable = sum(1 for w in writer.written_column("warning") if w not in (None, ""))
-    if unscorable:
-        log(f"warning: {unscorable} texts could not be scored; their scores are NaN, see the 'warning' column")
-    return out
+    return bar is not None
 
 
 def _rows(block: _Block, scores: Scores, id_field: str, label_field: str) -> list[dict]:

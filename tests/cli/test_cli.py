@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import FAST, fail, read_jsonl, run_cli, write_jsonl
+from helpers import FAST, fail, fail_writes, read_jsonl, run_cli, write_jsonl
 
 from mia_fast.cli import main
 
@@ -220,7 +220,7 @@ def test_ref_without_model_or_failing_to_load(tiny_model_dir, labelled_jsonl, tm
         out,
         "--overwrite",
     )
-    assert "could not load model" in message and "missing" in message
+    assert message == f"mia-fast: error: {tmp_path / 'missing'}: no such model directory"
 
 
 def test_unwritable_output(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
@@ -251,13 +251,18 @@ def test_existing_output_is_never_clobbered(tiny_model_dir, labelled_jsonl, tmp_
     assert out.read_text() == "precious\n"
 
 
-def test_resume_after_torn_write_equals_uninterrupted_run(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
+def test_resume_after_torn_write_equals_uninterrupted_run(
+    tiny_model_dir, labelled_jsonl, tmp_path, capsys, monkeypatch
+):
     full = tmp_path / "full.jsonl"
     assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--out", full, *FAST) == 0
-    lines = full.read_text().splitlines(keepends=True)
     partial = tmp_path / "partial.jsonl"
-    partial.write_text("".join(lines[:7]) + lines[7][:25])  # killed in the middle of row 8
-    assert run_cli("score", labelled_jsonl, "--model", tiny_model_dir, "--out", partial, "--resume", *FAST) == 0
+    score = ["score", labelled_jsonl, "--model", tiny_model_dir, "--out", partial, "--block-rows", "7", *FAST]
+    with monkeypatch.context() as patched:
+        fail_writes(patched, from_block=1)  # the disk fills up in the middle of row 10
+        assert "the 7 rows finished are kept: continue with --resume" in fail(capsys, *score)
+    assert not partial.exists()
+    assert run_cli(*score, "--resume") == 0
     assert "resuming" in capsys.readouterr().err
     resumed, uninterrupted = read_jsonl(partial), read_jsonl(full)
     assert [r["id"] for r in resumed] == [r["id"] for r in uninterrupted]
@@ -284,7 +289,7 @@ def test_resume_refuses_other_columns_or_inputs(tiny_model_dir, labelled_jsonl, 
         "--quiet",
     )
     other = write_jsonl(tmp_path / "other.jsonl", [{"id": f"x{i}", "text": "a b", "label": 0} for i in range(30)])
-    assert "ids differ" in fail(capsys, "score", other, "--model", tiny_model_dir, "--out", out, "--resume", *FAST)
+    assert "rows 1-24 of" in fail(capsys, "score", other, "--model", tiny_model_dir, "--out", out, "--resume", *FAST)
     assert out.read_text() == before
 
 
@@ -306,13 +311,14 @@ def test_killed_run_resumes_without_losing_rows(tiny_model_dir, tmp_path):
     ]
     command = [*base, "--out", str(out), "--block-rows", "20"]
     process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    staged = tmp_path / "o.jsonl.partial" / "rows.jsonl"
     deadline = time.time() + 120
-    while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 100):
+    while time.time() < deadline and (not staged.exists() or staged.read_text().count("\n") < 100):
         time.sleep(0.02)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    written = out.read_text().count("\n")
-    assert 100 <= written < len(rows), "the run must be killed midway"
+    written = staged.read_text().count("\n")
+    assert 100 <= written < len(rows) and not out.exists(), "the run must be killed midway"
     subprocess.run([*command, "--resume"], check=True, stderr=subprocess.DEVNULL)
     result = read_jsonl(out)
     assert [r["id"] for r in result] == list(range(len(rows)))

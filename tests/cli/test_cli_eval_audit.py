@@ -205,7 +205,7 @@ def test_audit_bad_inputs(tiny_model_dir, tiny_reference_dir, tmp_path, capsys):
         "--out",
         tmp_path / "u.json",
     )
-    assert "cannot read threshold file" in fail(
+    assert "val.jsonl is not a mia-fast threshold v2 file (not JSON)" in fail(
         capsys,
         "classify",
         tmp_path / "val.jsonl",

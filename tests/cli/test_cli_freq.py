@@ -190,6 +190,6 @@ def test_bad_inputs_stop_with_one_line(tiny_model_dir, tmp_path, capsys):
         "--out",
         tmp_path / "nowhere" / "t.freq",
     )
-    assert "could not load the tokenizer" in fail(
+    assert "no-model: no such model directory" in fail(
         capsys, "freq", "build", bad, "--tokenizer", tmp_path / "no-model", "--out", tmp_path / "c.freq"
     )

@@ -13,12 +13,14 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import digests, fail_writes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mia_fast import ComputeConfig, Detector, OutputConfig, RunConfig, ScoringConfig, score_file
 from mia_fast.data import DataStream, read_dataset
-from mia_fast.data.files import ResultWriter, cut_to_words, iter_rows, row_positions
+from mia_fast.data.files import cut_to_words, iter_rows, row_positions
+from mia_fast.data.outputs import ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.scoring import runner as runner_module
 
@@ -181,10 +183,10 @@ def test_scores_do_not_depend_on_thread_timing(detector, tmp_path, monkeypatch):
         time.sleep(rng.random() * 0.02)
         return read_ahead(*args)
 
-    def slow_write(self, rows):
+    def slow_write(self, rows, fingerprints=None):
         threads.add(threading.current_thread().name)
         time.sleep(rng.random() * 0.02)
-        write(self, rows)
+        write(self, rows, fingerprints)
 
     monkeypatch.setattr(runner_module, "_read_ahead", slow_read_ahead)
     monkeypatch.setattr(ResultWriter, "write", slow_write)
@@ -196,46 +198,47 @@ def test_scores_do_not_depend_on_thread_timing(detector, tmp_path, monkeypatch):
     assert threading.current_thread().name not in threads and len(threads) == 2
 
 
-def test_resuming_a_stream_keeps_the_written_rows_and_checks_their_ids(detector, tmp_path):
+def test_resuming_a_stream_keeps_the_written_rows_and_checks_they_are_the_same(detector, tmp_path, monkeypatch):
     path = write_input(tmp_path / "d.csv", make_rows(30))
     scoring = ScoringConfig(methods=["loss"])
     full = read_out(score_file(DataStream(path), run_config(tmp_path / "full.jsonl", scoring, 4), detector))
     partial = tmp_path / "partial.jsonl"
-    lines = (tmp_path / "full.jsonl").read_text().splitlines(keepends=True)
-    partial.write_text("".join(lines[:13]) + lines[13][:10])  # killed while writing row 14
-    notes = []
-    score_file(DataStream(path), run_config(partial, scoring, 4, resume=True), detector, log=notes.append)
-    resumed = read_out(partial)
-    assert [r["id"] for r in resumed] == [r["id"] for r in full] and resumed[:13] == full[:13]
-    assert losses(resumed) == pytest.approx(
-        losses(full), rel=1e-6, nan_ok=True
-    )  # row 14 shares a batch with others now
-    assert "resuming" in notes[0] and "after 13 rows" in notes[0]
-    shuffled = make_rows(30)
-    shuffled[5]["id"] = "other"
-    other = write_input(tmp_path / "other.csv", shuffled)
-    partial.write_text("".join(lines[:13]))
-    with pytest.raises(MiaFastError, match="ids differ"):
-        score_file(DataStream(other), run_config(partial, scoring, 4, resume=True), detector)
-    assert partial.read_text() == "".join(lines[:13])
+    with monkeypatch.context() as patched, pytest.raises(MiaFastError, match="the 12 rows finished are kept"):
+        fail_writes(patched, from_block=3)  # the disk fills up while rows 13-16 are written
+        score_file(DataStream(path), run_config(partial, scoring, 4), detector)
+    stage = digests(tmp_path / "partial.jsonl.partial")
+    for changed in ("id", "text"):
+        rows = make_rows(30)
+        rows[5][changed] = "other"
+        other = write_input(tmp_path / f"other-{changed}.csv", rows)
+        with pytest.raises(MiaFastError, match="rows 5-8 of the input differ"):
+            score_file(DataStream(other), run_config(partial, scoring, 4, resume=True), detector)
     short = write_input(tmp_path / "short.csv", make_rows(9))
-    with pytest.raises(MiaFastError, match="holds 13 rows but the input only 9"):
+    with pytest.raises(MiaFastError, match="holds 12 rows but the input only 9"):
         score_file(DataStream(short), run_config(partial, scoring, 4, resume=True), detector)
+    assert digests(tmp_path / "partial.jsonl.partial") == stage
+    notes = []
+    score_file(DataStream(path), run_config(partial, scoring, 5, resume=True), detector, log=notes.append)
+    resumed = read_out(partial)
+    assert [r["id"] for r in resumed] == [r["id"] for r in full] and resumed[:12] == full[:12]
+    assert losses(resumed) == pytest.approx(losses(full), rel=1e-6, nan_ok=True)
+    assert "resuming" in notes[0] and "after 12 rows" in notes[0]
 
 
-def test_a_bad_row_mid_stream_stops_the_run_and_keeps_the_blocks_before_it(detector, tmp_path):
+def test_a_bad_row_anywhere_in_a_stream_is_refused_before_anything_is_scored(detector, tmp_path, monkeypatch):
     path = tmp_path / "d.jsonl"
     lines = [json.dumps(r) for r in make_rows(20)]
     lines[15] = '{"id": "r15", "text": "broken'
     path.write_text("\n".join(lines) + "\n")
     out = tmp_path / "s.jsonl"
+    monkeypatch.setattr(detector, "score_requests", None)  # never reached
     with pytest.raises(MiaFastError, match=r"d.jsonl:16: malformed JSON"):
         score_file(DataStream(path), run_config(out, ScoringConfig(methods=["loss"]), 5), detector)
-    assert [r["id"] for r in read_out(out)] == [f"r{i}" for i in range(15)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl"]
 
 
 def test_parquet_output_columns_empty_at_first_take_their_later_type(tmp_path, monkeypatch):
-    monkeypatch.setattr("mia_fast.data.files.PARQUET_CONVERSION_ROWS", 3)
+    monkeypatch.setattr("mia_fast.data.outputs.PARQUET_CONVERSION_ROWS", 3)
     writer = ResultWriter(tmp_path / "o.parquet", ["id", "score", "warning"])
     writer.write([{"id": i, "score": float(i), "warning": None} for i in range(5)])
     writer.write([{"id": 5, "score": float("nan"), "warning": "nothing to score"}])

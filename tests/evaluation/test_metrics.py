@@ -117,3 +117,12 @@ def test_nan_rows_are_excluded_from_every_method():
 def test_bad_labels_are_refused(labels, message):
     with pytest.raises(MiaFastError, match=message):
         metrics.check_labels(labels)
+
+
+def test_a_confidence_interval_of_no_defined_resample_is_nan_without_a_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        low, high = metrics.confidence_interval(np.full(50, np.nan))
+    assert np.isnan(low) and np.isnan(high)

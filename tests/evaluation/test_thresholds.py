@@ -49,7 +49,7 @@ def test_threshold_file_round_trip_and_refusals(tmp_path):
     path = threshold.save(tmp_path / "t.json")
     assert Threshold.load(path) == threshold
     (tmp_path / "other.json").write_text(json.dumps({"method": "loss"}))
-    with pytest.raises(MiaFastError, match="not a threshold file"):
+    with pytest.raises(MiaFastError, match="is not a mia-fast threshold v2 file"):
         Threshold.load(tmp_path / "other.json")
     with pytest.raises(MiaFastError, match="cannot read"):
         Threshold.load(tmp_path / "missing.json")

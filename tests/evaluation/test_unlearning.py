@@ -234,7 +234,9 @@ def test_bad_inputs(tiny_model_dir, tiny_reference_dir, planted_jsonl, tmp_path,
     assert "is a threshold for mink_0.2, not loss" in fail(
         capsys, *audit, "--method", "loss", "--threshold", threshold, "--report", tmp_path / "r"
     )
-    assert "must be in (0, 1]" in fail(capsys, *audit, "--method", "loss", "--ratio", "1.5", "--report", tmp_path / "r")
+    assert "argument --ratio: must be a number in (0, 1]" in fail(
+        capsys, *audit, "--method", "loss", "--ratio", "1.5", "--report", tmp_path / "r"
+    )
     message = fail(capsys, *audit, "--method", "minkpp_0.2", "--report", tmp_path / "r")
     assert "the ratio rule compares mean log-probabilities" in message and "pass --threshold FILE" in message
     assert not (tmp_path / "r").exists()  # each refused before anything was scored

@@ -6,9 +6,9 @@ import random
 import numpy as np
 import pytest
 from conftest import random_sentence
+from helpers import fail, fail_writes, read_jsonl, run_cli
 
 from mia_fast import Detector, TokenStats, load_model, resolve_methods, score_stats
-from mia_fast.cli import main
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import ScoringInputs, online
 from mia_fast.methods.online import OnlineSetting, online_scores, window_starts
@@ -147,14 +147,6 @@ def test_the_best_window_finds_a_member_paragraph_planted_in_non_member_text(tin
         assert online.span_text[0] in text
 
 
-def run_cli(*args):
-    return main([str(a) for a in args])
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 @pytest.fixture()
 def long_data(tmp_path):
     rng = random.Random(0)
@@ -221,8 +213,8 @@ def test_cli_refuses_bad_online_options_before_loading_a_model_and_keeps_what_wa
     out.write_text("kept\n")
     nowhere = tmp_path / "no-such-model"
     for options, message in [
-        (["--online", 0], "window must be a positive whole number of tokens, got 0"),
-        (["--online", 8, "--online-stride", -1], "stride must be a positive whole number"),
+        (["--online", 0], "argument --online: must be a whole number >= 1, got '0'"),
+        (["--online", 8, "--online-stride", -1], "argument --online-stride: must be a whole number >= 1"),
         (["--online", 8, "--online-method", "zlib"], "one token-level column"),
         (["--online-stride", 3], "--online-stride need --online W"),
     ]:
@@ -231,7 +223,7 @@ def test_cli_refuses_bad_online_options_before_loading_a_model_and_keeps_what_wa
     assert out.read_text() == "kept\n"
 
 
-def test_cli_resume_keeps_the_windows_file_in_step(tiny_model_dir, long_data, tmp_path, capsys):
+def test_cli_resume_keeps_the_windows_file_in_step(tiny_model_dir, long_data, tmp_path, capsys, monkeypatch):
     base = [
         "score",
         long_data,
@@ -244,20 +236,19 @@ def test_cli_resume_keeps_the_windows_file_in_step(tiny_model_dir, long_data, tm
         6,
         "--online-stride",
         4,
+        "--block-rows",
+        2,
     ]
     full = tmp_path / "full.jsonl"
     assert run_cli(*base, "--out", full) == 0
     out, side = tmp_path / "cut.jsonl", tmp_path / "cut.windows.jsonl"
-    full_lines = full.read_text().splitlines(keepends=True)
-    full_windows = (tmp_path / "full.windows.jsonl").read_text().splitlines(keepends=True)
-    out.write_text("".join(full_lines[:2]) + full_lines[2][:10])  # killed while writing row 3, its windows row written
-    side.write_text("".join(full_windows[:3]) + full_windows[3][:7])
-    assert run_cli(*base, "--out", out, "--online", 8) == 2  # no --resume: an existing windows file is refused
-    assert "cut.windows.jsonl exists" in capsys.readouterr().err
-    assert run_cli(*base[:-4], "--online", 8, "--out", out, "--resume") == 2
-    assert "cannot resume with other online settings" in capsys.readouterr().err
+    with monkeypatch.context() as patched:
+        fail_writes(patched, from_block=3)  # the windows of rows 3-4 are written, their scores are not
+        assert "the 2 rows finished are kept" in fail(capsys, *base, "--out", out)
+    assert "interrupted run; pass --resume" in fail(capsys, *base, "--out", out, "--online", 8)
+    assert "online: " in fail(capsys, *base[:-6], "--online", 8, "--out", out, "--resume")
     assert run_cli(*base, "--out", out, "--resume") == 0
-    assert read_jsonl(out)[:2] == read_jsonl(full)[:2]
+    assert out.read_bytes() == full.read_bytes()
     assert [r["online_start"] for r in read_jsonl(out)] == [r["online_start"] for r in read_jsonl(full)]
     resumed_windows = read_jsonl(side)
     assert [w["row"] for w in resumed_windows] == list(range(5))

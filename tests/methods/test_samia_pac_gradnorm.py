@@ -205,8 +205,8 @@ def test_gradnorm_over_all_parameters_matches_a_per_text_backward_and_leaves_the
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: SamiaSettings(samples=0), "samia_samples must be a positive whole number"),
-        (lambda: PacSettings(copies=-1), "pac_copies must be a positive whole number"),
+        (lambda: SamiaSettings(samples=0), r"SamiaSettings.samples \(--samia-samples\) must be a whole number >= 1"),
+        (lambda: PacSettings(copies=-1), r"PacSettings.copies \(--pac-copies\) must be a whole number >= 1"),
         (lambda: GradnormSettings(norm=3), "order must be 1, 2 or inf"),
     ],
 )
@@ -266,4 +266,4 @@ def test_cli_scores_every_new_method_and_refuses_bad_settings(tmp_path, tiny_mod
         "--out",
         str(tmp_path / "x.jsonl"),
     )
-    assert "samia_samples must be a positive whole number" in message and not (tmp_path / "x.jsonl").exists()
+    assert "argument --samia-samples: must be a whole number >= 1" in message and not (tmp_path / "x.jsonl").exists()

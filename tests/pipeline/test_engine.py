@@ -256,7 +256,7 @@ def test_dcpdd_counts_must_match_vocabulary(tiny_model_dir):
 
 
 def test_missing_model_fails_clearly(tmp_path):
-    with pytest.raises(MiaFastError, match="could not load model"):
+    with pytest.raises(MiaFastError, match="nowhere: no such model directory"):
         load_model(str(tmp_path / "nowhere"))
 
 

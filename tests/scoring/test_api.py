@@ -43,7 +43,7 @@ def test_score_file_equals_detector_scores(tiny_model_dir, dataset, tmp_path):
     assert notes == ["warning: 3 texts could not be scored; their scores are NaN, see the 'warning' column"]
 
 
-def test_a_finished_output_loads_no_model(tiny_model_dir, dataset, tmp_path):
+def test_a_finished_output_loads_no_model(tiny_model_dir, dataset, tmp_path, monkeypatch):
     out = tmp_path / "s.csv"
     score_file(
         dataset,
@@ -55,11 +55,12 @@ def test_a_finished_output_loads_no_model(tiny_model_dir, dataset, tmp_path):
         ),
     )
     notes = []
+    monkeypatch.setattr("mia_fast.scoring.runner.Detector", None)
     score_file(
         dataset,
         RunConfig(
             OutputConfig(out, resume=True),
-            ModelConfig(str(tmp_path / "no-such-model")),
+            ModelConfig(str(tiny_model_dir)),
             ScoringConfig(methods=["loss"]),
             ComputeConfig(progress=False),
         ),
@@ -68,18 +69,19 @@ def test_a_finished_output_loads_no_model(tiny_model_dir, dataset, tmp_path):
     assert notes == [f"{out}: all {len(dataset.texts)} rows already scored"]
 
 
-def test_needs_are_checked_before_a_model_is_loaded(dataset, tmp_path):
-    nowhere = str(tmp_path / "no-such-model")
+def test_needs_are_checked_before_a_model_is_loaded(tiny_model_dir, dataset, tmp_path, monkeypatch):
+    monkeypatch.setattr("mia_fast.scoring.runner.Detector", None)
+    model = str(tiny_model_dir)
     with pytest.raises(MiaFastError, match="needs a reference model"):
         score_file(
-            dataset, RunConfig(OutputConfig(tmp_path / "a.jsonl"), ModelConfig(nowhere), ScoringConfig(methods=["ref"]))
+            dataset, RunConfig(OutputConfig(tmp_path / "a.jsonl"), ModelConfig(model), ScoringConfig(methods=["ref"]))
         )
     with pytest.raises(MiaFastError, match="also prefix texts"):
         score_file(
             dataset,
             RunConfig(
                 OutputConfig(tmp_path / "b.jsonl"),
-                ModelConfig(nowhere),
+                ModelConfig(model),
                 ScoringConfig(methods=["recall"], settings=[RecallSettings(prefix_nonmembers=[dataset.texts[0]])]),
             ),
         )

@@ -1,0 +1,586 @@
+"""Tries every command with bad inputs and faults as a new user would, and sorts each outcome.
+
+    python scripts/bad_inputs.py                  # the built-in model
+    python scripts/bad_inputs.py --model DIR      # any model directory (the tests use a tiny random one)
+
+Each case runs ``mia-fast`` in this process on files prepared in a fresh directory, and is one of:
+
+- ``refused``: exit 2, exactly one line on stderr (``mia-fast: error: ...``) that says what is wrong (the words the
+  case expects), and every file that was there byte-identical, none added;
+- ``accepted``: a doubtful input the run goes on with (exit 0), saying so in one ``mia-fast: warning:`` line;
+- ``unclear``: refused, but in more than one line or without saying what is wrong;
+- ``harmful``: a file that was there changed or went, or a refusal left a file behind;
+- ``crash``: a traceback.
+
+Prints one line per case and a table of outcomes; ``--json FILE`` writes both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+OUTCOMES = ("refused", "accepted", "unclear", "harmful", "crash")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A command line (``{name}`` fields are the prepared files; ``{M}`` the model options), the words its one
+    line must hold, and whether the run is expected to go on with a warning."""
+
+    name: str
+    argv: str
+    expect: str
+    accepted: bool = False
+
+
+SCORE = "score {data} {M} --methods loss,zlib --quiet"
+CASES = [
+    # ---- input files ----
+    Case("score: data file missing", "score {work}/nothere.jsonl {M} --out {new} --quiet", "no such file"),
+    Case("score: data is a directory", "score {work} {M} --out {new} --quiet", "unsupported input format"),
+    Case("score: unsupported input suffix", "score {text_file} {M} --out {new} --quiet", "unsupported input format"),
+    Case("score: empty data file", "score {empty} {M} --out {new} --quiet", "holds no rows"),
+    Case("score: malformed JSON line", "score {malformed} {M} --out {new} --quiet", "malformed JSON"),
+    Case("score: no text field", "score {notext} {M} --out {new} --quiet", "has no 'text' field"),
+    Case("score: text is a number", "score {numtext} {M} --out {new} --quiet", "not a string"),
+    Case("score: --text-field absent", "score {data} {M} --out {new} --text-field body --quiet", "'body'"),
+    Case("score: id field on some rows only", "score {strayid} {M} --out {new} --quiet", "'id' field"),
+    Case("score: corrupt gzip", "score {badgz} {M} --out {new} --quiet", "cannot read"),
+    Case("score: csv not UTF-8", "score {latin1} {M} --out {new} --quiet", "cannot read"),
+    Case("score: corrupt parquet", "score {badparquet} {M} --out {new} --quiet", "cannot read"),
+    Case("score: JSON that is not an array", "score {jsonobject} {M} --out {new} --quiet", "array of objects"),
+    Case("score: lone surrogate in a text", "score {surrogate} {M} --out {new} --quiet", "lone surrogate", True),
+    Case("score: no DATA", "score {M} --out {new} --quiet", "give DATA"),
+    Case("score: --split without --suite", "score {data} {M} --out {new} --split x --quiet", "within a --suite"),
+    # ---- outputs ----
+    Case("score: output exists", SCORE + " --out {scores}", "exists; pass --resume"),
+    Case("score: --resume and --overwrite", SCORE + " --out {scores} --resume --overwrite", "exclude each other"),
+    Case("score: --out is the input", SCORE + " --out {data}", "is the input"),
+    Case("score: --out is the input, --overwrite", SCORE + " --out {data} --overwrite", "is the input"),
+    Case("score: --out is a link to the input", SCORE + " --out {link} --overwrite", "is the input"),
+    Case("score: --out is ./ the input", SCORE + " --out {dotted} --overwrite", "is the input"),
+    Case("score: unsupported output suffix", SCORE + " --out {work}/o.txt", "unsupported output format"),
+    Case("score: output's folder is a file", SCORE + " --out {text_file}/o.jsonl", "{text_file}"),
+    Case(
+        "score: --resume with other methods",
+        "score {data} {M} --methods loss --out {scores} --resume --quiet",
+        "other methods",
+    ),
+    Case(
+        "score: --resume without the start token",
+        SCORE + " --out {scores} --resume --no-prepend-start --max-length 16",
+        "prepend_start",
+    ),
+    Case("score: --resume with other dtype", SCORE + " --out {scores} --resume --dtype bf16", "dtype"),
+    Case(
+        "score: --resume onto other texts",
+        "score {other} {M} --methods loss,zlib --out {scores} --resume --quiet",
+        "differ from those",
+    ),
+    Case(
+        "score: --resume onto fewer rows",
+        "score {short} {M} --methods loss,zlib --out {scores} --resume --quiet",
+        "only 3",
+    ),
+    Case("score: --resume, manifest tampered", SCORE + " --out {tampered} --resume", "checksum mismatch"),
+    Case("score: --resume, manifest missing", SCORE + " --out {orphan} --resume", "no manifest"),
+    # ---- options ----
+    Case("score: --methods ,", "score {data} {M} --methods , --out {new} --quiet", "method"),
+    Case("score: unknown method", "score {data} {M} --methods lossy --out {new} --quiet", "unknown method"),
+    Case("score: --k 0", SCORE + " --methods mink --k 0 --out {new}", "k"),
+    Case("score: --k 2", SCORE + " --methods mink --k 2 --out {new}", "k"),
+    Case("score: --k abc", SCORE + " --methods mink --k abc --out {new}", "abc"),
+    Case("score: bad k in a method name", "score {data} {M} --methods mink_x --out {new} --quiet", "bad k"),
+    Case("score: --batch-tokens 0", SCORE + " --batch-tokens 0 --out {new}", "--batch-tokens"),
+    Case("score: --batch-tokens -5", SCORE + " --batch-tokens -5 --out {new}", "--batch-tokens"),
+    Case("score: --block-rows 0", SCORE + " --block-rows 0 --out {new}", "--block-rows"),
+    Case("score: --max-length 0", SCORE + " --max-length 0 --out {new}", "--max-length"),
+    Case("score: --max-words 0", SCORE + " --max-words 0 --out {new}", "--max-words"),
+    Case("score: --a -1", "score {data} {M} --methods dcpdd --freq-table {table} --a -1 --out {new} --quiet", "--a"),
+    Case("score: --a 0", "score {data} {M} --methods dcpdd --freq-table {table} --a 0 --out {new} --quiet", "--a"),
+    Case("score: --a nan", "score {data} {M} --methods dcpdd --freq-table {table} --a nan --out {new} --quiet", "--a"),
+    Case(
+        "score: --samia-samples 0",
+        "score {data} {M} --methods samia --samia-samples 0 --out {new} --quiet",
+        "--samia-samples",
+    ),
+    Case("score: --pac-copies 0", "score {data} {M} --methods pac --pac-copies 0 --out {new} --quiet", "--pac-copies"),
+    Case(
+        "score: --conrecall-gamma inf",
+        "score {data} {M} --methods conrecall --prefix-members {prefix} --prefix-nonmembers {prefix} "
+        "--conrecall-gamma inf --out {new} --quiet",
+        "gamma",
+    ),
+    Case(
+        "score: --neighbor-count 0",
+        "score {data} {M} --methods neighbor --neighbor-model word-drop --neighbor-count 0 --out {new} --quiet",
+        "--neighbor-count",
+    ),
+    Case("score: --online 0", SCORE + " --online 0 --out {new}", "--online"),
+    Case("score: --online-stride without --online", SCORE + " --online-stride 2 --out {new}", "need --online"),
+    Case("score: --online-method unknown", SCORE + " --online 4 --online-method nope --out {new}", "online"),
+    Case("score: --device cuda without CUDA", SCORE + " --device cuda --out {new}", "CUDA is not available"),
+    Case("score: --device tpu", SCORE + " --device tpu --out {new}", "tpu"),
+    Case("score: --dtype fp8", SCORE + " --dtype fp8 --out {new}", "--dtype"),
+    Case("score: --backend cuda", SCORE + " --backend cuda --out {new}", "--backend"),
+    Case("score: --ray-workers without --ray", SCORE + " --ray-workers 2 --out {new}", "need --ray"),
+    Case("score: unknown option", SCORE + " --frobnicate --out {new}", "unrecognized arguments"),
+    Case("score: --stats-cache is a file", SCORE + " --stats-cache {text_file} --out {new}", "is a file"),
+    # ---- models ----
+    Case(
+        "score: model directory missing",
+        "score {data} --model {work}/no-model --out {new} --quiet",
+        "no such model directory",
+    ),
+    Case(
+        "score: model directory without tokenizer",
+        "score {data} --model {notokenizer} --out {new} --quiet",
+        "tokenizer",
+    ),
+    Case("score: GGUF file missing", "score {data} --gguf {work}/none.gguf --out {new} --quiet", "not found"),
+    Case("score: truncated GGUF", "score {data} --gguf {truncated_gguf} --out {new} --quiet", "GGUF"),
+    Case(
+        "score: --ref-model missing",
+        "score {data} {M} --methods ref --ref-model {work}/no-ref --out {new} --quiet",
+        "no such model directory",
+    ),
+    # ---- method inputs ----
+    Case("score: dcpdd without a table", "score {data} {M} --methods dcpdd --out {new} --quiet", "--freq-table"),
+    Case(
+        "score: --freq-table missing",
+        "score {data} {M} --methods dcpdd --freq-table {work}/no.freq --out {new} --quiet",
+        "no.freq",
+    ),
+    Case(
+        "score: --freq-table one flipped byte",
+        "score {data} {M} --methods dcpdd --freq-table {bad_table} --out {new} --quiet",
+        "checksum",
+    ),
+    Case(
+        "score: --freq-table flipped, --overwrite",
+        "score {data} {M} --methods loss,zlib,dcpdd --freq-table {bad_table} --out {scores} --overwrite --quiet",
+        "checksum",
+    ),
+    Case(
+        "score: recall without prefix", "score {data} {M} --methods recall --out {new} --quiet", "--prefix-nonmembers"
+    ),
+    Case(
+        "score: --prefix-nonmembers missing",
+        "score {data} {M} --methods recall --prefix-nonmembers {work}/no.txt --out {new} --quiet",
+        "no.txt",
+    ),
+    Case(
+        "score: --neighbor-field and --neighbor-model",
+        SCORE + " --neighbor-field n --neighbor-model word-drop --out {new}",
+        "not both",
+    ),
+    Case(
+        "score: --neighbor-field absent",
+        "score {data} {M} --methods neighbor --neighbor-field n --out {new} --quiet",
+        "'n'",
+    ),
+    Case(
+        "score: --probe directory missing",
+        "score {data} {M} --methods probe --probe {work}/no-probe --out {new} --quiet",
+        "no such probe directory",
+    ),
+    # ---- eval ----
+    Case("eval: no --report", "eval {data} {M} --quiet", "--report"),
+    Case("eval: no labels", "eval {nolabels} {M} --report {work}/r --quiet", "labels"),
+    Case("eval: one class only", "eval {oneclass} {M} --report {work}/r --quiet", "both classes"),
+    Case("eval: --bootstrap 0", "eval {data} {M} --report {work}/r --bootstrap 0 --quiet", "--bootstrap"),
+    Case("eval: --bootstrap -1", "eval {data} {M} --report {work}/r --bootstrap -1 --quiet", "--bootstrap"),
+    Case("eval: --buckets x", "eval {data} {M} --report {work}/r --buckets x --quiet", "--buckets"),
+    Case("eval: --compare of missing reports", "eval --compare {work}/a {work}/b", "{work}/a"),
+    Case("eval: --compare of a non-report", "eval --compare {work} {work}", "metrics.json"),
+    Case("eval: --out is the input", "eval {data} {M} --report {work}/r --out {data} --quiet", "is the input"),
+    # ---- rescore ----
+    Case("rescore: --stats missing", "rescore {data} --stats {work}/no.npz --out {new} --quiet", "no.npz"),
+    Case("rescore: --stats is text named .npz", "rescore {data} --stats {text_npz} --out {new} --quiet", "TokenStats"),
+    Case(
+        "rescore: --stats holds an object array",
+        "rescore {data} --stats {object_npz} --out {new} --quiet",
+        "TokenStats",
+    ),
+    Case("rescore: --stats of other texts", "rescore {short} --stats {stats} --out {new} --quiet", "texts"),
+    Case(
+        "rescore: --stats changed after written",
+        "rescore {data} --stats {tampered_stats} --out {new} --quiet",
+        "changed",
+    ),
+    Case(
+        "rescore: --stats-cache empty",
+        "rescore {data} --stats-cache {work}/nocache --out {new} --quiet",
+        "no stats cache",
+    ),
+    Case(
+        "rescore: --stats and --stats-cache",
+        "rescore {data} --stats {stats} --stats-cache {cache} --out {new}",
+        "not allowed with",
+    ),
+    Case(
+        "rescore: a pass the cache lacks",
+        "rescore {data} --stats-cache {cache} --methods recall --prefix-nonmembers {prefix} --out {new} --quiet",
+        "not in the stats cache",
+    ),
+    # ---- calibrate, classify ----
+    Case("calibrate: no labels", "calibrate {nolabels} {M} --method loss --out {work}/t.json --quiet", "labels"),
+    Case("calibrate: one class", "calibrate {oneclass} {M} --method loss --out {work}/t.json --quiet", "non-members"),
+    Case(
+        "calibrate: several columns",
+        "calibrate {data} {M} --method mink --out {work}/t.json --quiet",
+        "one score column",
+    ),
+    Case(
+        "calibrate: --target-fpr 1.5",
+        "calibrate {data} {M} --method loss --rule fpr --target-fpr 1.5 --out {work}/t.json --quiet",
+        "fpr",
+    ),
+    Case("calibrate: threshold file exists", "calibrate {data} {M} --method loss --out {threshold} --quiet", "exists"),
+    Case(
+        "classify: threshold missing", "classify {data} {M} --threshold {work}/no.json --out {new} --quiet", "no.json"
+    ),
+    Case(
+        "classify: threshold tampered",
+        "classify {data} {M} --threshold {tampered_threshold} --out {new} --quiet",
+        "checksum",
+    ),
+    Case(
+        "classify: threshold not JSON", "classify {data} {M} --threshold {text_file} --out {new} --quiet", "threshold"
+    ),
+    Case(
+        "classify: threshold of another method",
+        "classify {data} {M} --threshold {threshold} --method zlib --out {new} --quiet",
+        "not zlib",
+    ),
+    Case(
+        "classify: another --max-length",
+        "classify {data} {M} --threshold {threshold} --max-length 16 --out {new} --quiet",
+        "max_length",
+    ),
+    Case(
+        "classify: another --dtype",
+        "classify {data} {M} --threshold {threshold} --dtype bf16 --out {new} --quiet",
+        "dtype",
+    ),
+    # ---- audit-unlearning, dataset-inference ----
+    Case(
+        "audit-unlearning: --after missing",
+        "audit-unlearning {data} --before {model} --method loss --report {work}/u --quiet",
+        "--after",
+    ),
+    Case(
+        "audit-unlearning: several columns",
+        "audit-unlearning {data} --before {model} --after {model} --method mink --report {work}/u --quiet",
+        "one score column",
+    ),
+    Case(
+        "audit-unlearning: report not empty",
+        "audit-unlearning {data} --before {model} --after {model} --method loss --report {corpus_dir} --quiet",
+        "not empty",
+    ),
+    Case(
+        "dataset-inference: same file twice",
+        "dataset-inference {data} {data} {M} --report {work}/d --quiet",
+        "same file",
+    ),
+    Case(
+        "dataset-inference: overlapping sets",
+        "dataset-inference {suspect} {overlap} {M} --report {work}/d --quiet",
+        "share 6 text",
+    ),
+    Case(
+        "dataset-inference: validation missing",
+        "dataset-inference {data} {work}/no.jsonl {M} --report {work}/d --quiet",
+        "no such file",
+    ),
+    # ---- freq ----
+    Case(
+        "freq build: empty corpus",
+        "freq build {empty_corpus} --tokenizer {model} --out {work}/e.freq --quiet",
+        "no tokens",
+    ),
+    Case(
+        "freq build: corpus missing",
+        "freq build {work}/nocorpus --tokenizer {model} --out {work}/e.freq --quiet",
+        "nocorpus",
+    ),
+    Case(
+        "freq build: tokenizer missing",
+        "freq build {corpus_dir} --tokenizer {work}/no-tok --out {work}/e.freq --quiet",
+        "no-tok",
+    ),
+    Case(
+        "freq build: --workers 0",
+        "freq build {corpus_dir} --tokenizer {model} --workers 0 --out {work}/e.freq --quiet",
+        "--workers",
+    ),
+    Case("freq build: output exists", "freq build {corpus_dir} --tokenizer {model} --out {table} --quiet", "exists"),
+    Case("freq info: not a table", "freq info {text_file}", "frequency table"),
+    Case("freq info: one flipped byte", "freq info {bad_table}", "checksum"),
+    Case("freq merge: a table missing", "freq merge {table} {work}/no.freq --out {work}/m.freq", "no.freq"),
+    Case(
+        "freq build-tokens: --vocab-size 0",
+        "freq build-tokens {text_file} --vocab-size 0 --out {work}/t.freq --quiet",
+        "--vocab-size",
+    ),
+    # ---- demo, probe ----
+    Case("demo: --epochs 0", "demo {M} --report {work}/demo --epochs 0 --quiet", "--epochs"),
+    Case("demo: --lr 0", "demo {M} --report {work}/demo --lr 0 --quiet", "--lr"),
+    Case("demo: report not empty", "demo {M} --report {corpus_dir} --quiet", "not empty"),
+    Case(
+        "probe train: --train missing",
+        "probe train --train {work}/no.jsonl --dev {data} {M} --out {work}/p --quiet",
+        "no such file",
+    ),
+    Case(
+        "probe train: one class",
+        "probe train --train {oneclass} --dev {data} {M} --out {work}/p --quiet",
+        "non-members",
+    ),
+    Case(
+        "probe train: --epochs 0",
+        "probe train --train {data} --dev {data} {M} --epochs 0 --out {work}/p --quiet",
+        "--epochs",
+    ),
+]
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _run(argv: list[str]) -> tuple[int | None, str, str]:
+    """(exit code, stderr, traceback or '') of one command in this process."""
+    from mia_fast.cli.main import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return main(argv), err.getvalue(), ""
+        except BaseException:  # noqa: BLE001 - a traceback is the outcome being measured
+            return None, err.getvalue(), traceback.format_exc()
+
+
+def _copy_weights(model: str | None, target: Path) -> None:
+    """The model's config and weights without its tokenizer files."""
+    from mia_fast.pipeline.models import pretrained_source
+
+    source = Path(pretrained_source(model)[0])
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(source / name, target / name)
+
+
+def prepare(work: Path, model: str | None) -> dict[str, str]:
+    """The files the cases use, made with the package's own commands; returns their names."""
+    rows = [
+        {"id": f"r{i}", "text": f"the quick brown fox number {i} jumps over the lazy dog", "label": i % 2}
+        for i in range(8)
+    ]
+    places = {"work": str(work), "model": model or "default"}
+    data = _write_jsonl(work / "data.jsonl", rows)
+    files = {
+        "data": data,
+        "nolabels": _write_jsonl(work / "nolabels.jsonl", [{"text": r["text"]} for r in rows]),
+        "oneclass": _write_jsonl(work / "oneclass.jsonl", [{**r, "label": 1} for r in rows]),
+        "other": _write_jsonl(work / "other.jsonl", [{**r, "text": r["text"].upper()} for r in rows]),
+        "short": _write_jsonl(work / "short.jsonl", rows[:3]),
+        "suspect": _write_jsonl(work / "suspect.jsonl", [{"text": f"suspect text {i} of the set"} for i in range(12)]),
+        "overlap": _write_jsonl(
+            work / "overlap.jsonl", [{"text": f"suspect text {i} of the set"} for i in range(6, 18)]
+        ),
+        "notext": _write_jsonl(work / "notext.jsonl", [{"body": "x"}]),
+        "numtext": _write_jsonl(work / "numtext.jsonl", [{"text": 5}]),
+        "strayid": _write_jsonl(work / "strayid.jsonl", [{"id": 1, "text": "a b"}, {"text": "c d"}]),
+        "empty": work / "empty.jsonl",
+        "malformed": work / "malformed.jsonl",
+        "badgz": work / "bad.jsonl.gz",
+        "latin1": work / "latin1.csv",
+        "badparquet": work / "bad.parquet",
+        "jsonobject": work / "object.json",
+        "surrogate": work / "surrogate.jsonl",
+        "text_file": work / "notes.txt",
+        "text_npz": work / "text.npz",
+        "object_npz": work / "object.npz",
+        "prefix": work / "prefix.txt",
+        "corpus_dir": work / "corpus",
+        "empty_corpus": work / "empty-corpus",
+        "notokenizer": work / "no-tokenizer",
+        "truncated_gguf": work / "truncated.gguf",
+        "link": work / "link.jsonl",
+        "dotted": work / "sub" / ".." / "data.jsonl",
+        "new": work / "new.jsonl",
+    }
+    files["empty"].write_text("")
+    files["malformed"].write_text(json.dumps(rows[0]) + '\n{"text": "broken\n')
+    files["badgz"].write_bytes(gzip.compress(b'{"text": "a"}\n')[:-8] + b"garbage!")
+    files["latin1"].write_bytes("text\ncaf\xe9\n".encode("latin-1"))
+    files["badparquet"].write_bytes(b"PAR1 this is not parquet PAR1")
+    files["jsonobject"].write_text('{"text": "a"}')
+    files["surrogate"].write_text('{"text": "fine"}\n{"text": "half \\ud800 a pair"}\n')
+    files["text_file"].write_text("some notes\n")
+    files["text_npz"].write_text("not an npz\n")
+    files["prefix"].write_text("a prefix text\n")
+    (work / "sub").mkdir()
+    files["link"].symlink_to(data)
+    _write_jsonl(files["corpus_dir"] / "c.jsonl", [{"text": f"corpus text number {i} of many"} for i in range(30)])
+    files["empty_corpus"].mkdir()
+    (files["empty_corpus"] / "c.jsonl").write_text("")
+    files["notokenizer"].mkdir()
+    _copy_weights(model, files["notokenizer"])
+    files["truncated_gguf"].write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 64)
+    import numpy as np
+
+    np.savez(files["object_npz"], logp=np.array([{"a": 1}], dtype=object))
+    places.update({name: str(path) for name, path in files.items()})
+    model_options = [] if model is None else ["--model", model]
+
+    def must(argv: list[str]) -> None:
+        code, err, crash = _run(argv)
+        if code != 0:
+            raise SystemExit(f"preparing the cases failed: mia-fast {' '.join(argv)}\n{err}{crash}")
+
+    table, bad_table = work / "c.freq", work / "bad.freq"
+    must(["freq", "build", str(files["corpus_dir"]), "--tokenizer", places["model"], "--out", str(table), "--quiet"])
+    flipped = bytearray(table.read_bytes())
+    flipped[len(flipped) // 2] ^= 1
+    bad_table.write_bytes(bytes(flipped))
+    scores, cache = work / "scores.jsonl", work / "cache"
+    must(
+        [
+            "score",
+            str(data),
+            *model_options,
+            "--methods",
+            "loss,zlib",
+            "--out",
+            str(scores),
+            "--quiet",
+            "--stats-cache",
+            str(cache),
+        ]
+    )
+    for name in ("tampered", "orphan"):
+        shutil.copy(scores, work / f"{name}.jsonl")
+    shutil.copy(scores.with_name("scores.jsonl.manifest.json"), work / "tampered.jsonl.manifest.json")
+    manifest = work / "tampered.jsonl.manifest.json"
+    manifest.write_text(manifest.read_text().replace('"prepend_start": true', '"prepend_start": false'))
+    threshold = work / "threshold.json"
+    must(["calibrate", str(data), *model_options, "--method", "loss", "--out", str(threshold), "--quiet"])
+    tampered_threshold = work / "tampered-threshold.json"
+    content = json.loads(threshold.read_text())
+    content["value"] = -1e9
+    tampered_threshold.write_text(json.dumps(content))
+    from mia_fast import Detector
+
+    stats = work / "stats.npz"
+    Detector(model).token_stats([r["text"] for r in rows]).save(stats)
+    tampered_stats = work / "tampered-stats.npz"
+    with np.load(stats) as saved:
+        arrays = dict(saved)
+    arrays["logp"] = arrays["logp"] + 1
+    np.savez(tampered_stats, **arrays)
+    places.update(
+        scores=str(scores),
+        cache=str(cache),
+        table=str(table),
+        bad_table=str(bad_table),
+        threshold=str(threshold),
+        tampered_threshold=str(tampered_threshold),
+        stats=str(stats),
+        tampered_stats=str(tampered_stats),
+        tampered=str(work / "tampered.jsonl"),
+        orphan=str(work / "orphan.jsonl"),
+    )
+    return places
+
+
+def judge(case: Case, code: int | None, err: str, crash: str, before: dict, after: dict, places: dict) -> str:
+    lines = [line for line in err.strip().splitlines() if line]
+    if crash or "Traceback" in err:
+        return "crash"
+    if any(after.get(path) != digest for path, digest in before.items()):
+        return "harmful"
+    expected = case.expect.format(**places)
+    if case.accepted:
+        warned = [line for line in lines if line.startswith("mia-fast: warning:") and expected in line]
+        return "accepted" if code == 0 and warned else "unclear"
+    if set(after) - set(before):
+        return "harmful"
+    errors = [line for line in lines if line.startswith("mia-fast: error:")]
+    return "refused" if code == 2 and len(lines) == 1 and errors and expected in errors[0] else "unclear"
+
+
+def run_cases(model: str | None, work: Path, cases: list[Case] = CASES) -> list[dict]:
+    """Every case on files prepared in ``work``; one dict per case: name, outcome, exit code, stderr, seconds."""
+    places = prepare(work, model)
+    model_options = "" if model is None else f"--model {model}"
+    results = []
+    for case in cases:
+        argv = [part.format(**places, M="") for part in case.argv.replace("{M}", model_options).split()]
+        new = Path(places["new"])
+        before = _digests(work)
+        started = time.perf_counter()
+        code, err, crash = _run(argv)
+        seconds = time.perf_counter() - started
+        outcome = judge(case, code, err, crash, before, _digests(work), places)
+        if case.accepted:
+            for leftover in (new, new.with_name(new.name + ".manifest.json")):
+                leftover.unlink(missing_ok=True)
+        results.append(
+            {
+                "case": case.name,
+                "outcome": outcome,
+                "exit": code,
+                "stderr": (err + crash).strip()[-2000:],
+                "seconds": round(seconds, 2),
+            }
+        )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a model directory (default: the built-in SmolLM2-135M)")
+    parser.add_argument("--json", help="write every case's outcome and the counts here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mia-fast-bad-inputs-") as work:
+        results = run_cases(args.model, Path(work))
+    for result in results:
+        first = result["stderr"].splitlines()[-1] if result["stderr"] else ""
+        print(f"{result['outcome']:9} {result['case']:48} {first[:150]}")
+    counts = Counter(result["outcome"] for result in results)
+    print("\n| outcome | cases |\n|---|---|")
+    for outcome in OUTCOMES:
+        print(f"| {outcome} | {counts.get(outcome, 0)} |")
+    print(f"| **all** | {len(results)} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"counts": dict(counts), "cases": results}, indent=1) + "\n")
+    return 0 if counts.get("refused", 0) + counts.get("accepted", 0) == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

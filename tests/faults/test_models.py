@@ -1,0 +1,158 @@
+"""Models that cannot load, a device this machine lacks, texts no tokenizer accepts: each refused in one line, early,
+or (texts given through the API) cleaned with a warning."""
+
+import shutil
+import socket
+import time
+
+import numpy as np
+import pytest
+import torch
+from helpers import refused, write_jsonl
+
+from mia_fast import Detector
+from mia_fast.errors import MiaFastError, MiaFastWarning
+from mia_fast.pipeline.models import check_device, check_model_source
+
+TOKENIZER_ADVICE = "(tokenizer.json, or tokenizer_config.json and its vocabulary); copy them beside the weights"
+
+
+@pytest.fixture
+def data(tmp_path):
+    return write_jsonl(tmp_path / "in" / "d.jsonl", [{"text": "the rain in spain"}])
+
+
+def score_refused(capsys, tmp_path, data, *args) -> str:
+    return refused(capsys, "score", data, *args, "--out", tmp_path / "out" / "s.jsonl", "--quiet", keep=[tmp_path])
+
+
+@pytest.mark.parametrize("flag", ["--model", "--ref-model"])
+@pytest.mark.parametrize("given", ["./no/such/dir", "no/such/dir", "{tmp}/nothere", "~/no-such-model-dir/"])
+def test_a_missing_model_directory_is_named(flag, given, tiny_model_dir, tmp_path, data, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = given.format(tmp=tmp_path)
+    target = ["--model", tiny_model_dir, "--methods", "ref"] if flag == "--ref-model" else []
+    line = score_refused(capsys, tmp_path, data, *target, flag, path)
+    assert line == f"mia-fast: error: {path}: no such model directory"
+
+
+def test_a_missing_gguf_file_is_named(tmp_path, data, capsys):
+    line = score_refused(capsys, tmp_path, data, "--gguf", tmp_path / "nothere.gguf")
+    assert line == f"mia-fast: error: GGUF file not found: {tmp_path / 'nothere.gguf'}"
+
+
+@pytest.mark.parametrize(
+    ("removed", "missing"),
+    [
+        (("tokenizer.json", "tokenizer_config.json"), f"no tokenizer files {TOKENIZER_ADVICE}"),
+        (("tokenizer.json",), f"no tokenizer files {TOKENIZER_ADVICE}"),
+        (("model.safetensors",), "no weights (model.safetensors or pytorch_model.bin)"),
+        (
+            ("config.json",),
+            "no config.json; a model directory holds config.json, the weights and the tokenizer files, "
+            "as save_pretrained writes them",
+        ),
+    ],
+)
+def test_a_model_directory_missing_a_part_says_which(removed, missing, tiny_model_dir, tmp_path, data, capsys):
+    model = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    for name in removed:
+        (model / name).unlink()
+    line = score_refused(capsys, tmp_path, data, "--model", model)
+    assert line == f"mia-fast: error: {model} has {missing}"
+
+
+def test_check_model_source_refuses_without_loading(tiny_model_dir, tmp_path):
+    check_model_source(str(tiny_model_dir))
+    with pytest.raises(MiaFastError, match="nowhere: no such model directory"):
+        check_model_source(str(tmp_path / "nowhere"))
+    bare = shutil.copytree(tiny_model_dir, tmp_path / "bare", ignore=shutil.ignore_patterns("tokenizer*"))
+    with pytest.raises(MiaFastError, match="bare has no tokenizer files"):
+        check_model_source(str(bare))
+    with pytest.raises(MiaFastError, match="GGUF file not found"):
+        check_model_source(gguf=tmp_path / "nothere.gguf")
+
+
+def write_gguf(path):
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(path, "llama")
+    writer.add_tensor("token_embd.weight", np.zeros((64, 32), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_truncated_gguf_file_is_refused_before_transformers_reads_it(tmp_path, data, capsys, monkeypatch):
+    pytest.importorskip("gguf")
+    monkeypatch.setenv("MIA_FAST_CACHE", str(tmp_path / "cache"))
+    cut = write_gguf(tmp_path / "cut.gguf")
+    with open(cut, "r+b") as f:
+        f.truncate(cut.stat().st_size - 1024)
+    size = cut.stat().st_size
+    line = score_refused(capsys, tmp_path, data, "--gguf", cut)
+    assert line == (
+        f"mia-fast: error: {cut}: truncated or corrupt GGUF file ({size:,} bytes; "
+        "cannot reshape array of size 1792 into shape (64,32))"
+    )
+    not_gguf = tmp_path / "weights.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04 a zip file")
+    line = score_refused(capsys, tmp_path, data, "--model", not_gguf)
+    assert line == f"mia-fast: error: {not_gguf}: not a GGUF file (it does not start with the bytes GGUF)"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_hub_is_said_once_and_at_once(tmp_path, data, capsys, monkeypatch):
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    began = time.monotonic()
+    line = score_refused(capsys, tmp_path, data, "--model", "nobody/no-such-model")
+    assert time.monotonic() - began < 5
+    assert line == (
+        "mia-fast: error: model 'nobody/no-such-model' is not a local directory or in the Hugging Face cache, "
+        f"and the hub ({endpoint}) cannot be reached; download it where there is a connection and pass its directory"
+    )
+
+
+def test_an_uncached_hub_model_offline_is_refused_without_trying(tmp_path, data, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    line = score_refused(capsys, tmp_path, data, "--model", "nobody/no-such-model")
+    assert line == (
+        "mia-fast: error: model 'nobody/no-such-model' is not a local directory or in the Hugging Face cache, "
+        "and HF_HUB_OFFLINE is set; download it where there is a connection and pass its directory"
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_refused_before_anything_is_read(tmp_path, data, capsys):
+    line = score_refused(capsys, tmp_path, data, "--model", tmp_path / "never-read", "--device", "cuda")
+    assert line == "mia-fast: error: device 'cuda' was asked for but CUDA is not available on this machine"
+
+
+def test_check_device_refuses_without_loading():
+    check_device("cpu", "fp32")
+    with pytest.raises(MiaFastError, match="unknown device 'gpu0'"):
+        check_device("gpu0")
+    with pytest.raises(MiaFastError, match="unknown dtype 'fp8'; choose one of fp32, bf16, fp16"):
+        check_device("cpu", "fp8")
+    absent = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(MiaFastError, match=f"device '{absent}' was asked for but"):
+        check_device(absent)
+
+
+def test_lone_surrogates_given_through_the_api_are_replaced_with_a_warning(tiny_model_dir):
+    detector = Detector(str(tiny_model_dir))
+    with pytest.warns(MiaFastWarning, match=r"the text 'a\ufffdb in spain' had 1 lone surrogate\(s\)"):
+        scores = detector.score(["a\ud800b in spain", "the rain in spain"], k=[0.2])
+    assert all(np.isfinite(values).all() for values in scores.values())
+    assert scores["loss"][0] == detector.score(["a\ufffdb in spain"], methods=["loss"])["loss"][0]
