@@ -28,12 +28,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mia_fast.data.artefacts import OutputLock
+from mia_fast.data.artefacts import OutputLock, write_atomic
 from mia_fast.data.files import DataStream, RowPosition, row_positions
 from mia_fast.data.outputs import OUTPUT_SUFFIXES, PARQUET_CONVERSION_ROWS, ResultWriter, manifest_path
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.sources import CorpusFormat, Counting
-from mia_fast.frequency.table import write_atomically
 
 if TYPE_CHECKING:
     from mia_fast.scoring.config import RunConfig
@@ -301,7 +300,7 @@ class _Manifest:
         self.save()
 
     def save(self) -> None:
-        write_atomically(self.path, json.dumps(self.content, indent=1).encode())
+        write_atomic(self.path, json.dumps(self.content, indent=1).encode())
 
 
 def _run_settings(data: DataStream, config: RunConfig, shard_rows: int) -> dict[str, Any]:

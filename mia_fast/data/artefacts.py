@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,9 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path beside ``path`` to write: renamed over ``path`` (durably) when the block ends without an
     error, removed otherwise, so ``path`` is either what it was or the complete new file."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    temporary = Path(name)
     try:
         yield temporary
         with open(temporary, "rb+") as f:
@@ -53,8 +56,9 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
-    """Replaces ``path`` by ``data`` as a whole (text as UTF-8)."""
+    """Replaces ``path`` by ``data`` as a whole (text as UTF-8), making its folder where there is none."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with replacing(path) as temporary:
         temporary.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     return path

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.data.artefacts import write_atomic
 from mia_fast.data.readers import BadRecord, decode_json_record, iter_lines, iter_parquet, parquet_columns
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.build import (
@@ -44,7 +45,7 @@ from mia_fast.frequency.build import (
     separator_offsets,
     tokenizer_vocab_size,
 )
-from mia_fast.frequency.table import FrequencyTable, FrequencyTableError, tokenizer_fingerprint, write_atomically
+from mia_fast.frequency.table import FrequencyTable, FrequencyTableError, tokenizer_fingerprint
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".json.gz", ".parquet")
 TOKEN_DTYPES = {"uint16": np.uint16, "uint32": np.uint32, "int32": np.int32, "int64": np.int64}
@@ -274,7 +275,7 @@ class ShardCheckpoints:
         self._write_manifest()
 
     def _write_manifest(self) -> None:
-        write_atomically(self.manifest_path, json.dumps(self.manifest, indent=1).encode())
+        write_atomic(self.manifest_path, json.dumps(self.manifest, indent=1).encode())
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)

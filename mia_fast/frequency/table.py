@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.data.artefacts import write_atomic
 from mia_fast.errors import MiaFastError
 
 MAGIC = b"MIAFREQ\x00"
@@ -185,7 +185,7 @@ class FrequencyTable:
         path = Path(path)
         if path.exists() and not overwrite:
             raise FrequencyTableError(f"{path} exists; pass overwrite to replace it")
-        write_atomically(path, self.to_bytes())
+        write_atomic(path, self.to_bytes())
         return path
 
     @classmethod
@@ -219,26 +219,6 @@ class FrequencyTable:
             tokenizer_fingerprint=first.tokenizer_fingerprint,
             sources=tuple(s for t in tables for s in t.sources),
         )
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replaces ``path`` with ``data`` so that readers see the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def is_table_file(path: str | os.PathLike) -> bool:

@@ -4,6 +4,7 @@ writer loses no finished row, and a resumed run equals an uninterrupted one."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -245,3 +246,24 @@ def test_a_completion_cut_short_between_its_renames_is_finished_by_the_next_run(
     resumed = ResultWriter(out, ["id", "warning"], resume=True)
     assert resumed.complete and resumed.done_rows == 1 and not stage_path(out).exists()
     assert manifest_path(out).exists()
+
+
+def test_a_full_disk_in_eval_is_one_line_and_keeps_what_was_written(
+    tiny_model_dir, labelled_jsonl, tmp_path, capsys, monkeypatch
+):
+    report = tmp_path / "report"
+    run = ["eval", labelled_jsonl, "--model", tiny_model_dir, "--report", report, "--bootstrap", "20", *FAST]
+    assert run_cli(*run) == 0
+    with monkeypatch.context() as patched:
+        fail_writes(patched, from_block=0)
+        line = refused(capsys, *run, "--out", tmp_path / "other.jsonl", keep=[tmp_path])
+    assert "No space left on device; nothing was written" in line
+
+    def disk_full(path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("mia_fast.evaluation.report.write_atomic", disk_full)
+    before = digests(report)
+    line = refused(capsys, *run, "--out", tmp_path / "again.jsonl")
+    assert line.endswith("metrics.json: No space left on device; nothing already written was lost")
+    assert digests(report) == before and len(read_jsonl(tmp_path / "again.jsonl")) == 24
