@@ -9,7 +9,9 @@ Each case runs ``mia-fast`` in this process on files prepared in a fresh directo
   case expects), and every file that was there byte-identical, none added;
 - ``accepted``: a doubtful input the run goes on with (exit 0), saying so in one ``mia-fast: warning:`` line;
 - ``unclear``: refused, but in more than one line or without saying what is wrong;
-- ``harmful``: a file that was there changed or went, or a refusal left a file behind;
+- ``litter``: refused, but a file was left behind (e.g. an empty output that blocks the corrected rerun);
+- ``silent``: a bad input went through without a word (exit 0);
+- ``harmful``: a file that was there changed or went;
 - ``crash``: a traceback.
 
 Prints one line per case and a table of outcomes; ``--json FILE`` writes both.
@@ -32,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-OUTCOMES = ("refused", "accepted", "unclear", "harmful", "crash")
+OUTCOMES = ("refused", "accepted", "unclear", "litter", "silent", "harmful", "crash")
 
 
 @dataclass(frozen=True)
@@ -381,6 +383,8 @@ def _run(argv: list[str]) -> tuple[int | None, str, str]:
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
             return main(argv), err.getvalue(), ""
+        except SystemExit as exc:  # an older main let argparse exit
+            return int(exc.code or 0), err.getvalue(), ""
         except BaseException:  # noqa: BLE001 - a traceback is the outcome being measured
             return None, err.getvalue(), traceback.format_exc()
 
@@ -485,9 +489,10 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
     )
     for name in ("tampered", "orphan"):
         shutil.copy(scores, work / f"{name}.jsonl")
-    shutil.copy(scores.with_name("scores.jsonl.manifest.json"), work / "tampered.jsonl.manifest.json")
     manifest = work / "tampered.jsonl.manifest.json"
-    manifest.write_text(manifest.read_text().replace('"prepend_start": true', '"prepend_start": false'))
+    if scores.with_name("scores.jsonl.manifest.json").is_file():  # (an older mia-fast wrote none)
+        shutil.copy(scores.with_name("scores.jsonl.manifest.json"), manifest)
+        manifest.write_text(manifest.read_text().replace('"prepend_start": true', '"prepend_start": false'))
     threshold = work / "threshold.json"
     must(["calibrate", str(data), *model_options, "--method", "loss", "--out", str(threshold), "--quiet"])
     tampered_threshold = work / "tampered-threshold.json"
@@ -528,28 +533,33 @@ def judge(case: Case, code: int | None, err: str, crash: str, before: dict, afte
     if case.accepted:
         warned = [line for line in lines if line.startswith("mia-fast: warning:") and expected in line]
         return "accepted" if code == 0 and warned else "unclear"
-    if set(after) - set(before):
-        return "harmful"
     errors = [line for line in lines if line.startswith("mia-fast: error:")]
-    return "refused" if code == 2 and len(lines) == 1 and errors and expected in errors[0] else "unclear"
+    clear = code == 2 and len(lines) == 1 and errors and expected in errors[0]
+    if code == 0:
+        return "silent"
+    if set(after) - set(before):
+        return "litter"
+    return "refused" if clear else "unclear"
 
 
 def run_cases(model: str | None, work: Path, cases: list[Case] = CASES) -> list[dict]:
     """Every case on files prepared in ``work``; one dict per case: name, outcome, exit code, stderr, seconds."""
     places = prepare(work, model)
+    pristine = work.with_name(work.name + "-pristine")
+    shutil.copytree(work, pristine, symlinks=True)
     model_options = "" if model is None else f"--model {model}"
     results = []
     for case in cases:
         argv = [part.format(**places, M="") for part in case.argv.replace("{M}", model_options).split()]
-        new = Path(places["new"])
         before = _digests(work)
         started = time.perf_counter()
         code, err, crash = _run(argv)
         seconds = time.perf_counter() - started
-        outcome = judge(case, code, err, crash, before, _digests(work), places)
-        if case.accepted:
-            for leftover in (new, new.with_name(new.name + ".manifest.json")):
-                leftover.unlink(missing_ok=True)
+        after = _digests(work)
+        outcome = judge(case, code, err, crash, before, after, places)
+        if after != before:  # each case starts from the prepared files, whatever the one before did
+            shutil.rmtree(work)
+            shutil.copytree(pristine, work, symlinks=True)
         results.append(
             {
                 "case": case.name,
@@ -559,6 +569,7 @@ def run_cases(model: str | None, work: Path, cases: list[Case] = CASES) -> list[
                 "seconds": round(seconds, 2),
             }
         )
+    shutil.rmtree(pristine)
     return results
 
 
