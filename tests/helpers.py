@@ -61,10 +61,9 @@ def refused(capsys, *args, keep=()) -> str:
     return err[0]
 
 
-def fail_writes(monkeypatch, from_block: int) -> list[int]:
+def fail_writes(monkeypatch, from_block: int) -> None:
     """Makes the disk fill up while scores block ``from_block`` (0-based, counted over every staged rows file) is
-    written: half of it reaches the file, then ENOSPC, as it does for every later write. Returns the count of
-    blocks written so far (one list item)."""
+    written: half of it reaches the file, then ENOSPC, as it does for every later write."""
     real_write = os.write
     blocks = [0]
 
@@ -79,7 +78,6 @@ def fail_writes(monkeypatch, from_block: int) -> list[int]:
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", write)
-    return blocks
 
 
 PREFIX = ["the rain in spain ", "all that glitters"]

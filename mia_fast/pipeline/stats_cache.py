@@ -296,9 +296,6 @@ class _StatsOnlyEngine:
     def tokenize_ahead(self, texts: Sequence[str]) -> None:
         """Nothing to prepare: stats need no tokenizer."""
 
-    def provenance(self) -> dict[str, Any]:
-        return {}
-
     def scored_positions(self, texts: Sequence[str]) -> np.ndarray:
         return self.run(TOKEN_STATS, texts).lengths
 

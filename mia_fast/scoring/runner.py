@@ -316,8 +316,9 @@ def _score_blocks(dataset: Dataset | DataStream, unscored: Iterator[_Block], con
                     if detector is None:
                         detector = Detector(config.model, settings, compute)
                         settings = detector.settings
+                    provenance = detector.provenance()
                     for each in run.writers:
-                        each.check_engines(detector.provenance())
+                        each.check_engines(provenance)
                     if writer.done_rows:
                         run.log(f"resuming {writer.path} after {writer.done_rows} rows")
                     requests = detector.requests(scoring.methods, scoring.k, settings)
