@@ -27,6 +27,8 @@ _EXPORTS = {
     "Dataset": ("mia_fast.data.files", "Dataset"),
     "MethodSettings": ("mia_fast.methods", "MethodSettings"),
     "ModelConfig": ("mia_fast.api", "ModelConfig"),
+    "ServerConfig": ("mia_fast.pipeline.server_client", "ServerConfig"),
+    "RequestSettings": ("mia_fast.pipeline.server_client", "RequestSettings"),
     "ComputeConfig": ("mia_fast.api", "ComputeConfig"),
     "ScoringConfig": ("mia_fast.api", "ScoringConfig"),
     "OutputConfig": ("mia_fast.api", "OutputConfig"),

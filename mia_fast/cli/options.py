@@ -122,6 +122,74 @@ def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -
     model.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
 
 
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """A target model reached over HTTP instead of --model: vLLM or any OpenAI-compatible completions server."""
+    from mia_fast.pipeline.server_client import RequestSettings
+
+    defaults = RequestSettings()
+    server = parser.add_argument_group("served model (vLLM, SGLang, TGI, llama.cpp, OpenAI-compatible servers)")
+    server.add_argument("--server", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    server.add_argument("--server-model", metavar="NAME", help="the model name the server serves")
+    server.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="the environment variable that holds the server's API key (the key is never given on the command line)",
+    )
+    server.add_argument(
+        "--tokenizer",
+        metavar="NAME",
+        help="the served model's tokenizer here (hub name or directory): ids are sent, so both sides score the same "
+        "tokens; needed for echo-only servers and minkpp_top* (default: the server's /tokenize)",
+    )
+    server.add_argument(
+        "--in-flight", type=positive_int, default=defaults.in_flight, help="requests in flight at once (default 4)"
+    )
+    server.add_argument(
+        "--request-tokens",
+        type=positive_int,
+        default=defaults.request_tokens,
+        help=f"prompt tokens per request (default {defaults.request_tokens})",
+    )
+    server.add_argument(
+        "--server-timeout",
+        type=positive_number,
+        default=defaults.timeout_s,
+        metavar="S",
+        help=f"seconds an answer may take (default {defaults.timeout_s:g})",
+    )
+    server.add_argument(
+        "--server-retry",
+        type=bounded(Range(0)),
+        default=defaults.retry_s,
+        metavar="S",
+        help="seconds to keep retrying a server that refuses connections or answers 429/5xx, e.g. while it "
+        f"restarts (default {defaults.retry_s:g})",
+    )
+    server.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="allow the key over plain http:// to a host other than this one",
+    )
+
+
+def server_config(args: argparse.Namespace):
+    """The ServerConfig of the served-model options, or None without --server."""
+    from mia_fast.pipeline.server_client import RequestSettings, ServerConfig
+
+    if getattr(args, "server", None) is None:
+        names = ("server_model", "api_key_env", "tokenizer")
+        given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name, None)]
+        if given:
+            raise MiaFastError(f"{', '.join(given)} need(s) --server URL")
+        return None
+    if not args.server_model:
+        raise MiaFastError("--server needs --server-model NAME: the model name the server serves")
+    if args.model or args.gguf:
+        raise MiaFastError("give the target model once: --server (with --server-model) or --model/--gguf")
+    requests = RequestSettings(args.in_flight, args.request_tokens, args.server_timeout, args.server_retry)
+    return ServerConfig(args.server, args.server_model, args.api_key_env, args.tokenizer, args.insecure_http, requests)
+
+
 def add_method_settings(group: argparse._ArgumentGroup) -> None:
     """Every method setting's flag, as the registry derives them from the methods' settings classes (a value not
     given is None: the setting's default)."""
@@ -239,7 +307,7 @@ def model_config(args: argparse.Namespace, model: str | None = None):
     from mia_fast.scoring.config import ModelConfig
 
     return ModelConfig(
-        model=model if model is not None else args.model,
+        model=model if model is not None else (server_config(args) or args.model),
         gguf=None if model is not None else args.gguf,
         ref_model=getattr(args, "ref_model", None),
         device=args.device,
@@ -253,10 +321,15 @@ def model_config(args: argparse.Namespace, model: str | None = None):
 def run_config(args: argparse.Namespace, dataset, out, methods: str | None = None, model: str | None = None):
     """The RunConfig of the command's options, scoring into ``out``; ``methods`` (comma-separated, with no k
     list) in place of --methods and --k where given, ``model`` in place of --model."""
-    from mia_fast.scoring.config import ComputeConfig, OutputConfig, RunConfig, ScoringConfig
+    from mia_fast.scoring.config import ComputeConfig, OutputConfig, RunConfig, ScoringConfig, served_default_methods
 
+    model_settings = model_config(args, model)
+    chosen = methods or args.methods
+    if methods is None and chosen == ",".join(DEFAULT_METHODS) and model_settings.server is not None:
+        chosen = ",".join(served_default_methods(model_settings.server))
+        stderr(f"a served model: methods {chosen} by default (minkpp needs what no server returns)")
     scoring = ScoringConfig(
-        methods=tuple((methods or args.methods).split(",")),
+        methods=tuple(chosen.split(",")),
         k=() if methods else tuple(args.k),
         settings=method_settings(args, dataset),
         online=online_setting(args),
@@ -268,7 +341,7 @@ def run_config(args: argparse.Namespace, dataset, out, methods: str | None = Non
         stats_cache=getattr(args, "stats_cache", None),
         progress=not args.quiet,
     )
-    return RunConfig(output, model_config(args, model), scoring, compute)
+    return RunConfig(output, model_settings, scoring, compute)
 
 
 def score_settings(config, args: argparse.Namespace) -> dict:

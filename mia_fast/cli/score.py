@@ -10,6 +10,7 @@ from mia_fast.cli.options import (
     add_input_options,
     add_model_options,
     add_scoring_options,
+    add_server_options,
     input_name,
     load_input,
     non_negative_int,
@@ -26,6 +27,7 @@ from mia_fast.methods.online import DEFAULT_ONLINE_METHOD
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     add_input_options(parser)
     add_model_options(parser)
+    add_server_options(parser)
     add_scoring_options(parser)
     if name == "score":
         parser.add_argument(
@@ -105,6 +107,8 @@ def score_with_ray(args: argparse.Namespace) -> None:
     """``score --ray``: the data file in shards, scored by model actors on Ray (mia_fast.cluster)."""
     from mia_fast import cluster
 
+    if args.server is not None:
+        raise MiaFastError("--ray scores with models loaded on the cluster; a served model needs no --ray")
     cluster.require_ray()
     cluster.check_address(args.ray)
     if args.online is not None:

@@ -7,6 +7,7 @@ from mia_fast.methods import (  # noqa: F401  (registration)
     likelihood,
     lowercase,
     mink,
+    minkpp_top,
     neighbor,
     pac,
     probe,

@@ -8,6 +8,7 @@ import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.ops.bottom_k import bottom_k_means
+from mia_fast.pipeline.stats import TokenStats
 
 # Floor on var in Min-K%++ so that z is finite on fully peaked rows.
 VAR_FLOOR = 1e-12
@@ -20,9 +21,13 @@ def mink_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
     return bottom_k_means(stats.logp, stats.offsets, ks, inputs.impl, inputs.device)
 
 
-@register("minkpp", takes_k=True)
+@register("minkpp", takes_k=True, vocabulary=True)
 def minkpp_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
     """Min-K%++: the same bottom-k mean over z = (logp - mu) / sqrt(var)."""
-    stats = inputs.stats
+    return minkpp_of(inputs.stats, ks, inputs)
+
+
+def minkpp_of(stats: TokenStats, ks: Sequence[float], inputs: ScoringInputs) -> np.ndarray:
+    """Min-K%++ of ``stats`` at every k (their mu and var exact, or estimated)."""
     z = (stats.logp.astype(np.float64) - stats.mu) / np.sqrt(np.maximum(stats.var.astype(np.float64), VAR_FLOOR))
     return bottom_k_means(z, stats.offsets, ks, inputs.impl, inputs.device)

@@ -78,6 +78,8 @@ class Method:
     # True when a text's score depends on the other texts scored with it (statistics over them all).
     pooled: Callable[[MethodSettings], bool] = _never
     summary: str = ""
+    # True when it reads the exact mean and variance of log p over the vocabulary (no server gives them).
+    vocabulary: bool = False
 
 
 REGISTRY: dict[str, Method] = {}
@@ -90,17 +92,19 @@ def register(
     takes_k: bool = False,
     passes: Callable[[MethodSettings], Sequence[Pass]] = _plain,
     pooled: Callable[[MethodSettings], bool] = _never,
+    vocabulary: bool = False,
 ) -> Callable:
     """Registers ``fn(inputs)`` (or ``fn(inputs, ks)`` with ``takes_k``) under ``name``; ``settings`` are the
     settings classes it reads, ``passes`` gives the passes it reads (default: the plain target pass);
     ``pooled`` says whether its scores depend on which texts are scored together (then a file is scored in
-    one block). The function's docstring's first line is the method's summary in the docs."""
+    one block); ``vocabulary`` that it reads the plain pass's exact vocabulary mean and variance. The function's
+    docstring's first line is the method's summary in the docs."""
     for cls in settings:
         setting_fields(cls)
 
     def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         summary = (fn.__doc__ or "").strip().split("\n")[0]
-        REGISTRY[name] = Method(name, fn, passes, tuple(settings), takes_k, pooled, summary)
+        REGISTRY[name] = Method(name, fn, passes, tuple(settings), takes_k, pooled, summary, vocabulary)
         return fn
 
     return decorate

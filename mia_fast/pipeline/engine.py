@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -34,10 +33,11 @@ from mia_fast.pipeline.passes import (
     Readout,
     SamplesReadout,
     TokenCallback,
+    TopLogprobsReadout,
 )
 from mia_fast.pipeline.stats import TokenStats
-from mia_fast.pipeline.stats_cache import StatsCache, provenance, text_key
-from mia_fast.pipeline.tokenize import split_windows, tokenize
+from mia_fast.pipeline.stats_cache import StatsCache, cached_stats, provenance
+from mia_fast.pipeline.tokenize import Row, TextRows, per_text, tokenize
 
 # Token budget per forward batch. On CPU the forward is compute-bound and large padded batches
 # fall out of cache (measured slower); a GPU wants large batches to fill its cores.
@@ -58,17 +58,10 @@ def default_for(table: dict[str, int], device: torch.device) -> int:
     return table.get(device.type, table["cuda"])
 
 
-@dataclass(frozen=True)
-class _Row:
-    """One forward row: ``ids`` (context + a window of the text), scoring the targets ids[first_scored:]."""
-
-    text_index: int
-    ids: list[int]
-    first_scored: int
-
-
-class StatsEngine:
+class StatsEngine(TextRows):
     """Runs one model over texts; ``backend`` picks the Triton kernels or the torch reference."""
+
+    vocabulary_stats = True
 
     def __init__(
         self,
@@ -108,8 +101,6 @@ class StatsEngine:
         self.backend = resolve_backend(backend, loaded.device)
         tokenizer = loaded.tokenizer
         self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
-        self._context_ids: dict[str, list[int]] = {"": []}
-        self._ahead: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {})
         self._ahead_tokenizer = None
         self.cache: StatsCache | None = None
 
@@ -137,6 +128,9 @@ class StatsEngine:
         """What a scores file records of this engine (:func:`mia_fast.pipeline.stats_cache.provenance`)."""
         return provenance(self.cache_settings())
 
+    def refusal(self, readout: Readout) -> str | None:
+        return None
+
     def use_cache(self, directory: str | os.PathLike, log: Callable[[str], None]) -> None:
         """Keeps every TokenStats pass of this engine in a stats cache under ``directory``."""
         self.cache = StatsCache(directory, self.cache_settings(), log)
@@ -147,35 +141,12 @@ class StatsEngine:
                 f"({self.loaded.name}); texts are computed and added"
             )
 
-    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """The ids of each text: those tokenized ahead by :meth:`tokenize_ahead`, the others now."""
-        older, newer = self._ahead
-        ids = [newer.get(text) or older.get(text) for text in texts]
-        missing = [i for i, found in enumerate(ids) if found is None]
-        for i, found in zip(missing, tokenize(self.loaded.tokenizer, [texts[i] for i in missing], self.prepend_start)):
-            ids[i] = found
-        return ids
-
-    def tokenize_ahead(self, texts: Sequence[str]) -> None:
-        """Tokenizes texts before they are scored, on another thread than the one scoring (so the forward of one
-        block runs while the next is tokenized). It has a tokenizer of its own: a fast tokenizer is not safe to
-        call from two threads at once. The texts of the latest two calls are kept: the block being scored and the
-        next."""
+    def _encode(self, texts: Sequence[str], ahead: bool) -> list[list[int]]:
+        if not ahead:
+            return tokenize(self.loaded.tokenizer, texts, self.prepend_start)
         if self._ahead_tokenizer is None:
             self._ahead_tokenizer = copy.deepcopy(self.loaded.tokenizer)
-        self._ahead = (self._ahead[1], dict(zip(texts, tokenize(self._ahead_tokenizer, texts, self.prepend_start))))
-
-    def context_ids(self, prefix: str) -> list[int]:
-        """The ids of a prefix, tokenized like a text; it may fill at most half the window."""
-        if prefix not in self._context_ids:
-            ids = self.tokenize([prefix])[0]
-            if len(ids) > self.max_length // 2:
-                raise MiaFastError(
-                    f"the prefix is {len(ids)} tokens, more than half of the {self.max_length}-token window; "
-                    "use fewer or shorter prefix texts"
-                )
-            self._context_ids[prefix] = ids
-        return self._context_ids[prefix]
+        return tokenize(self._ahead_tokenizer, texts, self.prepend_start)
 
     def run(
         self,
@@ -189,19 +160,6 @@ class StatsEngine:
         text."""
         return readout.run(self, texts, prefixes, on_tokenized, on_progress)
 
-    def scored_positions(self, texts: Sequence[str]) -> np.ndarray:
-        """Positions the plain pass would score in each text (every id after the first), without a forward."""
-        return np.array([max(len(ids) - 1, 0) for ids in self.tokenize(texts)], dtype=np.int64)
-
-    def _rows(self, texts: Sequence[str], prefixes: Sequence[str] | None) -> list[_Row]:
-        prefixes = prefixes if prefixes is not None else [""] * len(texts)
-        rows = []
-        for i, (ids, prefix) in enumerate(zip(self.tokenize(texts), prefixes)):
-            context = self.context_ids(prefix)
-            for w in split_windows(i, len(ids), self.max_length - len(context)):
-                rows.append(_Row(i, context + ids[w.begin : w.end], len(context) + w.first_target - w.begin))
-        return rows
-
     def compute(
         self,
         texts: Sequence[str],
@@ -212,20 +170,12 @@ class StatsEngine:
         """TokenStats of ``texts`` (each after its prefix in ``prefixes``, unscored), in input order.
         ``on_tokenized`` receives the number of ids to run, ``on_progress`` the ids finished after each batch.
         With a stats cache, only the texts it does not hold are run, and they are added to it."""
-        if self.cache is None:
-            return self._forward_stats(texts, on_tokenized, on_progress, prefixes)
-        prefixes = list(prefixes) if prefixes is not None else [""] * len(texts)
-        keys = [text_key(prefix, text) for prefix, text in zip(prefixes, texts)]
-        stats = None
-        while stats is None:  # again only when a shard was refused on reading: its texts are then missing
-            missing = self.cache.missing(keys)
-            if missing:
-                computed = self._forward_stats(
-                    [texts[i] for i in missing], on_tokenized, on_progress, [prefixes[i] for i in missing]
-                )
-                self.cache.store([keys[i] for i in missing], computed)
-            stats = self.cache.stats(keys)
-        return stats
+        return cached_stats(
+            self.cache,
+            texts,
+            prefixes,
+            lambda missing, missing_prefixes: self._forward_stats(missing, on_tokenized, on_progress, missing_prefixes),
+        )
 
     def _forward_stats(
         self,
@@ -234,7 +184,7 @@ class StatsEngine:
         on_progress: TokenCallback | None,
         prefixes: Sequence[str] | None,
     ) -> TokenStats:
-        rows = self._rows(texts, prefixes)
+        rows = self.rows(texts, prefixes)
         if on_tokenized is not None:
             on_tokenized(sum(len(r.ids) for r in rows))
         # Each batch's statistics stay on the device until the last batch is queued: one host sync per pass, so
@@ -256,10 +206,7 @@ class StatsEngine:
             order, targets, *(np.split(a, np.cumsum([len(t) for t in targets])[:-1]) for a in (logp, mu, var))
         ):
             results[i] = {"target_ids": t, "logp": lp, "mu": m, "var": v}
-        per_text: list[list[dict[str, np.ndarray]]] = [[] for _ in texts]
-        for row, stats in zip(rows, results):
-            per_text[row.text_index].append(stats)
-        return TokenStats.from_texts([_concat(parts) for parts in per_text])
+        return TokenStats.from_texts(per_text(rows, results, len(texts)))
 
     def _padded(self, rows: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(map(len, rows))
@@ -276,13 +223,13 @@ class StatsEngine:
             return tensor
         return tensor.pin_memory().to(self.loaded.device, non_blocking=True)
 
-    def _run_batch(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _run_batch(self, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """log p(target), vocabulary mean and variance of log p at every scored position of the rows, in order, on the
         device."""
         return self._run_packed(rows) if self.packs else self._run_padded(rows)
 
     @torch.inference_mode()
-    def _run_padded(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _run_padded(self, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`_run_batch` through the model's own forward, the rows right-padded to the longest."""
         input_ids, attention_mask = self._padded([r.ids for r in rows])
         width = input_ids.shape[1]
@@ -311,7 +258,7 @@ class StatsEngine:
         return self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, flat_targets)
 
     @torch.inference_mode()
-    def _run_packed(self, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _run_packed(self, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`_run_batch` with the rows packed end to end through the :class:`PackedDecoder`."""
         if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
             self._packed = PackedDecoder(self.loaded.model)
@@ -333,6 +280,39 @@ class StatsEngine:
             chunk = rows.index_select(0, index[start : start + self.stats_rows])
             parts.append(token_stats(chunk, targets[start : start + self.stats_rows], self.backend))
         return tuple(torch.cat(values) for values in zip(*parts))
+
+    @torch.inference_mode()
+    def top_logprobs(
+        self,
+        texts: Sequence[str],
+        readout: TopLogprobsReadout,
+        prefixes: Sequence[str] | None = None,
+        on_tokenized: TokenCallback | None = None,
+        on_progress: TokenCallback | None = None,
+    ) -> TokenStats:
+        """TokenStats with mu and var estimated from the ``readout.k`` likeliest log-probs of each position, as a
+        server would return them (to compare the estimate with the exact plain pass on the same model)."""
+        rows = self.rows(texts, prefixes)
+        if on_tokenized is not None:
+            on_tokenized(sum(len(r.ids) for r in rows))
+        per_row: list[dict[str, np.ndarray]] = [{}] * len(rows)
+        for batch in plan_batches([len(r.ids) for r in rows], self.batch_tokens):
+            input_ids, attention_mask = self._padded([rows[i].ids for i in batch])
+            logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            for j, i in enumerate(batch):
+                row = rows[i]
+                logprobs = torch.log_softmax(logits[j, row.first_scored - 1 : len(row.ids) - 1].float(), dim=-1)
+                targets = torch.tensor(row.ids[row.first_scored :], device=logprobs.device)
+                top, top_ids = logprobs.topk(min(readout.k, logprobs.shape[-1]), dim=-1)
+                per_row[i] = {
+                    "target_ids": targets.cpu().numpy(),
+                    "logp": logprobs.gather(1, targets[:, None])[:, 0].cpu().numpy(),
+                    "top": top.cpu().numpy(),
+                    "target_in_top": (top_ids == targets[:, None]).any(dim=-1).cpu().numpy(),
+                }
+            if on_progress is not None:
+                on_progress(sum(len(rows[i].ids) for i in batch))
+        return TokenStats.from_top_logprobs(per_text(rows, per_row, len(texts), readout.k), self.loaded.vocab_size)
 
     @torch.inference_mode()
     def hidden_states(
@@ -454,10 +434,10 @@ class StatsEngine:
         ]
         if not chosen:
             raise MiaFastError(f"no parameter of {self.loaded.name} matches {', '.join(readout.parameters)}")
-        rows = self._rows(texts, prefixes)
+        rows = self.rows(texts, prefixes)
         if on_tokenized is not None:
             on_tokenized(sum(len(r.ids) for r in rows))
-        per_text: dict[int, list[_Row]] = {}
+        per_text: dict[int, list[Row]] = {}
         for row in rows:
             per_text.setdefault(row.text_index, []).append(row)
         norms = np.full(len(texts), np.nan)
@@ -492,14 +472,3 @@ class StatsEngine:
 
 class _DeepestLayerReached(Exception):
     """Ends a forward once the deepest layer a readout wants has run: the rest would be wasted."""
-
-
-def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    if not parts:
-        return {
-            "target_ids": np.zeros(0, np.int64),
-            "logp": np.zeros(0, np.float32),
-            "mu": np.zeros(0, np.float32),
-            "var": np.zeros(0, np.float32),
-        }
-    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}

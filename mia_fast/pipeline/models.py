@@ -190,7 +190,7 @@ def pretrained_source(model: str | None = None, gguf: str | os.PathLike | None =
     if gguf is not None:
         return _converted_gguf(_existing_gguf(gguf), expected_sha256=None), str(gguf)
     if model is None:
-        return _converted_gguf(default_gguf_path(), DEFAULT_GGUF_SHA256), DEFAULT_MODEL_LABEL
+        return default_model_dir(), DEFAULT_MODEL_LABEL
     return local_or_hub(str(model)), str(model)
 
 
@@ -356,6 +356,11 @@ def default_gguf_path() -> Path:
     if not path.is_file():
         raise MiaFastError(f"{path} is missing; reinstall with: {INSTALL_DEFAULT_MODEL}")
     return path
+
+
+def default_model_dir() -> str:
+    """The safetensors directory of the built-in model, converted once and cached."""
+    return _converted_gguf(default_gguf_path(), DEFAULT_GGUF_SHA256)
 
 
 def _conversion_dir(path: Path, expected_sha256: str | None) -> Path:

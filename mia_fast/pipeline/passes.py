@@ -28,6 +28,7 @@ class ReadoutRunner(Protocol):
     def hidden_states(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
     def sample(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
     def gradient_norms(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
+    def top_logprobs(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,21 @@ class GradientNormReadout:
         return engine.gradient_norms(texts, self, prefixes, on_tokenized, on_progress)
 
 
+@dataclass(frozen=True)
+class TopLogprobsReadout:
+    """TokenStats whose target ids and logp are exact but whose mu and var are estimated from each position's ``k``
+    likeliest log-probs, as a server returns them (``mia_fast.ops.top_logprobs``): an approximation, kept apart from
+    the plain pass's exact statistics."""
+
+    k: int
+    token_stats = False
+
+    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
+        return engine.top_logprobs(texts, self, prefixes, on_tokenized, on_progress)
+
+
 TOKEN_STATS = TokenStatsReadout()
-Readout = TokenStatsReadout | HiddenStatesReadout | SamplesReadout | GradientNormReadout
+Readout = TokenStatsReadout | HiddenStatesReadout | SamplesReadout | GradientNormReadout | TopLogprobsReadout
 
 
 @dataclass(frozen=True)
@@ -117,14 +131,20 @@ class Engine(Protocol):
     a stats cache, saved TokenStats, a model behind a server).
 
     ``run`` returns what ``readout`` reads out of ``texts`` (each after its prefix): TokenStats, or an array
-    with a row per text; it refuses, in one line, a readout it cannot serve. ``loaded`` is the model where
-    the engine holds one (None otherwise: settings that need the model, such as a frequency table mapped
-    onto its vocabulary, are then refused). ``backend`` and ``device`` say where the per-text reductions run.
+    with a row per text; ``refusal`` says, in one line, why it cannot serve a readout (None: it can), before any
+    work. ``loaded`` is the model where the engine holds one (None otherwise: settings that need the model, such
+    as a frequency table mapped onto its vocabulary, are then refused). ``vocabulary_stats`` says whether its
+    TokenStats hold the exact mean and variance over the vocabulary (a server gives none). ``backend`` and
+    ``device`` say where the per-text reductions run.
     """
 
     backend: str
     device: Any
     loaded: Any
+    vocabulary_stats: bool
+
+    def refusal(self, readout: Readout) -> str | None:
+        """Why this engine cannot serve ``readout``, or None."""
 
     def run(
         self,

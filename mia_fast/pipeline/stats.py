@@ -21,6 +21,7 @@ from mia_fast.data.artefacts import replacing
 from mia_fast.errors import MiaFastError
 from mia_fast.ops.first_occurrence import first_occurrence_mask
 from mia_fast.ops.segments import segment_ids, segment_mean
+from mia_fast.ops.top_logprobs import approximate_moments
 
 _FORMAT_VERSION = 2
 _FIELDS = ("target_ids", "logp", "mu", "var")
@@ -112,6 +113,16 @@ class TokenStats:
             var=flat["var"].astype(np.float32),
             first_occurrence=first_occurrence_mask(target_ids, offsets),
         )
+
+    @classmethod
+    def from_top_logprobs(cls, per_text: Sequence[dict[str, np.ndarray]], vocab_size: int) -> TokenStats:
+        """TokenStats whose mu and var are estimated (``mia_fast.ops.top_logprobs``) from one dict per text of
+        ``target_ids``, ``logp``, ``top`` (the K likeliest log-probs at each position) and ``target_in_top``."""
+        texts = []
+        for text in per_text:
+            mu, var = approximate_moments(text["logp"], text["top"], text["target_in_top"], vocab_size)
+            texts.append({"target_ids": text["target_ids"], "logp": text["logp"], "mu": mu, "var": var})
+        return cls.from_texts(texts)
 
     def save(self, path: str | Path) -> Path:
         """Writes the stats, with a checksum, to an ``.npz`` file (the suffix added if missing) that :meth:`load`

@@ -35,7 +35,17 @@ from mia_fast.pipeline.stats import TokenStats
 CACHE_FORMAT = 1
 # What of an engine's setting a scores file records: the model, tokenizer, precision, device type, back end and
 # windowing (the cache's other keys say how the statistics were computed, not of what).
-PROVENANCE_KEYS = ("weights", "tokenizer", "dtype", "device", "prepend_start", "max_length", "backend")
+PROVENANCE_KEYS = (
+    "weights",
+    "tokenizer",
+    "dtype",
+    "device",
+    "prepend_start",
+    "max_length",
+    "backend",
+    "server_model",
+    "server",
+)
 # The arrays of a TokenStats as stored: ids fit int32 in every vocabulary; first occurrences as bytes.
 _STORED = {
     "target_ids": np.int32,
@@ -56,6 +66,28 @@ def provenance(settings: Mapping[str, Any]) -> dict[str, Any]:
 def text_key(prefix: str, text: str) -> bytes:
     """The key of one pass over one text: sha256 of its prefix and the text as run (after its transform)."""
     return hashlib.sha256(len(prefix).to_bytes(8, "little") + prefix.encode("utf-8") + text.encode("utf-8")).digest()
+
+
+def cached_stats(
+    cache: StatsCache | None,
+    texts: Sequence[str],
+    prefixes: Sequence[str] | None,
+    compute: Callable[[Sequence[str], Sequence[str]], TokenStats],
+) -> TokenStats:
+    """The TokenStats of ``texts`` (each after its prefix): from ``cache`` where it holds them, the others from
+    ``compute(texts, prefixes)`` and added to it (all of them from ``compute`` without a cache)."""
+    prefixes = list(prefixes) if prefixes is not None else [""] * len(texts)
+    if cache is None:
+        return compute(texts, prefixes)
+    keys = [text_key(prefix, text) for prefix, text in zip(prefixes, texts)]
+    stats = None
+    while stats is None:  # again only when a shard was refused on reading: its texts are then missing
+        missing = cache.missing(keys)
+        if missing:
+            computed = compute([texts[i] for i in missing], [prefixes[i] for i in missing])
+            cache.store([keys[i] for i in missing], computed)
+        stats = cache.stats(keys)
+    return stats
 
 
 def _checksum(keys: np.ndarray, lengths: np.ndarray, flat: Mapping[str, np.ndarray]) -> int:
@@ -269,6 +301,11 @@ class _StatsOnlyEngine:
     backend = "torch"
     device = None
     loaded = None
+    vocabulary_stats = True
+
+    def refusal(self, readout: Readout) -> str | None:
+        """None: what this engine holds is known only when texts are asked for (``run`` refuses then)."""
+        return None
 
     def run(
         self,
@@ -306,6 +343,8 @@ class CacheOnlyEngine(_StatsOnlyEngine):
 
     def __init__(self, cache: StatsCache):
         self.cache = cache
+        # Statistics a server gave hold no vocabulary mean or variance.
+        self.vocabulary_stats = "server_model" not in cache.settings
 
     def provenance(self) -> dict[str, Any]:
         return provenance(self.cache.settings)

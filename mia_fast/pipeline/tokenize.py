@@ -6,6 +6,8 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from mia_fast.data.text import replace_lone_surrogates
 from mia_fast.errors import MiaFastError, MiaFastWarning
 
@@ -77,3 +79,79 @@ def split_windows(text_index: int, n_ids: int, max_length: int) -> list[Window]:
             return windows
         scored_until = end
         begin += stride
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row an engine runs: ``ids`` (context + a window of text ``text_index``), scoring ids[first_scored:]."""
+
+    text_index: int
+    ids: list[int]
+    first_scored: int
+
+
+class TextRows:
+    """Texts into the rows an engine runs: each text's ids (tokenized ahead, on another thread, where the runner
+    asks), after its prefix's ids, in sliding windows of ``max_length``. A subclass encodes texts
+    (``_encode``), with a second tokenizer of its own when ``ahead``: a fast tokenizer is not safe to call from
+    two threads at once."""
+
+    max_length: int
+
+    def _encode(self, texts: Sequence[str], ahead: bool) -> list[list[int]]:
+        raise NotImplementedError
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of each text: those tokenized ahead by :meth:`tokenize_ahead`, the others now."""
+        older, newer = getattr(self, "_ahead", ({}, {}))
+        ids = [newer.get(text) or older.get(text) for text in texts]
+        missing = [i for i, found in enumerate(ids) if found is None]
+        for i, found in zip(missing, self._encode([texts[i] for i in missing], ahead=False)):
+            ids[i] = found
+        return ids
+
+    def tokenize_ahead(self, texts: Sequence[str]) -> None:
+        """Tokenizes texts before they are scored, on another thread than the one scoring (so one block runs while
+        the next is tokenized). The texts of the latest two calls are kept: the block being scored and the next."""
+        self._ahead = (getattr(self, "_ahead", ({}, {}))[1], dict(zip(texts, self._encode(texts, ahead=True))))
+
+    def context_ids(self, prefix: str) -> list[int]:
+        """The ids of a prefix, tokenized like a text; it may fill at most half the window."""
+        known = self.__dict__.setdefault("_context_ids", {"": []})
+        if prefix not in known:
+            ids = self.tokenize([prefix])[0]
+            if len(ids) > self.max_length // 2:
+                raise MiaFastError(
+                    f"the prefix is {len(ids)} tokens, more than half of the {self.max_length}-token window; "
+                    "use fewer or shorter prefix texts"
+                )
+            known[prefix] = ids
+        return known[prefix]
+
+    def scored_positions(self, texts: Sequence[str]) -> np.ndarray:
+        """Positions the plain pass would score in each text (every id after the first), without running it."""
+        return np.array([max(len(ids) - 1, 0) for ids in self.tokenize(texts)], dtype=np.int64)
+
+    def rows(self, texts: Sequence[str], prefixes: Sequence[str] | None) -> list[Row]:
+        """The rows of ``texts`` (each after its prefix), in order: one per window."""
+        prefixes = prefixes if prefixes is not None else [""] * len(texts)
+        rows = []
+        for i, (ids, prefix) in enumerate(zip(self.tokenize(texts), prefixes)):
+            context = self.context_ids(prefix)
+            for w in split_windows(i, len(ids), self.max_length - len(context)):
+                rows.append(Row(i, context + ids[w.begin : w.end], len(context) + w.first_target - w.begin))
+        return rows
+
+
+def per_text(rows: Sequence[Row], results: Sequence[dict[str, np.ndarray]], texts: int, top: int = 0) -> list[dict]:
+    """Each text's arrays: its rows' (windows') results end to end, in order; empty arrays for a text with none
+    (with ``top`` columns of top log-probs in place of mu and var where the results carry those)."""
+    grouped: list[list[dict[str, np.ndarray]]] = [[] for _ in range(texts)]
+    for row, result in zip(rows, results):
+        grouped[row.text_index].append(result)
+    empty = {"target_ids": np.zeros(0, np.int64), "logp": np.zeros(0, np.float32)}
+    if top:
+        empty.update(top=np.zeros((0, top), np.float32), target_in_top=np.zeros(0, bool))
+    else:
+        empty.update(mu=np.zeros(0, np.float32), var=np.zeros(0, np.float32))
+    return [{key: np.concatenate([p[key] for p in parts]) for key in parts[0]} if parts else empty for parts in grouped]

@@ -14,15 +14,24 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mia_fast.errors import MiaFastError
 from mia_fast.methods.online import OnlineSetting
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, recorded_settings, resolve_methods
 from mia_fast.methods.settings import MethodSettings, recorded
+from mia_fast.pipeline.server_client import ServerConfig
 
 if TYPE_CHECKING:  # the model's module imports torch, which a configuration does not need
     from mia_fast.pipeline.models import LoadedModel
 
 DEFAULT_BLOCK_ROWS = 512
 DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
+
+
+def served_default_methods(server: ServerConfig) -> tuple[str, ...]:
+    """The default methods for a served model: the defaults, with Min-K%++ estimated from the top 20 log-probs
+    where a tokenizer here gives the vocabulary's size, and left out otherwise."""
+    top = ("minkpp_top20",) if server.tokenizer is not None else ()
+    return tuple(m for m in DEFAULT_METHODS if m != "minkpp") + top
 
 
 def _scores(default: Any, changes_scores: bool = True) -> Any:
@@ -40,9 +49,19 @@ class ModelConfig:
     SmolLM2-135M) or a GGUF file, the reference model of ``ref``, where and in what precision they run
     (``device``, ``dtype`` apply to models loaded here), whether the start token is prepended, the window
     length for long texts (default: the model's context) and the back end of the token statistics and
-    reductions (``auto``, ``torch``, ``triton``). Every field but the device and the back end changes scores."""
+    reductions (``auto``, ``torch``, ``triton``). The model may be one reached over HTTP: a ``ServerConfig``
+    (URL, served name, key variable, tokenizer). Every field but the device and the back end changes scores."""
 
-    model: str | LoadedModel | None = _scores(None)
+    def __post_init__(self) -> None:
+        if self.server is not None and self.gguf is not None:
+            raise MiaFastError("give the target model once: --server (with --server-model) or --model/--gguf")
+
+    @property
+    def server(self) -> ServerConfig | None:
+        """The target model's server, where it is a served model."""
+        return self.model if isinstance(self.model, ServerConfig) else None
+
+    model: str | LoadedModel | ServerConfig | None = _scores(None)
     gguf: str | os.PathLike | None = _scores(None)
     ref_model: str | LoadedModel | None = _scores(None)
     # Where the model runs and which kernels reduce its logits move a score only within floating-point error: a
@@ -56,6 +75,8 @@ class ModelConfig:
     @property
     def name(self) -> str:
         """The target model as a user named it."""
+        if self.server is not None:
+            return f"{self.server.model} at {self.server.url}"
         if self.model is not None and not isinstance(self.model, str):
             return self.model.name
         return str(self.gguf or self.model or DEFAULT_MODEL_NAME)
@@ -128,5 +149,5 @@ class RunConfig:
     def recorded(self) -> dict[str, Any]:
         """Every setting that changes a score of this run, as JSON."""
         model = score_fields(self.model)
-        model["model"] = self.model.name
+        model["model"] = score_fields(self.model.server) if self.model.server is not None else self.model.name
         return {**model, **self.scoring.recorded()}

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -81,8 +82,8 @@ class Scores(Mapping[str, np.ndarray]):
 
 
 def model_engines(config: ModelConfig, compute: ComputeConfig) -> dict[str, Engine]:
-    """The target's engine (and the reference's, with ``config.ref_model``), their models loaded here unless given
-    in memory, with the stats cache of ``compute`` where it names one."""
+    """The target's engine (a model served at ``config.server``, or loaded here unless given in memory) and the
+    reference's (with ``config.ref_model``), with the stats cache of ``compute`` where it names one."""
 
     def engine(model: str | LoadedModel | None, gguf: str | os.PathLike | None, max_length: int | None) -> StatsEngine:
         loaded = model if isinstance(model, LoadedModel) else load_model(model, gguf, config.device, config.dtype)
@@ -94,13 +95,43 @@ def model_engines(config: ModelConfig, compute: ComputeConfig) -> dict[str, Engi
             backend=config.backend,
         )
 
-    engines = {TARGET: engine(config.model, config.gguf, config.max_length)}
+    if config.server is not None:
+        from mia_fast.pipeline.server import ServerEngine
+
+        target: Engine = ServerEngine(
+            config.server, prepend_start=config.prepend_start, max_length=config.max_length, log=_log
+        )
+    else:
+        target = engine(config.model, config.gguf, config.max_length)
+    engines = {TARGET: target}
     if config.ref_model is not None:
         engines[REFERENCE] = engine(config.ref_model, None, None)
     if compute.stats_cache is not None:
         for built in engines.values():
             built.use_cache(compute.stats_cache, log=_log)
     return engines
+
+
+def engine_refusal(method: registry.Method, settings: MethodSettings, engines: Mapping[str, Any]) -> str | None:
+    """Why the engines cannot serve ``method`` (what it needs that they do not give), or None."""
+    if method.vocabulary and not engines[TARGET].vocabulary_stats:
+        return (
+            "the exact mean and variance of log p over the whole vocabulary, which a server does not return; "
+            "minkpp_top20 (or _top10, _top5) estimates them from the top log-probs it does return"
+        )
+    for needed in method.passes(settings):
+        refusal = engines[needed.model].refusal(needed.readout) if needed.model in engines else None
+        if refusal is not None:
+            return refusal
+    return None
+
+
+def check_served(requests: Sequence[MethodRequest], settings: MethodSettings, engines: Mapping[str, Any]) -> None:
+    """Refuses, in one line, the first requested method whose needs the engines do not give."""
+    for request in requests:
+        refusal = engine_refusal(request.method, settings, engines)
+        if refusal is not None:
+            raise MiaFastError(f"method {request.method.name!r} needs {refusal}")
 
 
 class Detector:
@@ -195,7 +226,9 @@ class Detector:
     ) -> list[MethodRequest]:
         """Resolves method names and checks that this detector can serve them."""
         requests = registry.resolve_methods(methods, k)
-        registry.check_available(requests, settings or self.settings, models=self.engines)
+        settings = settings or self.settings
+        registry.check_available(requests, settings, models=self.engines)
+        check_served(requests, settings, self.engines)
         return requests
 
     def score_requests(
@@ -219,6 +252,9 @@ class Detector:
         cleaned = [t if t.strip() else "" for t in encodable(texts)]
         registry.call_settings_hook(settings, requests, "before_scoring", cleaned)
         passes = registry.passes_of(requests, settings)
+        refusal = engine_refusal(online.request.method, settings, self.engines) if online is not None else None
+        if refusal is not None:
+            raise MiaFastError(f"online detection with {online.method} needs {refusal}")
         if online is not None and PLAIN not in passes:
             passes.append(PLAIN)
         results = run_passes(self.engines, cleaned, passes, on_tokenized, on_progress)
@@ -235,10 +271,10 @@ class Detector:
     def _online_detection(self, texts: Sequence[str], stats: TokenStats, online: OnlineSetting) -> OnlineScores:
         """The windows of ``online`` over ``texts``' plain-pass ``stats``, and each text's best span decoded."""
         windows = online_scores(stats, online, self.backend, self.target.device)
-        tokenizer = self.target.loaded.tokenizer
+        tokenizer = getattr(self.target.loaded, "tokenizer", None)  # a served model may have none here
         # Scored token t predicts ids[t + 1]: the engine's context windows score every id after the first, in order.
         span_text = [
-            tokenizer.decode(ids[start + 1 : end + 1]) if start >= 0 else None
+            tokenizer.decode(ids[start + 1 : end + 1]) if start >= 0 and tokenizer is not None else None
             for ids, (start, end) in zip(self.target.tokenize(texts), (w.best_span for w in windows))
         ]
         return OnlineScores(online, windows, span_text)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import Engine, Pass, TokenCallback
+from mia_fast.pipeline.passes import Engine, Pass, TokenCallback, TopLogprobsReadout
 from mia_fast.pipeline.stats import TokenStats
 
 
@@ -30,7 +30,10 @@ def run_passes(
         units = groups.setdefault((p.model, p.readout), {})
         positions[p] = [units.setdefault((p.prefix, p.transform(t)), len(units)) for t in texts]
     computed = {}
-    for (model, readout), units in groups.items():
+    # A readout of the top log-probs runs before the plain pass: an engine that fetches both in one answer (a
+    # server) then serves the plain pass from what it just fetched.
+    ordered = sorted(groups.items(), key=lambda item: not isinstance(item[0][1], TopLogprobsReadout))
+    for (model, readout), units in ordered:
         prefixes, unit_texts = [u[0] for u in units], [u[1] for u in units]
         computed[model, readout] = engines[model].run(readout, unit_texts, prefixes, on_tokenized, on_progress)
     results = {}

@@ -20,9 +20,9 @@ from mia_fast.methods import registry
 from mia_fast.methods.registry import MethodRequest
 from mia_fast.methods.settings import MethodSettings
 from mia_fast.pipeline.models import LoadedModel, check_device, check_model_source
-from mia_fast.pipeline.passes import REFERENCE
+from mia_fast.pipeline.passes import REFERENCE, TARGET
 from mia_fast.scoring.config import ModelConfig, RunConfig, ScoringConfig
-from mia_fast.scoring.detector import Detector, OnlineScores, Scores
+from mia_fast.scoring.detector import Detector, OnlineScores, Scores, check_served
 
 ONLINE_COLUMNS = ("online_max", "online_start", "online_end", "online_text")
 # Rough characters per token, only to size the progress bar before a block is tokenized.
@@ -38,7 +38,13 @@ def check_before_loading(model: ModelConfig, scoring: ScoringConfig) -> tuple[li
     settings = registry.prepare_settings(scoring.settings, None)
     registry.check_available(requests, settings, models=[REFERENCE] if model.ref_model is not None else [])
     check_device(model.device, model.dtype)
-    if not isinstance(model.model, LoadedModel):
+    if model.server is not None:
+        from mia_fast.pipeline.server import ServedLimits
+
+        check_served(requests, settings, {TARGET: ServedLimits(model.server.tokenizer is not None)})
+        if model.server.tokenizer is not None:
+            check_model_source(model.server.tokenizer)
+    elif not isinstance(model.model, LoadedModel):
         check_model_source(model.model, model.gguf)
     if model.ref_model is not None and not isinstance(model.ref_model, LoadedModel):
         check_model_source(model.ref_model)
@@ -273,7 +279,7 @@ def run_record(config: RunConfig) -> dict[str, Any]:
     """What a scores file records of its run and a resumed run must repeat. The models are recorded by what they
     are (weights, tokenizer: ``Detector.provenance``), not by the names or paths they were given."""
     recorded = config.recorded()
-    for name in ("model", "gguf", "ref_model"):
+    for name in ("model", "gguf", "ref_model", "server"):
         recorded.pop(name, None)
     return recorded
 

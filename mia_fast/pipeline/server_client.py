@@ -1,0 +1,273 @@
+"""HTTP to a model behind an OpenAI-compatible completions endpoint (vLLM, SGLang, TGI, llama.cpp, hosted APIs).
+
+Only the standard library: one connection per request (a request carries many prompts), TLS verified, a connect
+timeout apart from the answer's, and bounded retries with exponential backoff and jitter for what a server
+restart, overload or a dropped connection causes (429, 5xx, a refused or reset connection). Everything else (a
+bad key, an unknown model, a bad request, an answer that never comes) is one line at once. The key is read from
+an environment variable, sent only in the Authorization header and never put in a message.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import os
+import random
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from mia_fast.errors import MiaFastError
+
+# Seconds to open a connection: a host that takes longer is unreachable (the answer has its own timeout).
+CONNECT_TIMEOUT_S = 5.0
+# Backoff between retries: BASE * 2^attempt, at most CAP, times a jitter in [0.5, 1.5).
+RETRY_BASE_S = 0.5
+RETRY_CAP_S = 8.0
+_RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_DROPPED = (ConnectionError, http.client.RemoteDisconnected, http.client.IncompleteRead, http.client.BadStatusLine)
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
+def _positive(value: float, what: str) -> None:
+    if not value > 0:
+        raise MiaFastError(f"{what} must be positive, got {value}")
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """How requests go: how many in flight at once, prompt tokens per request, the seconds an answer may take, and
+    how long failed connections and 429/5xx answers are retried (a restart, an overload)."""
+
+    in_flight: int = 4
+    request_tokens: int = 8192
+    timeout_s: float = 300.0
+    retry_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        for value, what in (
+            (self.in_flight, "--in-flight"),
+            (self.request_tokens, "--request-tokens"),
+            (self.timeout_s, "--server-timeout"),
+        ):
+            _positive(value, what)
+        if self.retry_s < 0:
+            raise MiaFastError(f"--server-retry must be 0 or more seconds, got {self.retry_s}")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A model served over HTTP: the server's base ``url`` (``http://127.0.0.1:8000``, ``https://host/v1``), the
+    ``model`` name it serves, the environment variable holding its API key (never the key itself), the tokenizer
+    to load here (a hub name or directory: token ids are then sent, so both sides agree on them; None: the
+    server tokenizes), whether a key may go over plain HTTP to a host other than this one, and how requests go."""
+
+    # What a run records of it (``scores``): the model served and the tokenizer; the URL may change, the key
+    # variable and the request settings change no score.
+    url: str
+    model: str = field(metadata={"scores": True})
+    api_key_env: str | None = None
+    tokenizer: str | None = field(default=None, metadata={"scores": True})
+    insecure_http: bool = False
+    requests: RequestSettings = field(default_factory=RequestSettings)
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise MiaFastError("--server needs --server-model NAME: the model name the server serves")
+        endpoint(self.url)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    scheme: str
+    host: str
+    port: int
+    base: str  # the path before /v1/..., without a trailing slash
+
+    @property
+    def loopback(self) -> bool:
+        if self.host.lower() in _LOOPBACK_NAMES:
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}{self.base}"
+
+
+def endpoint(url: str) -> Endpoint:
+    """The server's address; refuses what is not an http(s) URL, and a URL carrying a user or password (a key
+    belongs in the environment, never on a command line)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise MiaFastError(f"--server {url!r} is not an http:// or https:// URL")
+    if parts.username or parts.password:
+        raise MiaFastError("--server must not hold a user or password: put the key in an environment variable")
+    if parts.query or parts.fragment:
+        raise MiaFastError(f"--server {url!r}: give the server's base URL, without a query")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise MiaFastError(f"--server {url!r} has a bad port") from None
+    base = parts.path.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    return Endpoint(parts.scheme, parts.hostname, port, base)
+
+
+class ServerError(MiaFastError):
+    """A server's answer that no retry changes; ``status`` is its HTTP status, where it gave one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServerClient:
+    """Requests to one server, retried as the module docstring says; ``log`` gets a line when a failure streak
+    starts retrying."""
+
+    def __init__(self, config: ServerConfig, log: Callable[[str], None] = lambda message: None) -> None:
+        self.config = config
+        self.endpoint = endpoint(config.url)
+        self.log = log
+        self._key = self._read_key()
+        self._tls = ssl.create_default_context() if self.endpoint.scheme == "https" else None
+
+    def _read_key(self) -> str | None:
+        variable = self.config.api_key_env
+        if variable is None:
+            return None
+        key = os.environ.get(variable, "")
+        if not key:
+            raise MiaFastError(f"--api-key-env {variable}: that environment variable is not set or empty")
+        if self.endpoint.scheme == "http" and not self.endpoint.loopback and not self.config.insecure_http:
+            raise MiaFastError(
+                f"the key would cross the network unencrypted to {self.endpoint.host}: use https://, or pass "
+                "--insecure-http if this network is trusted"
+            )
+        return key
+
+    def _hidden(self, text: str) -> str:
+        return text.replace(self._key, "***") if self._key else text
+
+    def post(self, path: str, body: dict[str, Any], retry: bool = True) -> dict[str, Any]:
+        """The JSON answer to POST ``path`` (under the base URL, e.g. ``v1/completions``); with ``retry``, failures a
+        restart or overload causes are retried for up to ``config.retry_s`` seconds."""
+        return self._request("POST", path, body, retry)
+
+    def get(self, path: str, retry: bool = True) -> dict[str, Any]:
+        return self._request("GET", path, None, retry)
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None, retry: bool) -> dict[str, Any]:
+        deadline = time.monotonic() + (self.config.requests.retry_s if retry else 0.0)
+        attempt = 0
+        while True:
+            try:
+                return self._once(method, path, body)
+            except _Retryable as failure:
+                pause = min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt) * random.uniform(0.5, 1.5)
+                if time.monotonic() + pause > deadline:
+                    waited = f", retried for {self.config.requests.retry_s:g} s (--server-retry)" if attempt else ""
+                    raise ServerError(f"{self.where} {failure}{waited}", failure.status) from None
+                if attempt == 0:
+                    self.log(f"{self.where} {failure}: retrying for up to {self.config.requests.retry_s:g} s")
+                attempt += 1
+                time.sleep(pause)
+
+    @property
+    def where(self) -> str:
+        return f"the server at {self.endpoint}"
+
+    def _connect(self) -> http.client.HTTPConnection:
+        host, port = self.endpoint.host, self.endpoint.port
+        if self._tls is not None:
+            connection = http.client.HTTPSConnection(host, port, timeout=CONNECT_TIMEOUT_S, context=self._tls)
+        else:
+            connection = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT_S)
+        unreachable = f"cannot reach {self.where}"
+        try:
+            connection.connect()
+        except TimeoutError:
+            raise ServerError(f"{unreachable}: no answer to connecting within {CONNECT_TIMEOUT_S:g} s") from None
+        except socket.gaierror as exc:
+            raise ServerError(f"{unreachable}: unknown host ({exc.strerror})") from None
+        except ssl.SSLError as exc:
+            raise ServerError(f"{self.where} failed TLS verification: {exc.reason or exc}") from None
+        except ConnectionRefusedError:
+            raise _Retryable("refuses connections (is it running?)") from None
+        except OSError as exc:
+            raise ServerError(f"{unreachable}: {exc.strerror or exc}") from None
+        connection.sock.settimeout(self.config.requests.timeout_s)
+        return connection
+
+    def _once(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        payload = json.dumps(body).encode() if body is not None else None
+        connection = self._connect()
+        try:
+            connection.request(method, f"{self.endpoint.base}/{path}", body=payload, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+        except TimeoutError:
+            raise ServerError(
+                f"{self.where} did not answer within {self.config.requests.timeout_s:g} s (--server-timeout)"
+            ) from None
+        except _DROPPED as exc:
+            raise _Retryable(f"dropped the connection ({type(exc).__name__})") from None
+        finally:
+            connection.close()
+        if response.status in _RETRIED_STATUSES:
+            raise _Retryable(f"answered HTTP {response.status} ({self._hidden(_error_text(data))})", response.status)
+        if response.status != 200:
+            raise self._refusal(response.status, data, path)
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise ServerError(f"{self.where} answered /{path} with something that is not JSON") from None
+
+    def _refusal(self, status: int, data: bytes, path: str) -> ServerError:
+        said = self._hidden(_error_text(data))
+        if status in (401, 403):
+            fix = (
+                f"check the key in ${self.config.api_key_env}"
+                if self._key
+                else "it wants a key: put it in an environment variable and pass --api-key-env VAR"
+            )
+            return ServerError(f"{self.where} refused the key (HTTP {status}: {said}); {fix}", status)
+        if status == 404:
+            return ServerError(
+                f"{self.where} has no model {self.config.model!r} or no /{path} (HTTP 404: {said})", status
+            )
+        return ServerError(f"{self.where} refused the request (HTTP {status}: {said})", status)
+
+
+class _Retryable(Exception):
+    """A failure that a retry may mend: its text completes 'the server at URL ...'."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error_text(data: bytes, limit: int = 300) -> str:
+    """The message of a server's error answer (OpenAI's ``{"error": {"message": ...}}`` or plain text), on one
+    line."""
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        parsed = data.decode("utf-8", "replace")
+    if isinstance(parsed, dict):
+        error = parsed.get("error", parsed.get("detail", parsed.get("message", parsed)))
+        parsed = error.get("message", error) if isinstance(error, dict) else error
+    text = " ".join(str(parsed).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
