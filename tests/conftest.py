@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+# The session-scoped real vLLM server (tests marked `vllm`); see vllm_server.py.
+from vllm_server import VllmServer, vllm_server  # noqa: F401
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
