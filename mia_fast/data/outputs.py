@@ -129,7 +129,7 @@ class ResultWriter:
         if complete and not (resume or overwrite):
             raise MiaFastError(f"{self.path} exists; pass --resume to continue it or --overwrite to replace it")
         self.state = "new"
-        if resume and staged:
+        if resume and staged and not self._killed_before_its_first_block():
             self._adopt(self.stage / "manifest.json", f"{self.stage} is not a run's stage (no manifest)")
             self.state = "staged"
         elif resume and complete:
@@ -162,6 +162,14 @@ class ResultWriter:
         if complete:
             os.replace(staged, manifest_path(self.path))
             shutil.rmtree(self.stage)
+
+    def _killed_before_its_first_block(self) -> bool:
+        """Whether the stage is one a run made and was killed in before its first block was finished: no manifest
+        (one is written with each block) and nothing but its rows file. It holds no finished row, so a resumed run
+        starts it again."""
+        if (self.stage / "manifest.json").exists():
+            return False
+        return {p.name for p in self.stage.iterdir()} <= {self.rows_path.name}
 
     def _adopt(self, manifest: Path, missing: str) -> None:
         if not manifest.is_file():

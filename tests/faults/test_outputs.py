@@ -267,3 +267,22 @@ def test_a_full_disk_in_eval_is_one_line_and_keeps_what_was_written(
     line = refused(capsys, *run, "--out", tmp_path / "again.jsonl")
     assert line.endswith("metrics.json: No space left on device; nothing already written was lost")
     assert digests(report) == before and len(read_jsonl(tmp_path / "again.jsonl")) == 24
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_a_run_killed_before_its_first_block_is_resumed_from_the_start(
+    tiny_model_dir, labelled_jsonl, tmp_path, capsys, suffix
+):
+    """Killed between making its stage and finishing its first block: no manifest, only the rows file's header.
+    --resume scores every row (there was none finished to keep); a stage holding anything else is still refused."""
+    out = tmp_path / f"scores{suffix}"
+    stage = stage_path(out)
+    stage.mkdir()
+    (stage / "rows.jsonl").write_bytes(b"")
+    assert run_cli(*score(labelled_jsonl, tiny_model_dir, out), "--resume") == 0
+    assert out.exists() and not stage.exists() and manifest_path(out).exists()
+    other = tmp_path / f"other{suffix}"
+    stage_path(other).mkdir()
+    (stage_path(other) / "notes.txt").write_text("not ours")
+    line = refused(capsys, *score(labelled_jsonl, tiny_model_dir, other), "--resume", keep=[tmp_path])
+    assert "is not a run's stage (no manifest)" in line
