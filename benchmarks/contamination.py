@@ -6,10 +6,11 @@
 The shared pile_test documents (their four subsets interleaved) are split i.i.d. into members and
 non-members; the built-in SmolLM2-135M is fine-tuned on the members at every learning rate and
 epoch count, each run from the untouched model, and both halves are scored (the untouched model is
-the reference of ``ref``). Min-K% Prob's paper (Table 4) found detection rising sharply with the
+the reference of ``ref``, ``ezmia`` and ``wbc``). Min-K% Prob's paper (Table 4) found detection rising sharply with the
 learning rate. Writes ``results/contamination-<cores>core[-<tag>].json``, a plot, and one report per
 run under ``--reports``. With ``recall`` or ``conrecall``, the experiment draws their prefixes beside
-its texts (never scored), as ``mia-fast demo`` does. With ``dcpdd``, its token frequencies are counted
+its texts (never scored), as ``mia-fast demo`` does; with ``camia`` or ``fsd_*``, ``--known-nonmembers`` known
+non-members (never trained on, never scored). With ``dcpdd``, its token frequencies are counted
 over the subsets' documents the experiment never draws from (the last ``--freq-docs`` of each).
 """
 
@@ -26,10 +27,12 @@ from pathlib import Path
 import numpy as np
 from common import RESULTS, machine, pile_texts
 
-from mia_fast.api import DcpddSettings, NeighborSettings, SamiaSettings, ScoringConfig
+from mia_fast.api import DcpddSettings, NeighborSettings, NgramCoverageSettings, SamiaSettings, ScoringConfig
 from mia_fast.cli.options import bounded_list, positive_ints
-from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, run_experiment
+from mia_fast.evaluation.experiments import KNOWN_NONMEMBERS, ExperimentDesign, FineTuning, run_experiment
 from mia_fast.frequency.build import count_token_ids
+from mia_fast.methods import REGISTRY
+from mia_fast.methods.ngram_coverage import DEFAULT_SAMPLES as DEFAULT_NGRAM_SAMPLES
 from mia_fast.methods.samia import DEFAULT_SAMPLES as DEFAULT_SAMIA_SAMPLES
 from mia_fast.methods.settings import POSITIVE
 from mia_fast.pipeline.models import LoadedModel, load_model
@@ -42,7 +45,7 @@ K_SHOWN = 0.2
 
 def shown_columns(methods: list[str]) -> list[str]:
     """One column per method: k-methods at k = 0.2."""
-    return [f"{m}_{K_SHOWN}" if m in ("mink", "minkpp") else m for m in methods]
+    return [f"{m}_{K_SHOWN}" if REGISTRY[m].takes_k else m for m in methods]
 
 
 def interleaved_corpus(per_subset: int) -> list[str]:
@@ -60,34 +63,37 @@ def reference_counts(tokenizer, vocab_size: int, skip: int, docs: int) -> np.nda
 
 
 def plot(path: Path, runs: list[dict], shown: list[str]) -> None:
-    """AUROC against the learning rate, a panel per epoch count; one run alone: each method's AUROC with its CI."""
+    """AUROC against the learning rate, a panel per epoch count; one or two runs: each method's AUROC with its CI,
+    a panel per run, in the order of the first run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if len(runs) == 1:
-        run = runs[0]
-        ordered = sorted(shown, key=lambda c: run["auroc"][c])
-        fig, ax = plt.subplots(figsize=(6.4, 0.32 * len(ordered) + 1.4))
-        lows, highs = zip(*(run["auroc_ci"][c] for c in ordered))
-        values = [run["auroc"][c] for c in ordered]
-        ax.barh(
-            ordered,
-            values,
-            xerr=[[v - lo for v, lo in zip(values, lows)], [hi - v for v, hi in zip(values, highs)]],
-            color="tab:blue",
-            alpha=0.75,
-            capsize=3,
+    if len(runs) <= 2:
+        ordered = sorted(shown, key=lambda c: runs[0]["auroc"][c])
+        fig, axes = plt.subplots(
+            1, len(runs), figsize=(6.4 * len(runs), 0.32 * len(ordered) + 1.4), squeeze=False, sharey=True
         )
-        ax.axvline(0.5, color="grey", linestyle=":", linewidth=1)
-        ax.set_xlim(0, 1)
-        ax.set_xlabel("AUROC with 95% bootstrap CI (members vs held-out non-members)")
-        ax.set_title(
-            f"lr {run['learning_rate']:g}, {run['epochs']} epoch(s): {run['members']} + {run['nonmembers']} texts",
-            fontsize=10,
-        )
-        ax.grid(axis="x", alpha=0.3)
+        for ax, run in zip(axes[0], runs):
+            lows, highs = zip(*(run["auroc_ci"][c] for c in ordered))
+            values = [run["auroc"][c] for c in ordered]
+            ax.barh(
+                ordered,
+                values,
+                xerr=[[v - lo for v, lo in zip(values, lows)], [hi - v for v, hi in zip(values, highs)]],
+                color="tab:blue",
+                alpha=0.75,
+                capsize=3,
+            )
+            ax.axvline(0.5, color="grey", linestyle=":", linewidth=1)
+            ax.set_xlim(0, 1)
+            ax.set_xlabel("AUROC with 95% bootstrap CI (members vs held-out non-members)")
+            ax.set_title(
+                f"lr {run['learning_rate']:g}, {run['epochs']} epoch(s): {run['members']} + {run['nonmembers']} texts",
+                fontsize=10,
+            )
+            ax.grid(axis="x", alpha=0.3)
     else:
         epochs = sorted({r["epochs"] for r in runs})
         fig, axes = plt.subplots(1, len(epochs), figsize=(6 * len(epochs), 4.2), squeeze=False, sharey=True)
@@ -133,10 +139,22 @@ def main() -> None:
         help=f"for samia: samples per text (default {DEFAULT_SAMIA_SAMPLES})",
     )
     parser.add_argument(
+        "--ngram-samples",
+        type=int,
+        default=DEFAULT_NGRAM_SAMPLES,
+        help=f"for ngram_coverage and ngram_creativity: samples per text (default {DEFAULT_NGRAM_SAMPLES})",
+    )
+    parser.add_argument(
         "--freq-docs",
         type=int,
         default=500,
         help="for dcpdd: documents per subset counted for its frequencies (default 500)",
+    )
+    parser.add_argument(
+        "--known-nonmembers",
+        type=int,
+        default=KNOWN_NONMEMBERS,
+        help=f"for camia and fsd_*: known non-members drawn beside the texts (default {KNOWN_NONMEMBERS})",
     )
     parser.add_argument("--tag", help="suffix of the result files, so a run with other methods keeps the default's")
     parser.add_argument("--reports", type=Path, default=Path(tempfile.gettempdir()) / "mia-fast-contamination")
@@ -157,7 +175,10 @@ def main() -> None:
             base.model.load_state_dict(untouched)
             loaded = LoadedModel(base.model, base.tokenizer, base.name, base.device, base.dtype)
             started = time.perf_counter()
-            method_settings = [SamiaSettings(samples=args.samia_samples, seed=args.seed)]
+            method_settings = [
+                SamiaSettings(samples=args.samia_samples, seed=args.seed),
+                NgramCoverageSettings(samples=args.ngram_samples, seed=args.seed),
+            ]
             if counts is not None:
                 method_settings.append(DcpddSettings(frequencies=counts))
             if "neighbor" in methods:
@@ -167,7 +188,10 @@ def main() -> None:
                 corpus,
                 args.reports / f"lr{lr:g}-ep{epochs}",
                 ExperimentDesign(
-                    FineTuning(epochs, lr, 8, args.max_tokens, args.seed), texts=args.texts, bootstrap=1000
+                    FineTuning(epochs, lr, 8, args.max_tokens, args.seed),
+                    texts=args.texts,
+                    known_nonmembers=args.known_nonmembers,
+                    bootstrap=1000,
                 ),
                 ScoringConfig(methods=methods, settings=method_settings),
                 corpus_name="pile_test (4 subsets)",
@@ -203,6 +227,8 @@ def main() -> None:
         "model": base.name,
         "neighbors": f"{args.neighbor_count} word-drop",
         "samia_samples": args.samia_samples,
+        "ngram_samples": args.ngram_samples,
+        "known_nonmembers": args.known_nonmembers,
         **({"freq_docs_per_subset": args.freq_docs, "freq_tokens": int(counts.sum())} if counts is not None else {}),
     }
     stem.with_suffix(".json").write_text(

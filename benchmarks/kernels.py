@@ -38,7 +38,7 @@ from mia_fast.methods import DEFAULT_KS
 from mia_fast.ops.bottom_k import bottom_k_counts, bottom_k_means
 from mia_fast.ops.first_occurrence import capped_first_occurrence_mean
 from mia_fast.ops.token_stats import linear_token_stats, token_stats_torch
-from mia_fast.pipeline.stats import TokenStats
+from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
 
 SECTIONS = ("token_stats", "fused", "aggregation", "end_to_end")
 ONE_PASS_METHODS = ["loss", "zlib", "mink", "minkpp", "dcpdd"]
@@ -100,7 +100,7 @@ def eager_token_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torc
     log_probs = torch.log_softmax(logits, -1)
     mu = (probs * log_probs).sum(-1)
     var = (probs * log_probs.square()).sum(-1) - mu.square()
-    return log_probs.gather(-1, targets[:, None])[:, 0], mu, var
+    return log_probs.gather(-1, targets[:, None])[:, 0], mu, var, log_probs.amax(-1)
 
 
 def fp64_token_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -108,11 +108,14 @@ def fp64_token_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch
     probs = log_probs.exp()
     mu = torch.where(probs > 0, probs * log_probs, 0).sum(-1)
     var = torch.where(probs > 0, probs * (log_probs - mu[:, None]) ** 2, 0).sum(-1)
-    return log_probs.gather(-1, targets[:, None])[:, 0], mu, var
+    return log_probs.gather(-1, targets[:, None])[:, 0], mu, var, log_probs.amax(-1)
 
 
 def max_abs_errors(got, truth) -> dict[str, float]:
-    return {name: float((g.double() - t.double()).abs().max()) for name, g, t in zip(("logp", "mu", "var"), got, truth)}
+    return {
+        name: float((g.double() - t.double()).abs().max())
+        for name, g, t in zip(TOKEN_STATS_COLUMNS, got, truth, strict=True)
+    }
 
 
 def synchronize(device: torch.device) -> None:

@@ -60,6 +60,7 @@ def cases() -> list[dict]:
                 "logp_ptr": "*fp32",
                 "mu_ptr": "*fp32",
                 "var_ptr": "*fp32",
+                "max_logp_ptr": "*fp32",
                 "vocab_size": "i32",
                 "ignore_index": "i32",
             }

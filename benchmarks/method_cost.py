@@ -8,8 +8,10 @@ recall and conrecall are 4 other wikipedia_en texts each (as the demo draws them
 dcpdd are counted over 500 pile_cc documents; ref's reference model is a second copy of the built-in
 model (a reference of the same size); neighbor makes 25 word-drop neighbours per text; probe reads
 the middle layer with an untrained probe of the trained shape (its cost does not depend on its
-weights). Each pass kind is also run alone through the pass planner (``run_passes``): tokens run (prefix,
-transformed text, generated tokens) per second.
+weights); ref, ezmia and wbc share that reference; camia and fsd_* read 16 other wikipedia_en texts as known
+non-members (camia's reference set, fsd's fine-tuning set; the fine-tune itself is timed once, apart, as it runs
+once per non-member set and is then read from its cache). Each pass kind is also run alone through the pass
+planner (``run_passes``): tokens run (prefix, transformed text, generated tokens) per second.
 
     python benchmarks/method_cost.py [--texts 16] [--max-words 100] [--rounds 3]
 
@@ -19,6 +21,7 @@ Writes ``results/method-cost-<cores>core.json``.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -28,9 +31,11 @@ import numpy as np
 from common import RESULTS, machine, pile_texts
 
 from mia_fast import (
+    CamiaSettings,
     ConRecallSettings,
     DcpddSettings,
     Detector,
+    FsdSettings,
     ModelConfig,
     NeighborSettings,
     PacSettings,
@@ -39,14 +44,20 @@ from mia_fast import (
     SamiaSettings,
 )
 from mia_fast.frequency.build import count_token_ids
+from mia_fast.methods.camia import REPEATED
 from mia_fast.methods.conrecall import member_prefix_pass
+from mia_fast.methods.fsd import on_finetuned
 from mia_fast.methods.gradnorm import gradnorm_pass
 from mia_fast.methods.neighbor import neighbor_passes
+from mia_fast.methods.ngram_coverage import ngram_pass
 from mia_fast.methods.pac import pac_passes
 from mia_fast.methods.probe import Probe
 from mia_fast.methods.recall import recall_pass
+from mia_fast.methods.reference_tokens import token_passes
 from mia_fast.methods.samia import samia_pass
-from mia_fast.pipeline.models import load_model
+from mia_fast.methods.settings import recorded
+from mia_fast.pipeline.finetune import fine_tune
+from mia_fast.pipeline.models import LoadedModel, load_model
 from mia_fast.pipeline.neighbors import WordDropNeighbors
 from mia_fast.pipeline.passes import PLAIN
 from mia_fast.scoring.planner import run_passes
@@ -66,7 +77,16 @@ METHODS = [
     "pac",
     "gradnorm",
     "probe",
+    "gapk",
+    "surp",
+    "camia",
+    "ezmia",
+    "wbc",
+    "fsd_loss",
+    "fsd_minkpp",
+    "ngram_coverage",
 ]
+NONMEMBERS = 16
 
 
 def untrained_probe(loaded) -> Probe:
@@ -95,13 +115,17 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=16)
     parser.add_argument("--max-words", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated (default: every method)")
+    parser.add_argument("--tag", help="suffix of the result file, so a run of some methods keeps the full run's")
     args = parser.parse_args()
+    methods = args.methods.split(",")
 
-    wiki = pile_texts("wikipedia_en", n=args.texts + 8, max_words=args.max_words)
-    texts, prefix_nonmembers, prefix_members = (
+    wiki = pile_texts("wikipedia_en", n=args.texts + 8 + NONMEMBERS, max_words=args.max_words)
+    texts, prefix_nonmembers, prefix_members, nonmembers = (
         wiki[: args.texts],
         wiki[args.texts : args.texts + 4],
-        wiki[args.texts + 4 :],
+        wiki[args.texts + 4 : args.texts + 8],
+        wiki[args.texts + 8 :],
     )
     loaded = load_model(device="cpu", dtype="fp32")
     reference = load_model(device="cpu", dtype="fp32")
@@ -122,27 +146,46 @@ def main() -> None:
             ConRecallSettings(prefix_members=prefix_members),
             NeighborSettings(WordDropNeighbors()),
             ProbeSettings(untrained_probe(loaded)),
+            CamiaSettings(nonmembers=nonmembers),
+            FsdSettings(nonmembers=nonmembers),
         ],
     )
+    # FSD fine-tunes a copy once per non-member set and settings (then reads it from its cache): timed apart.
+    fsd_tuning = detector.settings.of(FsdSettings).tuning
+    fine_tune_s = None
+    if any(m.startswith("fsd_") for m in methods):
+        fine_tune_s, _ = timed(
+            lambda on_tokenized: fine_tune(
+                LoadedModel(copy.deepcopy(loaded.model), loaded.tokenizer, loaded.name, loaded.device, loaded.dtype),
+                nonmembers,
+                fsd_tuning,
+            )
+        )
     input_tokens = int(detector.target.scored_positions(texts).sum() + len(texts))
     options = detector.settings
-    pass_kinds = {
-        "plain (TokenStats)": [PLAIN],
-        "non-member prefix (recall)": [recall_pass(options)],
-        "member prefix (conrecall)": [member_prefix_pass(options)],
-        "one neighbour rank": neighbor_passes(options)[:1],
-        "one word-swapped copy (pac)": pac_passes(options)[:1],
-        "samia sampling (10 per text; prompt + generated tokens)": [samia_pass(options)],
-        "gradient norm (forward + backward, one text at a time)": [gradnorm_pass(options)],
-        "probe hidden states (stops at its layer)": [options.of(ProbeSettings).probe.scoring_pass],
+    # Each kind of pass, with the methods that read it (the plain pass: every run).
+    every_kind = {
+        "plain (TokenStats)": ([PLAIN], methods),
+        "non-member prefix (recall)": ([recall_pass(options)], ["recall", "conrecall"]),
+        "member prefix (conrecall)": ([member_prefix_pass(options)], ["conrecall"]),
+        "one neighbour rank": (neighbor_passes(options)[:1], ["neighbor"]),
+        "one word-swapped copy (pac)": (pac_passes(options)[:1], ["pac"]),
+        "samia sampling (10 per text; prompt + generated tokens)": ([samia_pass(options)], ["samia"]),
+        "gradient norm (forward + backward, one text at a time)": ([gradnorm_pass(options)], ["gradnorm"]),
+        "probe hidden states (stops at its layer)": ([options.of(ProbeSettings).probe.scoring_pass], ["probe"]),
+        "text repeated 6 times (camia)": ([REPEATED], ["camia"]),
+        "token spans of both models (ezmia, wbc; no forward)": (list(token_passes(options)[2:]), ["ezmia", "wbc"]),
+        "plain on the fine-tuned copy (fsd_*)": ([on_finetuned(PLAIN)], ["fsd_loss", "fsd_minkpp"]),
+        "ngram_coverage sampling (20 per text)": ([ngram_pass(options)], ["ngram_coverage"]),
     }
-    seconds: dict[str, list[float]] = {m: [] for m in METHODS}
-    loss_beside: dict[str, list[float]] = {m: [] for m in METHODS}
+    pass_kinds = {kind: passes for kind, (passes, readers) in every_kind.items() if set(readers) & set(methods)}
+    seconds: dict[str, list[float]] = {m: [] for m in methods}
+    loss_beside: dict[str, list[float]] = {m: [] for m in methods}
     tokens_run: dict[str, int] = {}
     pass_seconds: dict[str, list[float]] = {k: [] for k in pass_kinds}
     pass_tokens: dict[str, int] = {}
     for round_ in range(args.rounds):
-        for method in METHODS:
+        for method in methods:
             loss_s, _ = timed(lambda on_tokenized: detector.score(texts, methods=["loss"], on_tokenized=on_tokenized))
             method_s, tokens_run[method] = timed(
                 lambda on_tokenized, method=method: detector.score(texts, methods=[method], on_tokenized=on_tokenized)
@@ -152,12 +195,14 @@ def main() -> None:
             print(f"round {round_ + 1}: {method} {method_s:.1f} s (loss beside it {loss_s:.1f} s)", flush=True)
         for kind, passes in pass_kinds.items():
             pass_s, pass_tokens[kind] = timed(
-                lambda on_tokenized, passes=passes: run_passes(detector.engines, texts, passes, on_tokenized)
+                lambda on_tokenized, passes=passes: run_passes(
+                    detector._engines_for(passes, options), texts, passes, on_tokenized
+                )
             )
             pass_seconds[kind].append(pass_s)
 
     per_method = {}
-    for method in METHODS:
+    for method in methods:
         median, loss_median = statistics.median(seconds[method]), statistics.median(loss_beside[method])
         per_method[method] = {
             "seconds_median": median,
@@ -183,7 +228,7 @@ def main() -> None:
         }
         print(f"{kind:60s} {pass_tokens[kind] / median:8.0f} tokens/s")
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"method-cost-{os.cpu_count()}core.json"
+    path = RESULTS / (f"method-cost-{os.cpu_count()}core" + (f"-{args.tag}" if args.tag else "") + ".json")
     settings = {
         "texts": args.texts,
         "max_words": args.max_words,
@@ -194,6 +239,9 @@ def main() -> None:
         "samia_samples": options.of(SamiaSettings).samples,
         "pac_copies": options.of(PacSettings).copies,
         "neighbors": options.of(NeighborSettings).neighbors.count,
+        "nonmembers": NONMEMBERS,
+        "fsd_tuning": recorded(fsd_tuning),
+        "fsd_fine_tune_seconds": fine_tune_s,
     }
     path.write_text(
         json.dumps(

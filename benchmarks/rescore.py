@@ -44,7 +44,7 @@ def fill(directory: Path, texts: list[str], tokens: int, shard: int) -> float:
         offsets = np.arange(0, n + 1, tokens, dtype=np.int64)
         cache.store(
             [text_key("", t) for t in part],
-            TokenStats(offsets, ids, logp, mu, var, first_occurrence_mask(ids, offsets)),
+            TokenStats(offsets, ids, logp, mu, var, logp * 0.25, first_occurrence_mask(ids, offsets)),
         )
     return time.perf_counter() - started
 

@@ -1,7 +1,8 @@
 """Per-row token statistics in one read of the logits.
 
 For a row of logits z over the vocabulary and its target id x:
-    logp = z_x - lse,   mu = sum_v p_v log p_v = E_p[z] - lse,   var = Var_p[log p] = Var_p[z].
+    logp = z_x - lse,   mu = sum_v p_v log p_v = E_p[z] - lse,   var = Var_p[log p] = Var_p[z],
+    max_logp = max_v log p_v = max_v z_v - lse.
 
 The kernel streams over the vocabulary once. Instead of raw power sums (sum e^(z-m) (z-m)^k, whose
 var = S2/S0 - (S1/S0)^2 cancels catastrophically on peaked rows) it keeps, under the weights
@@ -9,7 +10,8 @@ w = e^(z - m), the total weight W, the weighted mean of z - m and the weighted s
 deviations M2, merging block results with Chan's parallel update. When the running max m moves, W
 and M2 are rescaled by e^(m_old - m_new) and the centred mean is shifted. Keeping the mean centred
 on m makes logp = (z_x - m) - log W and mu = E[z - m] - log W free of large-magnitude
-cancellation. Everything accumulates in fp32.
+cancellation; the running max is the row's max, so max_logp = -log W comes from the same read.
+Everything accumulates in fp32.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def _token_stats_kernel(
     logp_ptr,
     mu_ptr,
     var_ptr,
+    max_logp_ptr,
     vocab_size,
     ignore_index,
     BLOCK_V: tl.constexpr,
@@ -80,6 +83,7 @@ def _token_stats_kernel(
     tl.store(logp_ptr + row, tl.where(valid, (target_logit - running_max) - log_weight, 0.0))
     tl.store(mu_ptr + row, tl.where(valid, centred_mean - log_weight, 0.0))
     tl.store(var_ptr + row, tl.where(valid, m2 / tl.maximum(weight, TINY), 0.0))
+    tl.store(max_logp_ptr + row, tl.where(valid, -log_weight, 0.0))
 
 
 def token_stats_launch(vocab_size: int) -> tuple[int, int]:
@@ -96,10 +100,10 @@ def _check_targets(targets: torch.Tensor, vocab_size: int, ignore_index: int) ->
 
 def token_stats(
     logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logp, mu, var) in fp32 for logits [..., V] (bf16, fp16 or fp32) and targets [...].
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logp, mu, var, max_logp) in fp32 for logits [..., V] (bf16, fp16 or fp32) and targets [...].
 
-    Rows whose target is ``ignore_index`` get 0 for all three (finite sentinels to be skipped).
+    Rows whose target is ``ignore_index`` get 0 for all four (finite sentinels to be skipped).
     """
     if logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise TypeError(f"logits must be fp32, bf16 or fp16, got {logits.dtype}")
@@ -113,7 +117,7 @@ def token_stats(
     flat_targets = targets.reshape(-1).to(torch.int64).contiguous()
     _check_targets(flat_targets, vocab_size, ignore_index)
     n = rows.shape[0]
-    logp, mu, var = (torch.empty(n, dtype=torch.float32, device=logits.device) for _ in range(3))
+    logp, mu, var, max_logp = (torch.empty(n, dtype=torch.float32, device=logits.device) for _ in range(4))
     if n:
         block, warps = token_stats_launch(vocab_size)
         _token_stats_kernel[(n,)](
@@ -123,9 +127,10 @@ def token_stats(
             logp,
             mu,
             var,
+            max_logp,
             vocab_size,
             ignore_index,
             BLOCK_V=block,
             num_warps=warps,
         )
-    return logp.view(leading), mu.view(leading), var.view(leading)
+    return logp.view(leading), mu.view(leading), var.view(leading), max_logp.view(leading)

@@ -117,7 +117,7 @@ def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -
     model.add_argument("--model", help="hub name or local directory (default: built-in SmolLM2-135M)")
     model.add_argument("--gguf", help="a GGUF model file instead of --model")
     if reference:
-        model.add_argument("--ref-model", help="reference model for the 'ref' method (its own tokenizer)")
+        model.add_argument("--ref-model", help="reference model for ref, ezmia and wbc (with its own tokenizer)")
     model.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     model.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
 

@@ -46,10 +46,12 @@ from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
 from mia_fast.evaluation.report import write_report
 from mia_fast.frequency.sources import BadRecords, expand_sources, iter_documents
+from mia_fast.methods.registry import passes_of, resolve_methods, settings_classes
 from mia_fast.methods.settings import recorded, setting_fields
 from mia_fast.pipeline.finetune import FineTuning, TrainingDiverged, fine_tune
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.neighbors import MaskedLMNeighbors, WordDropNeighbors
+from mia_fast.pipeline.passes import REFERENCE
 
 DEMO_METHODS = ("loss", "zlib", "mink", "minkpp", "lowercase", "ref")
 MIN_TEXTS = 8
@@ -58,6 +60,10 @@ MIN_TEXTS = 8
 PREFIX_SHOTS = 4
 # Texts drawn beside the experiment's for the probe's training set (half of them the proxy's members).
 PROBE_TEXTS = 32
+# Texts drawn beside the experiment's as the known non-members of the methods that read --nonmembers (CAMIA's
+# reference set, FSD's fine-tuning set): never trained on, never scored.
+KNOWN_NONMEMBERS = 32
+NONMEMBERS_KEY = "nonmembers"  # the setting key (--nonmembers) of those methods' known non-members
 # With the probe, this share of the members and of the non-members is its dev set, not evaluated.
 PROBE_DEV_SHARE = 0.25
 STDLIB_MODULES = (
@@ -248,14 +254,16 @@ def plot_losses(path: Path, losses: Sequence[float], steps_per_epoch: int) -> Pa
 @dataclass(frozen=True)
 class ExperimentDesign:
     """How the experiment is drawn and judged: its fine-tuning, the texts split into members and non-members, the
-    prefix shots of ReCaLL and Con-ReCall, the probe's training texts and training, the bootstrap resamples of
-    the AUROC CI, and whether the model-free baselines are evaluated beside the methods."""
+    prefix shots of ReCaLL and Con-ReCall, the probe's training texts and training, the known non-members of the
+    methods that read some (``--nonmembers``), the bootstrap resamples of the AUROC CI, and whether the model-free
+    baselines are evaluated beside the methods."""
 
     tuning: FineTuning = field(default_factory=FineTuning)
     texts: int = 64
     prefix_shots: int = PREFIX_SHOTS
     probe_texts: int = PROBE_TEXTS
     probe_training: ProbeTraining = field(default_factory=ProbeTraining)
+    known_nonmembers: int = KNOWN_NONMEMBERS
     bootstrap: int = 1000
     blind: bool = True
 
@@ -287,11 +295,13 @@ def run_experiment(
     prefix: never trained on, never scored; with ``conrecall``, as many more as the known member prefix: trained
     on, never scored. With ``probe``, ``design.probe_texts`` more passages are its training set (half of them
     members of its proxy), and a ``PROBE_DEV_SHARE`` of the members and non-members is its dev set: fine-tuned on
-    like every member, but not evaluated, for any method. ``neighbor`` takes its neighbours from its settings
-    (default: ``WordDropNeighbors``, which needs no second model); SaMIA and PAC are seeded by the fine-tuning's
-    seed unless their settings say otherwise. Returns the experiment and the per-column metrics. On a diverging
-    fine-tuning the report directory still gets the training log and a report saying so, and TrainingDiverged is
-    raised.
+    like every member, but not evaluated, for any method. With a method that reads known non-members (CAMIA, FSD),
+    ``design.known_nonmembers`` more passages are drawn as them: never trained on, never scored. Every method that
+    reads the reference model (``ref``, ``ezmia``, ``wbc``) gets the untouched model. ``neighbor`` takes its
+    neighbours from its settings (default: ``WordDropNeighbors``, which needs no second model); SaMIA and PAC are
+    seeded by the fine-tuning's seed unless their settings say otherwise. Returns the experiment and the
+    per-column metrics. On a diverging fine-tuning the report directory still gets the training log and a report
+    saying so, and TrainingDiverged is raised.
     """
     design = design or ExperimentDesign()
     scoring = scoring or ScoringConfig(methods=DEMO_METHODS)
@@ -303,10 +313,21 @@ def run_experiment(
     shots = prefix_shots if {"recall", "conrecall"} & set(methods) else 0
     member_shots = prefix_shots if "conrecall" in methods else 0
     with_probe = "probe" in methods
-    extra = shots + member_shots + (design.probe_texts if with_probe else 0)
+    requests = resolve_methods(methods)
+    nonmember_settings = [
+        (cls, f.name)
+        for cls in settings_classes(r.method for r in requests)
+        for f in setting_fields(cls)
+        if f.key == NONMEMBERS_KEY
+    ]
+    probe_texts = design.probe_texts if with_probe else 0
+    known_count = design.known_nonmembers if nonmember_settings else 0
+    extra = shots + member_shots + probe_texts + known_count
+    # The first draws do not depend on how many more are drawn (a seeded permutation's prefix): the extras only add.
     drawn = prepare_texts(corpus, loaded.tokenizer, texts + extra, tuning.max_tokens, tuning.seed)
     prepared, prefix, rest = drawn[:texts], drawn[texts : texts + shots], drawn[texts + shots :]
-    member_prefix, probe_pool = rest[:member_shots], rest[member_shots:]
+    member_prefix, probe_pool = rest[:member_shots], rest[member_shots : member_shots + probe_texts]
+    known_nonmembers = rest[member_shots + probe_texts :]
     members, nonmembers = split_members(prepared, tuning.seed)
     held = max(2, int(len(members) * PROBE_DEV_SHARE)) if with_probe else 0
     settings = {
@@ -323,6 +344,8 @@ def run_experiment(
         settings["prefix_nonmember_shots"] = shots
     if member_shots:
         settings["prefix_member_shots"] = member_shots
+    if known_count:
+        settings["known_nonmembers"] = known_count
     if with_probe:
         settings.update(
             probe_texts=len(probe_pool),
@@ -339,7 +362,7 @@ def run_experiment(
         prefix_members=member_prefix,
     )
     reference = None
-    if "ref" in methods:
+    if any(p.model == REFERENCE for p in passes_of(requests, MethodSettings())):
         reference = LoadedModel(
             copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (untouched)", loaded.device, loaded.dtype
         )
@@ -395,6 +418,7 @@ def run_experiment(
         replace(method_settings.of(ConRecallSettings), prefix_members=member_prefix),
         ProbeSettings(probe=probe),
         NeighborSettings(neighbors=neighbors),
+        *(replace(method_settings.of(cls), **{name: tuple(known_nonmembers)}) for cls, name in nonmember_settings),
     )
     detector = Detector(ModelConfig(loaded, ref_model=reference), method_settings)
     scores = detector.score(

@@ -18,7 +18,7 @@ import numpy as np
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import MethodRequest, ScoringInputs, resolve_methods, score
 from mia_fast.ops.first_occurrence import first_occurrence_mask
-from mia_fast.pipeline.stats import TokenStats
+from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
 
 ONLINE_FAMILIES = ("loss", "mink", "minkpp")
 DEFAULT_ONLINE_METHOD = "minkpp_0.2"
@@ -125,8 +125,6 @@ def _gather(stats: TokenStats, flat_starts: np.ndarray, lengths: np.ndarray) -> 
     return TokenStats(
         offsets=offsets,
         target_ids=target_ids,
-        logp=stats.logp[positions],
-        mu=stats.mu[positions],
-        var=stats.var[positions],
+        **{name: getattr(stats, name)[positions] for name in TOKEN_STATS_COLUMNS},
         first_occurrence=first_occurrence_mask(target_ids, offsets),
     )

@@ -28,15 +28,16 @@ from mia_fast.methods.settings import Flag, MethodSettings, setting
 from mia_fast.pipeline.passes import PLAIN, Pass
 
 
-def refuse_prefix_overlap(texts: Sequence[str], prefix: Sequence[str]) -> None:
-    """A text used in a prefix (known member or non-member) must not also be judged: it would bias its own score."""
+def refuse_prefix_overlap(texts: Sequence[str], prefix: Sequence[str], role: str = "prefix") -> None:
+    """A text used in a prefix (known member or non-member), or as another known ``role`` (e.g. a non-member
+    reference), must not also be judged: it would bias its own score."""
     known = {p.strip() for p in prefix}
     shared = [t for t in texts if t.strip() and t.strip() in known]
     if shared:
         example = shared[0] if len(shared[0]) <= 60 else shared[0][:57] + "..."
         raise MiaFastError(
-            f"{len(shared)} scored text(s) are also prefix texts (e.g. {example!r}); "
-            "a prefix must be made of known texts that are not themselves scored"
+            f"{len(shared)} scored text(s) are also {role} texts (e.g. {example!r}); "
+            f"{role} texts must be known texts that are not themselves scored"
         )
 
 

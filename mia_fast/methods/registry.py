@@ -41,6 +41,30 @@ _MODEL_SUPPLY = {REFERENCE: "a reference model (--ref-model)"}
 
 
 @dataclass(frozen=True)
+class DerivedModel:
+    """A model that methods make from the target's weights (FSD's fine-tuned copy): ``make(target, value, log)``
+    returns it (a LoadedModel) from the target's LoadedModel, ``value`` the run's object of ``settings``, ``log``
+    taking a line of progress."""
+
+    settings: type
+    make: Callable[[Any, Any, Callable[[str], None]], Any]
+
+
+# The models made from the target's weights, by the name their passes give (``Pass(model=...)``).
+DERIVED_MODELS: dict[str, DerivedModel] = {}
+
+
+def derive_model(
+    model: str, settings: type, make: Callable[[Any, Any, Callable[[str], None]], Any], supply: str
+) -> None:
+    """Declares the model of the passes named ``model`` as made from the target's weights by ``make`` (see
+    :class:`DerivedModel`); ``supply`` says what it needs, for the error where the target's weights are not here (a
+    served model, a stats cache)."""
+    DERIVED_MODELS[model] = DerivedModel(settings, make)
+    _MODEL_SUPPLY[model] = supply
+
+
+@dataclass(frozen=True)
 class ScoringInputs:
     """Everything a method may read: the texts, the plain pass's TokenStats, the results of the other passes
     and the run's settings."""
@@ -51,6 +75,9 @@ class ScoringInputs:
     settings: MethodSettings = field(default_factory=MethodSettings)
     impl: str = "torch"  # the per-text reductions: numpy reference or Triton kernels
     device: Any = None  # where the kernels run
+    # The inputs of the known texts a method compares the scored texts with (its ``calibration``), run through the
+    # same passes, keyed by those texts as its settings give them.
+    calibration: Mapping[tuple[str, ...], ScoringInputs] = field(default_factory=dict)
 
     def of(self, needed: Pass) -> Any:
         """The result of a pass: TokenStats, or hidden states for a hidden-state readout."""
@@ -68,6 +95,10 @@ def _never(settings: MethodSettings) -> bool:
     return False
 
 
+def _no_texts(settings: MethodSettings) -> tuple[str, ...]:
+    return ()
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -77,9 +108,15 @@ class Method:
     takes_k: bool = False
     # True when a text's score depends on the other texts scored with it (statistics over them all).
     pooled: Callable[[MethodSettings], bool] = _never
-    summary: str = ""
     # True when it reads the exact mean and variance of log p over the vocabulary (no server gives them).
     vocabulary: bool = False
+    # Known texts each scored text is compared with (e.g. CAMIA's non-members), run through the method's passes.
+    calibration: Callable[[MethodSettings], tuple[str, ...]] = _no_texts
+
+    @property
+    def summary(self) -> str:
+        """The first line of the function's docstring: the method's line in the docs."""
+        return (self.fn.__doc__ or "").strip().split("\n")[0]
 
 
 REGISTRY: dict[str, Method] = {}
@@ -93,18 +130,20 @@ def register(
     passes: Callable[[MethodSettings], Sequence[Pass]] = _plain,
     pooled: Callable[[MethodSettings], bool] = _never,
     vocabulary: bool = False,
+    calibration: Callable[[MethodSettings], tuple[str, ...]] = _no_texts,
 ) -> Callable:
     """Registers ``fn(inputs)`` (or ``fn(inputs, ks)`` with ``takes_k``) under ``name``; ``settings`` are the
     settings classes it reads, ``passes`` gives the passes it reads (default: the plain target pass);
     ``pooled`` says whether its scores depend on which texts are scored together (then a file is scored in
-    one block); ``vocabulary`` that it reads the plain pass's exact vocabulary mean and variance. The function's
-    docstring's first line is the method's summary in the docs."""
+    one block); ``vocabulary`` that it reads the plain pass's exact vocabulary mean and variance; ``calibration``
+    gives known texts it compares each scored text with, which the detector runs through the same passes, once,
+    and hands it as ``inputs.calibration[texts]``. The function's docstring's first line is the method's summary
+    in the docs."""
     for cls in settings:
         setting_fields(cls)
 
     def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        summary = (fn.__doc__ or "").strip().split("\n")[0]
-        REGISTRY[name] = Method(name, fn, passes, tuple(settings), takes_k, pooled, summary, vocabulary)
+        REGISTRY[name] = Method(name, fn, passes, tuple(settings), takes_k, pooled, vocabulary, calibration)
         return fn
 
     return decorate
@@ -168,6 +207,18 @@ def passes_of(requests: Sequence[MethodRequest], settings: MethodSettings) -> li
     return list(dict.fromkeys(p for r in requests for p in r.method.passes(settings)))
 
 
+def calibration_sets(requests: Sequence[MethodRequest], settings: MethodSettings) -> dict[tuple[str, ...], list[Pass]]:
+    """Each distinct set of calibration texts of the requested methods, with every pass the methods reading it
+    declare."""
+    sets: dict[tuple[str, ...], list[Pass]] = {}
+    for request in requests:
+        texts = tuple(request.method.calibration(settings))
+        if texts:
+            passes = sets.setdefault(texts, [])
+            passes.extend(p for p in request.method.passes(settings) if p not in passes)
+    return sets
+
+
 def pooled_methods(requests: Sequence[MethodRequest], settings: MethodSettings) -> list[str]:
     """The requested methods whose scores depend on which texts are scored together."""
     return [r.method.name for r in requests if r.method.pooled(settings)]
@@ -203,6 +254,8 @@ def score(inputs: ScoringInputs, requests: Sequence[MethodRequest]) -> dict[str,
     for request in requests:
         missing = _missing_settings(request.method, inputs.settings)
         missing += [f"the pass {p}" for p in request.method.passes(inputs.settings) if not inputs.has(p)]
+        if tuple(request.method.calibration(inputs.settings)) not in {(), *inputs.calibration}:
+            missing.append("its calibration texts run through its passes")
         if missing:
             raise MiaFastError(f"method {request.method.name!r} needs {', '.join(missing)}")
         if request.method.takes_k:

@@ -128,6 +128,18 @@ def setting(
     return field(default=default, metadata={SPEC_KEY: SettingSpec(help, flag, scores, required, supply, bounds)})
 
 
+def known_nonmembers() -> Any:
+    """The field of known non-member texts (``--nonmembers FILE``) that several methods read (CAMIA's reference
+    set, FSD's fine-tuning set): one declaration, so that its readers agree."""
+    return setting(
+        (),
+        "known non-member texts (.txt a text per line, or any DATA format with --text-field)",
+        Flag("nonmembers", metavar="FILE", texts_file=True),
+        required=True,
+        supply="known non-member texts (--nonmembers FILE)",
+    )
+
+
 @dataclass(frozen=True)
 class SettingField:
     """One declared field of a settings class."""

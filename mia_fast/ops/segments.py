@@ -28,3 +28,22 @@ def to_device(array: np.ndarray, dtype: np.dtype, device):
     import torch
 
     return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).to(device)
+
+
+def segment_moving_average(values: np.ndarray, offsets: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each text's means over every run of ``window`` consecutive values (numpy's ``convolve(..., "valid")`` with
+    a flat kernel), a text shorter than ``window`` kept as it is: float64 values and their ``offsets``."""
+    values = np.asarray(values, dtype=np.float64)
+    lengths = np.diff(offsets)
+    long_enough = lengths >= window
+    smoothed_lengths = np.where(long_enough, lengths - window + 1, lengths)
+    new_offsets = np.concatenate([[0], np.cumsum(smoothed_lengths)]).astype(np.int64)
+    starts = np.repeat(offsets[:-1] - new_offsets[:-1], smoothed_lengths) + np.arange(new_offsets[-1])
+    widths = np.repeat(np.where(long_enough, window, 1), smoothed_lengths)
+    # A sum of ``window`` terms per output (the window is a few tokens), never a difference of running sums, so
+    # no output loses digits to the values before it.
+    sums = values[starts].copy()
+    for step in range(1, window):
+        inside = step < widths
+        sums[inside] += values[starts[inside] + step]
+    return sums / widths, new_offsets

@@ -1,9 +1,10 @@
-"""Per-row token statistics: (logp, mu, var) of each row of logits at its target id.
+"""Per-row token statistics: (logp, mu, var, max_logp) of each row of logits at its target id.
 
-With w = e^(z - max) and W = sum w: logp = (z_x - max) - log W, mu = E_w[z - max] - log W and
-var = E_w[(z - max - E_w[z - max])^2]. Nothing of the size of z itself is ever subtracted and var is
-a centred two-pass sum, so the reference stays within about 1e-6 of fp64 (the textbook log_softmax
-route loses ~1e-5 in mu); the Triton kernel keeps the same quantities in one streaming pass.
+With w = e^(z - max) and W = sum w: logp = (z_x - max) - log W, mu = E_w[z - max] - log W,
+var = E_w[(z - max - E_w[z - max])^2] and max_logp = max_v log p_v = -log W (the log-probability of the
+model's own top choice, from the max every route already keeps). Nothing of the size of z itself is ever
+subtracted and var is a centred two-pass sum, so the reference stays within about 1e-6 of fp64 (the textbook
+log_softmax route loses ~1e-5 in mu); the Triton kernel keeps the same quantities in one streaming pass.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ _LOGP_FLOOR = -1e18
 _TINY = 1e-30
 
 
-def token_stats_torch(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The reference: exact per-row (logp, mu, var) in fp32 from logits [N, V] and targets [N]."""
+Stats = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def token_stats_torch(logits: torch.Tensor, targets: torch.Tensor) -> Stats:
+    """The reference: exact per-row (logp, mu, var, max_logp) in fp32 from logits [N, V] and targets [N]."""
     logits = logits.float()
     shifted = (logits - logits.amax(-1, keepdim=True)).clamp_(min=_LOGP_FLOOR)
     target_shifted = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -30,13 +34,11 @@ def token_stats_torch(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torc
     deviation = shifted.sub_(centred_mean.unsqueeze(-1))
     var = torch.linalg.vecdot(weights.mul_(deviation), deviation) / total
     log_total = total.log()
-    return target_shifted - log_total, centred_mean - log_total, var
+    return target_shifted - log_total, centred_mean - log_total, var, log_total.neg()
 
 
-def token_stats(
-    logits: torch.Tensor, targets: torch.Tensor, impl: str = "torch"
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logp, mu, var) in fp32 of logits [N, V] (any float dtype) at targets [N]."""
+def token_stats(logits: torch.Tensor, targets: torch.Tensor, impl: str = "torch") -> Stats:
+    """(logp, mu, var, max_logp) in fp32 of logits [N, V] (any float dtype) at targets [N]."""
     check_impl(impl)
     if impl == "triton":
         from mia_fast.kernels import token_stats as kernel
@@ -54,8 +56,8 @@ def linear_token_stats(
     chunk_rows: int,
     stats_rows: int | None = None,
     impl: str = "torch",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logp, mu, var) of logits = hidden @ weight.T (+ bias) without materialising them all.
+) -> Stats:
+    """(logp, mu, var, max_logp) of logits = hidden @ weight.T (+ bias) without materialising them all.
 
     hidden [N, H], weight [V, H]. ``chunk_rows`` rows at a time are projected into one reused buffer,
     so the extra memory is O(chunk_rows x V) whatever N, and reduced ``stats_rows`` rows at a time
@@ -72,7 +74,7 @@ def linear_token_stats(
     n, vocab_size = hidden.shape[0], weight.shape[0]
     chunk_rows = min(chunk_rows, max(n, 1))
     buffer = torch.empty((chunk_rows, vocab_size), dtype=hidden.dtype, device=hidden.device)
-    outputs = [torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3)]
+    outputs = [torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(4)]
     weight_t = weight.t()
     for start in range(0, n, chunk_rows):
         stop = min(start + chunk_rows, n)
@@ -100,7 +102,7 @@ def _native_core():
 
 
 class StreamedTokenStats:
-    """(logp, mu, var) of rows whose logits arrive a vocabulary chunk at a time, so no row's logits are ever
+    """(logp, mu, var, max_logp) of rows whose logits arrive a vocabulary chunk at a time, so no row's logits are ever
     whole: each chunk's weight, weighted mean and centred second moment (about the chunk's own max) are
     merged into running ones with Chan's parallel update, as the Triton kernel merges its blocks.
 
@@ -164,13 +166,13 @@ class StreamedTokenStats:
         self.m2 = self.m2 * keep + m2 * take + delta.square() * old_weight * new_weight / total.clamp(min=_TINY)
         self.weight, self.max = total, new_max
 
-    def result(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def result(self) -> Stats:
         if self.core is not None:
             top, weight, mean, m2, target_logit = self.state
             log_weight = np.log(weight)
             return tuple(
                 torch.from_numpy(v.astype(np.float32))
-                for v in (target_logit - top - log_weight, mean - log_weight, m2 / weight)
+                for v in (target_logit - top - log_weight, mean - log_weight, m2 / weight, -log_weight)
             )
         log_weight = self.weight.log()
-        return self.target_logit - self.max - log_weight, self.mean - log_weight, self.m2 / self.weight
+        return self.target_logit - self.max - log_weight, self.mean - log_weight, self.m2 / self.weight, -log_weight

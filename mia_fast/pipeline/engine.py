@@ -35,9 +35,9 @@ from mia_fast.pipeline.passes import (
     TokenCallback,
     TopLogprobsReadout,
 )
-from mia_fast.pipeline.stats import TokenStats
+from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
 from mia_fast.pipeline.stats_cache import StatsCache, cached_stats, provenance
-from mia_fast.pipeline.tokenize import Row, TextRows, per_text, tokenize
+from mia_fast.pipeline.tokenize import Row, TextRows, per_text, token_spans, tokenize
 
 # Token budget per forward batch. On CPU the forward is compute-bound and large padded batches
 # fall out of cache (measured slower); a GPU wants large batches to fill its cores.
@@ -196,16 +196,13 @@ class StatsEngine(TextRows):
             outputs.append(self._run_batch([rows[i] for i in batch]))
             if on_progress is not None:
                 on_progress(sum(len(rows[i].ids) for i in batch))
-        if outputs:
-            logp, mu, var = (torch.cat(parts).cpu().numpy() for parts in zip(*outputs))
-        else:
-            logp = mu = var = np.zeros(0, np.float32)
+        columns = [torch.cat(parts).cpu().numpy() for parts in zip(*outputs)] or [np.zeros(0, np.float32)] * 4
         targets = [np.asarray(rows[i].ids[rows[i].first_scored :], dtype=np.int64) for i in order]
         results: list[dict[str, np.ndarray]] = [{}] * len(rows)
-        for i, t, lp, m, v in zip(
-            order, targets, *(np.split(a, np.cumsum([len(t) for t in targets])[:-1]) for a in (logp, mu, var))
+        for i, t, *values in zip(
+            order, targets, *(np.split(a, np.cumsum([len(t) for t in targets])[:-1]) for a in columns)
         ):
-            results[i] = {"target_ids": t, "logp": lp, "mu": m, "var": v}
+            results[i] = {"target_ids": t, **dict(zip(TOKEN_STATS_COLUMNS, values))}
         return TokenStats.from_texts(per_text(rows, results, len(texts)))
 
     def _padded(self, rows: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,13 +220,13 @@ class StatsEngine(TextRows):
             return tensor
         return tensor.pin_memory().to(self.loaded.device, non_blocking=True)
 
-    def _run_batch(self, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """log p(target), vocabulary mean and variance of log p at every scored position of the rows, in order, on the
-        device."""
+    def _run_batch(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
+        """log p(target), vocabulary mean and variance of log p and max log p at every scored position of the rows,
+        in order, on the device."""
         return self._run_packed(rows) if self.packs else self._run_padded(rows)
 
     @torch.inference_mode()
-    def _run_padded(self, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _run_padded(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
         """:meth:`_run_batch` through the model's own forward, the rows right-padded to the longest."""
         input_ids, attention_mask = self._padded([r.ids for r in rows])
         width = input_ids.shape[1]
@@ -258,7 +255,7 @@ class StatsEngine(TextRows):
         return self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, flat_targets)
 
     @torch.inference_mode()
-    def _run_packed(self, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _run_packed(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
         """:meth:`_run_batch` with the rows packed end to end through the :class:`PackedDecoder`."""
         if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
             self._packed = PackedDecoder(self.loaded.model)
@@ -274,12 +271,16 @@ class StatsEngine(TextRows):
     def _reduce_logits(
         self, rows: torch.Tensor, index: torch.Tensor, targets: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:
-        """(logp, mu, var) of the selected rows of the model's own logits, a chunk at a time."""
+        """(logp, mu, var, max_logp) of the selected rows of the model's own logits, a chunk at a time."""
         parts = []
         for start in range(0, len(index), self.stats_rows):
             chunk = rows.index_select(0, index[start : start + self.stats_rows])
             parts.append(token_stats(chunk, targets[start : start + self.stats_rows], self.backend))
         return tuple(torch.cat(values) for values in zip(*parts))
+
+    def token_spans(self, texts: Sequence[str]) -> np.ndarray:
+        """The character span of each token the plain pass scores in each text (``TokenSpansReadout``)."""
+        return token_spans(self.loaded.tokenizer, texts, self.prepend_start)
 
     @torch.inference_mode()
     def top_logprobs(
@@ -379,8 +380,8 @@ class StatsEngine(TextRows):
         on_progress: TokenCallback | None = None,
     ) -> np.ndarray:
         """``readout.count`` continuations of each (prefix + text), decoded: object [texts, count] of str.
-        A continuation runs for as many tokens as the text has (bar its start token; at most half the
-        window), less where the model ends it; an empty text gets empty continuations."""
+        A continuation runs for ``readout.new_tokens`` tokens, or as many as the text has (bar its start token),
+        at most half the window, less where the model ends it; an empty text gets empty continuations."""
         from mia_fast.pipeline.sampling import generate, row_key
 
         tokenizer = self.loaded.tokenizer
@@ -390,7 +391,7 @@ class StatsEngine(TextRows):
         for i, (text, ids, prefix) in enumerate(zip(texts, self.tokenize(texts), prefixes)):
             if not text:
                 continue
-            new_tokens = min(max(len(ids) - 1, 1), self.max_length // 2)
+            new_tokens = min(readout.new_tokens or max(len(ids) - 1, 1), self.max_length // 2)
             prompt = (self.context_ids(prefix) + ids)[-(self.max_length - new_tokens) :]
             jobs.extend((i, j, prompt, new_tokens) for j in range(readout.count))
         lengths = [len(p) + n for _, _, p, n in jobs]
@@ -407,6 +408,7 @@ class StatsEngine(TextRows):
                 readout.top_k,
                 self.pad_id,
                 end_ids,
+                readout.top_p,
             )
             for (i, j, _, _), ids in zip(rows, continuations):
                 result[i, j] = tokenizer.decode(ids, skip_special_tokens=True)

@@ -236,8 +236,8 @@ class PackedDecoder:
     @torch.inference_mode()
     def token_stats(
         self, hidden: torch.Tensor, targets: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logp, mu, var) of the output head's logits at ``hidden`` [n, H] (fp32) for ``targets`` [n], a
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logp, mu, var, max_logp) of the output head's logits at ``hidden`` [n, H] (fp32) for ``targets`` [n], a
         vocabulary chunk at a time."""
         stats = StreamedTokenStats(targets)
         hidden = hidden.to(self.dtype)

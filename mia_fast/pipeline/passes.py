@@ -29,6 +29,7 @@ class ReadoutRunner(Protocol):
     def sample(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
     def gradient_norms(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
     def top_logprobs(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
+    def token_spans(self, texts) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -65,12 +66,15 @@ class HiddenStatesReadout:
 @dataclass(frozen=True)
 class SamplesReadout:
     """``count`` continuations of each (context + text) sampled from the model at temperature 1 among its
-    ``top_k`` likeliest tokens, decoded: str [texts, count]. Draws are keyed by ``seed``, the text and the
-    sample's index, never by the batch; a continuation runs for as many tokens as the text has, or to its end token."""
+    ``top_k`` likeliest tokens (0: all), then the fewest of those whose probability reaches ``top_p`` (1: all),
+    decoded: str [texts, count]. Draws are keyed by ``seed``, the text and the sample's index, never by the batch;
+    a continuation runs for ``new_tokens`` tokens (None: as many as the text has), or to its end token."""
 
     count: int
     seed: int = 0
     top_k: int = 50
+    top_p: float = 1.0
+    new_tokens: int | None = None
     token_stats = False
 
     def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
@@ -104,8 +108,29 @@ class TopLogprobsReadout:
         return engine.top_logprobs(texts, self, prefixes, on_tokenized, on_progress)
 
 
+@dataclass(frozen=True)
+class TokenSpansReadout:
+    """Where in its text each token the plain pass scores lies: the character span [start, end) the tokenizer's offset
+    mapping gives it (empty for a special token), int64 [scored, 2] per text, in an object array with a row per text.
+    No forward runs; a prefix changes no span (the text keeps the ids of its plain pass). Methods comparing two
+    models' tokens align them by these."""
+
+    token_stats = False
+
+    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
+        return engine.token_spans(texts)
+
+
 TOKEN_STATS = TokenStatsReadout()
-Readout = TokenStatsReadout | HiddenStatesReadout | SamplesReadout | GradientNormReadout | TopLogprobsReadout
+TOKEN_SPANS = TokenSpansReadout()
+Readout = (
+    TokenStatsReadout
+    | HiddenStatesReadout
+    | SamplesReadout
+    | GradientNormReadout
+    | TopLogprobsReadout
+    | TokenSpansReadout
+)
 
 
 @dataclass(frozen=True)

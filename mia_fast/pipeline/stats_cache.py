@@ -29,10 +29,10 @@ import numpy as np
 
 from mia_fast.data.artefacts import write_atomic
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import TOKEN_STATS, Readout
-from mia_fast.pipeline.stats import TokenStats
+from mia_fast.pipeline.passes import TOKEN_STATS, Readout, TokenSpansReadout
+from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 # What of an engine's setting a scores file records: the model, tokenizer, precision, device type, back end and
 # windowing (the cache's other keys say how the statistics were computed, not of what).
 PROVENANCE_KEYS = (
@@ -52,6 +52,7 @@ _STORED = {
     "logp": np.float32,
     "mu": np.float32,
     "var": np.float32,
+    "max_logp": np.float32,
     "first_occurrence": np.uint8,
 }
 _SETTING_KEY = b"mia_fast_setting"
@@ -209,9 +210,7 @@ class StatsCache:
         return TokenStats(
             offsets=offsets,
             target_ids=out["target_ids"].astype(np.int64),
-            logp=out["logp"],
-            mu=out["mu"],
-            var=out["var"],
+            **{name: out[name] for name in TOKEN_STATS_COLUMNS},
             first_occurrence=out["first_occurrence"].view(bool),
         )
 
@@ -304,7 +303,10 @@ class _StatsOnlyEngine:
     vocabulary_stats = True
 
     def refusal(self, readout: Readout) -> str | None:
-        """None: what this engine holds is known only when texts are asked for (``run`` refuses then)."""
+        """Token spans need a tokenizer, which statistics alone lack; what else this engine holds is known only when
+        texts are asked for (``run`` refuses then)."""
+        if isinstance(readout, TokenSpansReadout):
+            return "where each token lies in its text, which token statistics do not hold: use 'mia-fast score'"
         return None
 
     def run(

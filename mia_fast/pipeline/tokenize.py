@@ -32,6 +32,27 @@ def tokenize(tokenizer, texts: Sequence[str], prepend_start: bool) -> list[list[
     return [list(ids) if ids and ids[0] == start else [start, *ids] for ids in encoded]
 
 
+def token_spans(tokenizer, texts: Sequence[str], prepend_start: bool) -> np.ndarray:
+    """The character span [start, end) in its text of each id after the first of :func:`tokenize`'s ids (the tokens
+    every pass scores, in order), from a fast tokenizer's offset mapping: int64 [scored, 2] per text, in an object
+    array with a row per text. A special token's span is empty."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise MiaFastError(
+            f"{type(tokenizer).__name__} is not a fast tokenizer: it gives no character offsets, which align its "
+            "tokens with another tokenizer's"
+        )
+    spans = np.empty(len(texts), dtype=object)
+    if not texts:
+        return spans
+    encoded = tokenizer(encodable(texts), add_special_tokens=True, return_offsets_mapping=True, verbose=False)
+    start = start_token_id(tokenizer) if prepend_start else None
+    for i, (ids, offsets) in enumerate(zip(encoded["input_ids"], encoded["offset_mapping"])):
+        offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+        # tokenize() puts the start token before ids that lack it: its span is empty, and it is never scored.
+        spans[i] = offsets if prepend_start and not (ids and ids[0] == start) else offsets[1:]
+    return spans
+
+
 def encodable(texts: Sequence[str]) -> list[str]:
     """The texts with each lone surrogate (which tokenizers refuse) replaced by U+FFFD, warning of each text changed.
     Texts read from files are cleaned as they are read; these came through the Python API. The warning quotes the

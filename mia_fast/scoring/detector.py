@@ -18,7 +18,7 @@ from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, MethodRequest
 from mia_fast.methods.settings import MethodSettings
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.models import LoadedModel, load_model
-from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Engine, TokenCallback
+from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Engine, Pass, TokenCallback
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import CacheOnlyEngine, SavedStatsEngine, open_cache
 from mia_fast.pipeline.tokenize import encodable
@@ -31,6 +31,12 @@ Settings = MethodSettings | Iterable[object] | None
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+def _cleaned(texts: Sequence[str]) -> list[str]:
+    """Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash; a lone surrogate, which
+    no encoder takes, becomes U+FFFD (with a warning)."""
+    return [t if t.strip() else "" for t in encodable(texts)]
 
 
 @dataclass
@@ -163,8 +169,13 @@ class Detector:
             self.engines = model_engines(config, compute or ComputeConfig())
         self.target = self.engines[TARGET]
         self.reference = self.engines.get(REFERENCE)
+        # The passes over methods' calibration texts, by (texts, passes, engines): run once, whatever the blocks.
+        self._calibration: dict[tuple, tuple[list[str], TokenStats | None, dict[Pass, Any]]] = {}
         self.backend = self.target.backend
         self.settings = self._prepared(settings)
+        # The engine of each model made from the target's weights (registry.DERIVED_MODELS), with the settings object
+        # it was made for: made when a pass first needs it, again when those settings change.
+        self._derived: dict[str, tuple[Any, Engine]] = {}
 
     @classmethod
     def from_stats_cache(cls, directory: str | os.PathLike, setting: str | None = None, settings: Settings = None):
@@ -227,7 +238,7 @@ class Detector:
         """Resolves method names and checks that this detector can serve them."""
         requests = registry.resolve_methods(methods, k)
         settings = settings or self.settings
-        registry.check_available(requests, settings, models=self.engines)
+        registry.check_available(requests, settings, models=[*self.engines, *self._derivable()])
         check_served(requests, settings, self.engines)
         return requests
 
@@ -247,9 +258,7 @@ class Detector:
             raise MiaFastError("every text must be a string")
         settings = settings or self.settings
         registry.call_settings_hook(settings, requests, "check_texts", texts)
-        # Whitespace-only texts are scored as empty: NaN scores and a warning, never a crash; a lone surrogate, which
-        # no encoder takes, becomes U+FFFD (with a warning).
-        cleaned = [t if t.strip() else "" for t in encodable(texts)]
+        cleaned = _cleaned(texts)
         registry.call_settings_hook(settings, requests, "before_scoring", cleaned)
         passes = registry.passes_of(requests, settings)
         refusal = engine_refusal(online.request.method, settings, self.engines) if online is not None else None
@@ -257,9 +266,13 @@ class Detector:
             raise MiaFastError(f"online detection with {online.method} needs {refusal}")
         if online is not None and PLAIN not in passes:
             passes.append(PLAIN)
-        results = run_passes(self.engines, cleaned, passes, on_tokenized, on_progress)
+        results = run_passes(self._engines_for(passes, settings), cleaned, passes, on_tokenized, on_progress)
         plain = results.pop(PLAIN, None)
-        inputs = ScoringInputs(plain, results, cleaned, settings, self.backend, self.target.device)
+        calibration = {
+            texts: self._calibration_inputs(texts, needed, settings)
+            for texts, needed in registry.calibration_sets(requests, settings).items()
+        }
+        inputs = ScoringInputs(plain, results, cleaned, settings, self.backend, self.target.device, calibration)
         columns = registry.score(inputs, requests)
         n_tokens = plain.lengths if plain is not None else self.target.scored_positions(cleaned)
         warnings = [UNSCORABLE_WARNING if n == 0 else None for n in n_tokens]
@@ -267,6 +280,48 @@ class Detector:
             columns[name][n_tokens == 0] = np.nan
         online_detection = self._online_detection(cleaned, plain, online) if online is not None else None
         return Scores(columns, n_tokens, warnings, online_detection)
+
+    def _calibration_inputs(
+        self, texts: tuple[str, ...], passes: Sequence[Pass], settings: MethodSettings
+    ) -> ScoringInputs:
+        """The inputs of a method's calibration texts: its passes over them, run once for the engines that serve
+        them and kept, so that no score depends on the texts scored with it or on how they were batched."""
+        engines = self._engines_for(passes, settings)
+        key = (texts, tuple(passes), tuple(engines.get(p.model) for p in passes))
+        if key not in self._calibration:
+            cleaned = _cleaned(texts)
+            results = run_passes(engines, cleaned, passes)
+            self._calibration[key] = (cleaned, results.pop(PLAIN, None), results)
+        cleaned, plain, results = self._calibration[key]
+        return ScoringInputs(plain, results, cleaned, settings, self.backend, self.target.device)
+
+    def _derivable(self) -> list[str]:
+        """The models this detector can make from its target's weights: none unless it runs the target here."""
+        return list(registry.DERIVED_MODELS) if isinstance(self.target, StatsEngine) else []
+
+    def _engines_for(self, passes: Sequence[Pass], settings: MethodSettings) -> dict[str, Engine]:
+        """The engines ``passes`` run on: the detector's own, and an engine set up as the target's (start token,
+        batch budget, window, back end, stats cache) over each model made from its weights that a pass names."""
+        engines = dict(self.engines)
+        for model in dict.fromkeys(p.model for p in passes):
+            derived = registry.DERIVED_MODELS.get(model)
+            if model in engines or derived is None or model not in self._derivable():
+                continue
+            value = settings.of(derived.settings)
+            if model not in self._derived or self._derived[model][0] != value:
+                target = self.target
+                engine = StatsEngine(
+                    derived.make(target.loaded, value, _log),
+                    prepend_start=target.prepend_start,
+                    batch_tokens=target.batch_tokens,
+                    max_length=target.max_length,
+                    backend=target.backend,
+                )
+                if target.cache is not None:
+                    engine.use_cache(target.cache.base, log=_log)
+                self._derived[model] = (value, engine)
+            engines[model] = self._derived[model][1]
+        return engines
 
     def _online_detection(self, texts: Sequence[str], stats: TokenStats, online: OnlineSetting) -> OnlineScores:
         """The windows of ``online`` over ``texts``' plain-pass ``stats``, and each text's best span decoded."""

@@ -36,7 +36,10 @@ def check_before_loading(model: ModelConfig, scoring: ScoringConfig) -> tuple[li
     and the settings made ready without a model (a probe read from its directory)."""
     requests = registry.resolve_methods(scoring.methods, scoring.k)
     settings = registry.prepare_settings(scoring.settings, None)
-    registry.check_available(requests, settings, models=[REFERENCE] if model.ref_model is not None else [])
+    models = [REFERENCE] if model.ref_model is not None else []
+    if model.server is None:  # weights run here: the models made from them are available too
+        models += list(registry.DERIVED_MODELS)
+    registry.check_available(requests, settings, models=models)
     check_device(model.device, model.dtype)
     if model.server is not None:
         from mia_fast.pipeline.server import ServedLimits

@@ -298,12 +298,12 @@ BAD_STATS = {
     "truncated": (_truncated, "(not an .npz archive)"),
     "a .npy array": (_npy, "(a single array, not an .npz archive)"),
     "object arrays": (
-        lambda path: np.savez(path, format_version=np.int64(2), logp=np.array([{"x": 1}], dtype=object)),
+        lambda path: np.savez(path, format_version=np.int64(3), logp=np.array([{"x": 1}], dtype=object)),
         "(it holds arrays of Python objects)",
     ),
     "missing fields": (
-        lambda path: np.savez(path, format_version=np.int64(2), offsets=np.array([0, 1])),
-        "(no first_occurrence, target_ids, logp, mu, var)",
+        lambda path: np.savez(path, format_version=np.int64(3), offsets=np.array([0, 1])),
+        "(no first_occurrence, target_ids, logp, mu, var, max_logp)",
     ),
     "no format version": (lambda path: np.savez(path, logp=np.zeros(3)), "(no format version)"),
     "inconsistent offsets": (_inconsistent, "(its offsets do not split its token arrays into texts)"),

@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 
 from mia_fast.api import (
+    CamiaSettings,
     ComputeConfig,
     ConRecallSettings,
     DcpddSettings,
     Detector,
+    FsdSettings,
     LogFrequencies,
     ModelConfig,
     NeighborSettings,
+    NgramCoverageSettings,
     PacSettings,
     ProbeSettings,
     RecallSettings,
@@ -47,10 +50,22 @@ NONMEMBERS = [
     "A shepherd counts his flock twice before the winter storms",
     "The glacier moves a little further down the valley every year",
 ]
+# What FSD fine-tunes its copy on and CAMIA compares with: texts of NONMEMBERS' kind, none of them scored.
+FSD_NONMEMBERS = (
+    "High on the ridge the wind bends the pines toward the valley below",
+    "The mountain hut keeps a fire burning for climbers caught by the snow",
+)
 # Where fine-tuning a tiny random model on four texts says nothing of membership: the probe's weights are random
 # here (it is trained on a proxy model in practice), and SaMIA's continuations of a half-sentence by a tiny model
-# share too few words with any second half for its recall to order members.
-ORIENTATION_UNTESTABLE = {"probe": "a random probe", "samia": "tiny-model samples", "samia_zlib": "tiny-model samples"}
+# share too few words with any second half for its recall to order members (nor, for the n-gram coverage attack, to
+# reproduce three words of one: 2 samples each cover nothing, 20 one member text in four).
+ORIENTATION_UNTESTABLE = {
+    "probe": "a random probe",
+    "samia": "tiny-model samples",
+    "samia_zlib": "tiny-model samples",
+    "ngram_coverage": "tiny-model samples",
+    "ngram_creativity": "tiny-model samples",
+}
 
 
 def settings_for(loaded: LoadedModel) -> list:
@@ -67,8 +82,11 @@ def settings_for(loaded: LoadedModel) -> list:
         ConRecallSettings(prefix_members=("a known member text. ",)),
         NeighborSettings(WordDropNeighbors(seed=0)),
         SamiaSettings(samples=2),
+        NgramCoverageSettings(samples=2),
         PacSettings(copies=2),
         ProbeSettings(probe),
+        FsdSettings(nonmembers=FSD_NONMEMBERS, epochs=2, learning_rate=1e-3, batch_size=2),
+        CamiaSettings(nonmembers=FSD_NONMEMBERS),
     ]
 
 

@@ -178,7 +178,7 @@ def fp64_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tenso
     live = p > 0  # a masked id (-inf) adds nothing, not 0 * inf
     mu = torch.where(live, p * lp, 0.0).sum(-1)
     var = torch.where(live, p * (lp - mu.unsqueeze(-1)).square(), 0.0).sum(-1)
-    return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), mu, var
+    return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), mu, var, lp.amax(-1)
 
 
 def streamed(logits: torch.Tensor, targets: torch.Tensor, chunk: int, native: bool) -> tuple[torch.Tensor, ...]:
@@ -210,7 +210,7 @@ def test_streamed_stats_match_fp64(native, dtype, rows, vocab, chunk):
     if rows > 3:
         targets[3] = vocab - 1  # a live target in a row with masked logits
     expected = fp64_stats(logits.float(), targets)
-    for got, want in zip(streamed(logits, targets, chunk, native), expected):
+    for got, want in zip(streamed(logits, targets, chunk, native), expected, strict=True):
         assert got.dtype == torch.float32 and torch.isfinite(got).all()
         np.testing.assert_allclose(got.double(), want, rtol=2e-6, atol=2e-6)
 
@@ -222,7 +222,7 @@ def test_native_streamed_stats_are_no_less_accurate_than_the_eager_reference(dty
     exact = fp64_stats(logits.float(), targets)
     eager = token_stats_torch(logits, targets)
     native = streamed(logits, targets, 4096, native=True)
-    for ours, theirs, want in zip(native, eager, exact):
+    for ours, theirs, want in zip(native, eager, exact, strict=True):
         assert (ours.double() - want).abs().max() <= max(1.5 * (theirs.double() - want).abs().max(), 1e-6)
 
 
@@ -252,5 +252,5 @@ def test_native_threads_change_nothing():
         finally:
             torch.set_num_threads(original)
     for other in results[1:]:
-        for a, b in zip(results[0], other):
+        for a, b in zip(results[0], other, strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -44,7 +44,20 @@ def arrays(n: int, seed: int) -> dict[str, np.ndarray]:
         "logp": rng.normal(size=n).astype(np.float32),
         "mu": rng.normal(size=n).astype(np.float32),
         "var": rng.random(n).astype(np.float32),
+        "max_logp": -rng.random(n).astype(np.float32),
     }
+
+
+def test_a_cache_of_an_older_format_is_computed_again_not_misread(tmp_path, monkeypatch):
+    """Stats cached before max log p was kept (cache format 1) are another setting: every text is missing."""
+    from mia_fast.pipeline import stats_cache
+
+    monkeypatch.setattr(stats_cache, "CACHE_FORMAT", 1)
+    keys = [text_key("", "ab"), text_key("", "cd")]
+    StatsCache(tmp_path, {"model": "x"}).store(keys, TokenStats.from_texts([arrays(3, 0), arrays(4, 1)]))
+    monkeypatch.undo()
+    fresh = StatsCache(tmp_path, {"model": "x"})
+    assert fresh.missing(keys) == [0, 1] and fresh.other_settings() == 1
 
 
 def test_store_and_read_back_bit_for_bit_and_keys_separate_prefix_from_text(tmp_path):
@@ -57,7 +70,7 @@ def test_store_and_read_back_bit_for_bit_and_keys_separate_prefix_from_text(tmp_
     assert fresh.missing([*keys, text_key("", "absent"), keys[0]]) == [3]
     read = fresh.stats([keys[2], keys[0], keys[2]])  # any order, repeats
     expected = stored.take([2, 0, 2])
-    for name in ("offsets", "target_ids", "logp", "mu", "var", "first_occurrence"):
+    for name in ("offsets", "target_ids", "logp", "mu", "var", "max_logp", "first_occurrence"):
         assert np.array_equal(getattr(read, name), getattr(expected, name)), name
     assert StatsCache(tmp_path, {"model": "y"}).missing(keys) == [0, 1, 2]  # another setting: another folder
 
