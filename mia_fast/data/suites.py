@@ -14,7 +14,10 @@ Every loader returns a :class:`Dataset` with labels normalised to 1 = member, 0 
   of that ``field``;
 - ``mimir``: ``iamgroot42/mimir``, one config per Pile domain and the ``ngram_7_0.2``, ``ngram_13_0.2``
   and ``ngram_13_0.8`` splits; each row pairs a ``member`` and a ``nonmember`` text, which become
-  two labelled rows;
+  two labelled rows. The hub repository is a loading script, which ``datasets`` 4 and later no longer run, so
+  its files are read directly, as the script reads them: ``cache_100_200_1000_512/train/<config>_<split>.jsonl``
+  (members) and ``test/`` (non-members), one JSON string per line, paired line by line. A local copy of that
+  folder (MIMIR's own instructions download it) loads the same way;
 - ``mimir-temporal-wiki`` and ``mimir-temporal-arxiv``: MIMIR's ``temporal_wiki`` (split ``none``) and
   ``temporal_arxiv`` configs (a split per month its non-members were posted, ``2020_08`` to ``2023_06``), paired
   the same way: members from the Pile, non-members written later. Suites of their own, as their splits are not
@@ -30,11 +33,12 @@ baselines are known to reach on it (``blind_note``): a temporal split can be tol
 
 Local files are any of the formats ``read_rows`` reads (.jsonl[.gz], .json[.gz], .csv, .parquet): a
 file, or a directory holding one file per split named after it (``WikiMIA_length64.jsonl``,
-``pile_cc/ngram_13_0.8.jsonl``, ``temporal_arxiv/2021_06.jsonl``).
+``pile_cc/ngram_13_0.8.jsonl``, ``temporal_arxiv/2021_06.jsonl``), or for MIMIR's suites its cache folder.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,11 +104,15 @@ _TEMPORAL_ARXIV_MONTHS = ("2021_06", "2020_08", "2021_01", "2022_01", "2022_06",
 _TRAP_SPLITS = tuple(f"seq_len_{n}_n_rep_{r}" for n in (100, 50, 25) for r in (1000, 100, 10))
 
 
+MIMIR_HUB = "iamgroot42/mimir"
+MIMIR_CACHE = "cache_100_200_1000_512"
+
+
 def _mimir(name: str, splits: tuple[str, ...], configs: SuiteConfigs) -> Suite:
     """MIMIR's layout: each row pairs a member and a non-member text (and their neighbours, left aside here)."""
     return Suite(
         name,
-        "iamgroot42/mimir",
+        MIMIR_HUB,
         splits,
         None,
         label_field=None,
@@ -224,13 +232,17 @@ def load_suite(
     config = config or suite.configs.default
     if suite.configs.names and config is not None and config not in suite.configs.names:
         raise MiaFastError(f"{name} has no config {config!r}; its configs: {', '.join(suite.configs.names)}")
-    if files is not None:
+    if files is not None and suite.hub_id == MIMIR_HUB and _mimir_cache_dir(Path(files)):
+        rows = _mimir_rows(*(_mimir_cache_dir(Path(files)) / name for name in _mimir_files(config, split)))
+    elif files is not None:
         rows = read_rows(_split_file(Path(files), split, config if suite.paired_fields else None))
     elif suite.hub_id is None:
         raise MiaFastError(
             f"{name} is not on the Hugging Face hub: pass its files as DATA "
             f"(a .jsonl with fields {suite.text_field!r} and 'label')"
         )
+    elif suite.hub_id == MIMIR_HUB:
+        rows = _mimir_rows(*_mimir_hub_files(config, split))
     else:
         rows = _hub_rows(suite, split, config)
     if suite.configs.filter_field and config is not None:
@@ -256,6 +268,68 @@ def _split_file(path: Path, split: str, config: str | None) -> Path:
     return found[0]
 
 
+def _mimir_files(config: str, split: str) -> tuple[str, str]:
+    """The members' and the non-members' file of a MIMIR config and split, within its cache folder."""
+    stem = config if split == "none" else f"{config}_{split}"
+    return f"train/{stem}.jsonl", f"test/{stem}.jsonl"
+
+
+def _mimir_cache_dir(path: Path) -> Path | None:
+    """``path`` itself or its ``cache_100_200_1000_512`` where it holds MIMIR's train/ and test/ folders."""
+    for folder in (path, path / MIMIR_CACHE):
+        if (folder / "train").is_dir() and (folder / "test").is_dir():
+            return folder
+    return None
+
+
+def _mimir_hub_files(config: str, split: str) -> list[Path]:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import GatedRepoError
+
+    local = f"download its {MIMIR_CACHE} folder and pass it as DATA"
+    try:
+        return [
+            Path(hf_hub_download(MIMIR_HUB, f"{MIMIR_CACHE}/{name}", repo_type="dataset"))
+            for name in _mimir_files(config, split)
+        ]
+    except GatedRepoError:
+        raise MiaFastError(
+            f"{MIMIR_HUB} is gated on the Hugging Face hub: accept its terms on its page and log in "
+            f"(hf auth login, or HF_TOKEN); or {local}"
+        ) from None
+    except Exception as exc:  # network, offline mode, a split the hub lacks: huggingface_hub raises many types
+        raise MiaFastError(
+            f"could not load {MIMIR_HUB} ({config}, {split}) from the Hugging Face hub: {_first_line(exc)}. "
+            f"Without a hub, {local}"
+        ) from None
+
+
+def _mimir_rows(members: Path, nonmembers: Path) -> list[tuple[int, dict]]:
+    """MIMIR's two files paired line by line, as far as both go (as its loading script pairs them)."""
+    texts = {}
+    for field, path in (("member", members), ("nonmember", nonmembers)):
+        if not path.is_file():
+            raise MiaFastError(f"{path}: no such file (MIMIR's {field}s of this config and split)")
+        texts[field] = [_json_string(path, number, line) for number, line in enumerate(_lines(path), start=1)]
+    pairs = zip(texts["member"], texts["nonmember"])
+    return [(number, {"member": m, "nonmember": n}) for number, (m, n) in enumerate(pairs, start=1)]
+
+
+def _lines(path: Path) -> list[str]:
+    with path.open(encoding="utf-8") as handle:
+        return [line for line in handle if line.strip()]
+
+
+def _json_string(path: Path, number: int, line: str) -> str:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, str):
+        raise MiaFastError(f"{path}: line {number} is not a JSON string (MIMIR's files hold one quoted text per line)")
+    return value
+
+
 def _hub_rows(suite: Suite, split: str, config: str | None) -> list[tuple[int, dict]]:
     local = f"download it and pass its files as DATA (a file, or a directory holding {split}.jsonl)"
     try:
@@ -270,11 +344,15 @@ def _hub_rows(suite: Suite, split: str, config: str | None) -> list[tuple[int, d
     try:
         loaded = datasets.load_dataset(suite.hub_id, hub_config, split=split)
     except Exception as exc:  # network, offline mode, missing split: datasets raises many types
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MiaFastError(
-            f"could not load {suite.hub_id} ({split}) from the Hugging Face hub: {reason}. Without a hub, {local}"
+            f"could not load {suite.hub_id} ({split}) from the Hugging Face hub: {_first_line(exc)}. "
+            f"Without a hub, {local}"
         ) from None
     return list(enumerate(loaded, start=1))
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
 
 
 def _text(suite: Suite, number: int, record: dict, field: str) -> str:

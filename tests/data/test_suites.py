@@ -1,5 +1,7 @@
 """Benchmark loaders on small local fixtures written in each suite's layout (nothing is downloaded)."""
 
+import json
+
 import pytest
 from helpers import write_jsonl
 
@@ -77,6 +79,75 @@ def test_mimir_pairs_become_two_labelled_rows(tmp_path):
     data = load_suite("mimir", config="github", files=tmp_path)
     assert data.texts == ["m0", "n0", "m1", "n1", "m2", "n2"] and data.labels == [1, 0] * 3
     assert data.ids[:2] == ["member-1", "nonmember-1"]
+
+
+def _mimir_cache(folder, stem: str, members: list[str], nonmembers: list[str]):
+    """MIMIR's cache folder as its hub repository holds it: one JSON string per line, members in train/."""
+    for part, texts in (("train", members), ("test", nonmembers)):
+        (folder / part).mkdir(parents=True, exist_ok=True)
+        (folder / part / f"{stem}.jsonl").write_text("".join(json.dumps(t) + "\n" for t in texts))
+    return folder
+
+
+def test_mimir_from_its_hub_files_without_the_loading_script(tmp_path, monkeypatch):
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    cache = _mimir_cache(tmp_path / "cache_100_200_1000_512", "pile_cc_ngram_13_0.8", ["m1", "m2\nline"], ["n1", "n2"])
+    _mimir_cache(cache, "temporal_wiki", ["old"], ["new", "unpaired"])
+    asked = []
+
+    def download(repo_id, filename, repo_type=None):
+        asked.append((repo_id, filename, repo_type))
+        return str(tmp_path / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    data = load_suite("mimir")
+    assert data.texts == ["m1", "n1", "m2\nline", "n2"] and data.labels == [1, 0, 1, 0]
+    assert asked == [
+        ("iamgroot42/mimir", f"cache_100_200_1000_512/{part}/pile_cc_ngram_13_0.8.jsonl", "dataset")
+        for part in ("train", "test")
+    ]
+    # Split "none" names no suffix; pairs go as far as both files do, as MIMIR's loading script pairs them.
+    assert load_suite("mimir-temporal-wiki").texts == ["old", "new"]
+    assert asked[-1][1] == "cache_100_200_1000_512/test/temporal_wiki.jsonl"
+
+
+@pytest.mark.parametrize("given", ["the folder", "its parent"])
+def test_mimir_from_a_local_copy_of_its_cache_folder(given, tmp_path):
+    cache = _mimir_cache(tmp_path / "cache_100_200_1000_512", "temporal_arxiv_2021_06", ["a", "b"], ["c", "d"])
+    data = load_suite("mimir-temporal-arxiv", files=cache if given == "the folder" else tmp_path)
+    assert data.texts == ["a", "c", "b", "d"] and data.ids[2:] == ["member-2", "nonmember-2"]
+
+
+def test_mimir_cache_folder_faults_are_one_line_naming_the_file(tmp_path):
+    cache = _mimir_cache(tmp_path, "github_ngram_7_0.2", ["fine", "also fine"], ["ok", "ok"])
+    before = (cache / "train" / "github_ngram_7_0.2.jsonl").read_bytes()
+    (cache / "test" / "github_ngram_7_0.2.jsonl").write_text('"ok"\n{"member": "a row, not a text"}\n')
+    with pytest.raises(MiaFastError, match=r"test/github_ngram_7_0.2.jsonl: line 2 is not a JSON string") as bad:
+        load_suite("mimir", config="github", split="ngram_7_0.2", files=cache)
+    assert "\n" not in str(bad.value)
+    with pytest.raises(MiaFastError, match=r"train/github_ngram_13_0.8.jsonl: no such file \(MIMIR's members"):
+        load_suite("mimir", config="github", files=cache)
+    assert (cache / "train" / "github_ngram_7_0.2.jsonl").read_bytes() == before
+
+
+def test_mimir_hub_gated_or_offline_is_one_line(monkeypatch):
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    from huggingface_hub.errors import GatedRepoError
+
+    class Gated(GatedRepoError):  # its constructor wants an HTTP response, whose type changes across versions
+        def __init__(self):
+            Exception.__init__(self, "401 Client Error.\nCannot access gated repo")
+
+    def gated(*args, **kwargs):
+        raise Gated()
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", gated)
+    with pytest.raises(MiaFastError, match=r"^iamgroot42/mimir is gated .* log in \(hf auth login, or HF_TOKEN\)"):
+        load_suite("mimir")
+    monkeypatch.undo()
+    with pytest.raises(MiaFastError, match=r"could not load iamgroot42/mimir \(pile_cc, ngram_13_0.8\)") as offline:
+        load_suite("mimir")  # HF_HUB_OFFLINE (conftest): nothing cached
+    assert "\n" not in str(offline.value) and "pass it as DATA" in str(offline.value)
 
 
 def test_patentmia_whole_patents_become_512_word_snippets(tmp_path):
