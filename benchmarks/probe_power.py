@@ -15,7 +15,8 @@ members (3 epochs at lr 1e-4, as the contamination experiment and ``benchmarks/p
   (k-fold on the proxy's activations), and the proxy's mean loss on both groups against the untouched target's.
 
 Loss and Min-K%++ on the same evaluated texts give the scale. Writes ``results/probe-power-<cores>core.json`` and
-``results/probe-power.png`` and prints the tables for ``benchmarks/README.md``.
+``results/probe-power.png`` and prints the tables for ``benchmarks/README.md``; seeds already in the results file
+(same settings) are kept, not run again.
 
     python benchmarks/probe_power.py [--seeds 0,1,2] [--domain wikipedia_en] [--members 256] [--dev 64]
         [--probe-texts 200] [--lrs 3e-4,1e-3,3e-3,1e-2] [--folds 5] [--tables-only]
@@ -252,6 +253,30 @@ def markdown_tables(runs: list[dict], lrs: list[str]) -> str:
     )
 
 
+def settings(args: argparse.Namespace) -> dict:
+    """What makes two runs' tables comparable: a finished seed is kept only when these match."""
+    return {
+        "evaluated": {"members": args.members, "nonmembers": args.members},
+        "dev": {"members": args.dev, "nonmembers": args.dev},
+        "probe_train": {"members": args.probe_texts // 2, "nonmembers": args.probe_texts // 2},
+        "proxy_lrs": sorted(str(lr) for lr in args.lrs),
+    }
+
+
+def finished_runs(path, args: argparse.Namespace) -> list[dict]:
+    """The seeds an earlier run of the same settings finished, so that running more seeds adds to them; a results
+    file of other settings stops the run rather than being overwritten."""
+    if not path.exists():
+        return []
+    found = json.loads(path.read_text())
+    wanted = settings(args)
+    for run in found["runs"]:
+        held = {key: run[key] for key in ("evaluated", "dev", "probe_train")} | {"proxy_lrs": sorted(run["proxy_lrs"])}
+        if (found["domain"], found["folds"], held) != (args.domain, args.folds, wanted):
+            raise SystemExit(f"{path} holds seed {run['seed']} of other settings; move it away to start afresh")
+    return found["runs"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
@@ -271,9 +296,14 @@ def main() -> None:
         runs = json.loads(path.read_text())["runs"]
         print(markdown_tables(runs, list(runs[0]["proxy_lrs"])))
         return
-    runs = []
-    for seed in args.seeds.split(","):  # written after every seed, so that a long run keeps what it finished
-        runs.append(run_seed(int(seed), args))
+    runs = finished_runs(path, args)
+    done = {run["seed"] for run in runs}
+    for seed in (int(s) for s in args.seeds.split(",")):  # written after every seed: a long run keeps what it did
+        if seed in done:
+            print(f"seed {seed}: kept from {path.name}")
+            continue
+        runs.append(run_seed(seed, args))
+        runs.sort(key=lambda run: run["seed"])
         payload = {
             "benchmark": "probe_power",
             "machine": machine(),

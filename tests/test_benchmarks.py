@@ -1,6 +1,7 @@
 """The GPU kernel benchmark's smoke run: every section runs end to end on tiny shapes (interpreter),
 and the accuracy checks it records on the way hold."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -95,3 +96,23 @@ def test_server_throughput_summary_and_differences():
     gaps = throughput.differences({"loss": np.array([-2.0, -3.003])}, {"loss": np.array([-2.0, -3.0])})
     assert gaps["loss"]["max_abs"] == pytest.approx(3e-3) and gaps["loss"]["max_rel"] == pytest.approx(1e-3)
     assert "| server-1 | 3.00 | 100 | 3.33 | 0.50x |" in throughput.table(summary, 300, 10)
+
+
+def test_probe_power_keeps_finished_seeds_and_refuses_a_file_of_other_settings(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "common", benchmark_module("common"))  # as the script finds it beside itself
+    probe_power = benchmark_module("probe_power")
+    args = argparse.Namespace(domain="wikipedia_en", folds=5, members=256, dev=64, probe_texts=200, lrs=[3e-4, 1e-3])
+    assert probe_power.finished_runs(tmp_path / "absent.json", args) == []
+
+    held = probe_power.settings(args)
+    run = {"seed": 0, **{key: held[key] for key in ("evaluated", "dev", "probe_train")}}
+    run["proxy_lrs"] = {lr: {} for lr in reversed(held["proxy_lrs"])}
+    path = tmp_path / "probe-power-2core.json"
+    path.write_text(json.dumps({"domain": "wikipedia_en", "folds": 5, "runs": [run]}))
+    assert probe_power.finished_runs(path, args) == [run]
+
+    before = path.read_bytes()
+    for other in ({"members": 128}, {"folds": 3}, {"lrs": [3e-4]}, {"domain": "arxiv"}):
+        with pytest.raises(SystemExit, match="holds seed 0 of other settings"):
+            probe_power.finished_runs(path, argparse.Namespace(**{**vars(args), **other}))
+    assert path.read_bytes() == before
