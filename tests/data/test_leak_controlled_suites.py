@@ -175,7 +175,8 @@ def test_without_files_they_name_their_hub_dataset(monkeypatch):
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(MiaFastError, match=r"could not load iamgroot42/mimir \(temporal_arxiv, 2021_06\) from the Hugging Face hub"):
+    hub = r"could not load iamgroot42/mimir \(temporal_arxiv, 2021_06\) from the Hugging Face hub"
+    with pytest.raises(MiaFastError, match=hub):
         load_suite("mimir-temporal-arxiv")
 
 
