@@ -145,8 +145,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
     seconds["total"] = time.perf_counter() - started
     return {
         "seed": seed,
-        "evaluated": {"members": args.members, "nonmembers": args.members},
-        "dev": {"members": args.dev, "nonmembers": args.dev},
+        **{key: settings(args)[key] for key in ("evaluated", "dev")},
         "probe_train": {"members": len(proxy_members), "nonmembers": len(proxy_nonmembers)},
         "target_fine_tune": {**TARGET_TUNING, "first_loss": target_losses[0], "last_loss": target_losses[-1]},
         "baseline_auroc": scale,
@@ -209,13 +208,9 @@ def markdown_tables(runs: list[dict], lrs: list[str]) -> str:
     """Per layer: the oracle and, per proxy lr, the probe's evaluation AUROC (how many seeds picked that layer) and
     its self-check, means over seeds; per seed: the scale, the oracle's best and the probe as picked; the proxy's
     loss on its own members and non-members; then the learning rates whose proxy diverged."""
-    diverged = {
-        f"{r['seed']}, lr {lr}": r["proxy_lrs"][lr]["diverged"]
-        for r in runs
-        for lr in lrs
-        if lr not in trained(runs, lrs)
-    }
-    lrs = trained(runs, lrs)
+    kept = trained(runs, lrs)
+    diverged = {f"{r['seed']}, lr {lr}": r["proxy_lrs"][lr]["diverged"] for r in runs for lr in lrs if lr not in kept}
+    lrs = kept
 
     def mean(key, layer: int, lr: str | None = None) -> str:
         return f"{np.mean([(r['proxy_lrs'][lr] if lr else r)[key][layer] for r in runs]):.3f}"

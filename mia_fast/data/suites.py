@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mia_fast.data.files import INPUT_SUFFIXES, Dataset, parse_label, read_rows
+from mia_fast.data.readers import iter_lines
 from mia_fast.data.text import snippets
 from mia_fast.errors import MiaFastError
 
@@ -232,8 +233,9 @@ def load_suite(
     config = config or suite.configs.default
     if suite.configs.names and config is not None and config not in suite.configs.names:
         raise MiaFastError(f"{name} has no config {config!r}; its configs: {', '.join(suite.configs.names)}")
-    if files is not None and suite.hub_id == MIMIR_HUB and _mimir_cache_dir(Path(files)):
-        rows = _mimir_rows(*(_mimir_cache_dir(Path(files)) / name for name in _mimir_files(config, split)))
+    cache = _mimir_cache_dir(Path(files)) if files is not None and suite.hub_id == MIMIR_HUB else None
+    if cache is not None:
+        rows = _mimir_rows(*(cache / name for name in _mimir_files(config, split)))
     elif files is not None:
         rows = read_rows(_split_file(Path(files), split, config if suite.paired_fields else None))
     elif suite.hub_id is None:
@@ -310,24 +312,27 @@ def _mimir_rows(members: Path, nonmembers: Path) -> list[tuple[int, dict]]:
     for field, path in (("member", members), ("nonmember", nonmembers)):
         if not path.is_file():
             raise MiaFastError(f"{path}: no such file (MIMIR's {field}s of this config and split)")
-        texts[field] = [_json_string(path, number, line) for number, line in enumerate(_lines(path), start=1)]
+        texts[field] = _json_strings(path)
     pairs = zip(texts["member"], texts["nonmember"])
     return [(number, {"member": m, "nonmember": n}) for number, (m, n) in enumerate(pairs, start=1)]
 
 
-def _lines(path: Path) -> list[str]:
-    with path.open(encoding="utf-8") as handle:
-        return [line for line in handle if line.strip()]
-
-
-def _json_string(path: Path, number: int, line: str) -> str:
-    try:
-        value = json.loads(line)
-    except json.JSONDecodeError:
-        value = None
-    if not isinstance(value, str):
-        raise MiaFastError(f"{path}: line {number} is not a JSON string (MIMIR's files hold one quoted text per line)")
-    return value
+def _json_strings(path: Path) -> list[str]:
+    """A MIMIR file's texts: one JSON string per line, blank lines skipped."""
+    texts = []
+    for number, line, _ in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            value = None
+        if not isinstance(value, str):
+            raise MiaFastError(
+                f"{path}: line {number} is not a JSON string (MIMIR's files hold one quoted text per line)"
+            )
+        texts.append(value)
+    return texts
 
 
 def _hub_rows(suite: Suite, split: str, config: str | None) -> list[tuple[int, dict]]:

@@ -125,6 +125,9 @@ def test_mimir_cache_folder_faults_are_one_line_naming_the_file(tmp_path):
     with pytest.raises(MiaFastError, match=r"test/github_ngram_7_0.2.jsonl: line 2 is not a JSON string") as bad:
         load_suite("mimir", config="github", split="ngram_7_0.2", files=cache)
     assert "\n" not in str(bad.value)
+    (cache / "test" / "github_ngram_7_0.2.jsonl").write_bytes(b'"ok"\n"caf\xe9"\n')  # Latin-1, not UTF-8
+    with pytest.raises(MiaFastError, match=r"test/github_ngram_7_0.2.jsonl: line 2 is not a JSON string"):
+        load_suite("mimir", config="github", split="ngram_7_0.2", files=cache)
     with pytest.raises(MiaFastError, match=r"train/github_ngram_13_0.8.jsonl: no such file \(MIMIR's members"):
         load_suite("mimir", config="github", files=cache)
     assert (cache / "train" / "github_ngram_7_0.2.jsonl").read_bytes() == before
