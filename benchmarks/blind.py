@@ -6,8 +6,9 @@ The shared pile_test documents (four subsets) are cut into passages of ``--words
 are ``--texts`` of them. Two splits of the same passages: i.i.d. (labels drawn at random: the
 baselines must stay at chance) and leaky (members are the Wikipedia and Pile-CC passages, non-members
 the PubMed and StackExchange ones: they must find it). Times ``blind_baselines`` (the three baselines,
-5-fold, and the telltale n-grams: what an eval adds) as the median of ``--rounds``. Writes
-``results/blind-<cores>core.json``.
+5-fold, and the telltale n-grams) as the median of ``--rounds``, without their permutation test; then once with it
+(each shuffle refitted, the most shuffles by the sample's size: what an eval adds), with each baseline's p-value
+and the shuffles it drew. Writes ``results/blind-<cores>core.json``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import time
+from dataclasses import asdict
 from itertools import zip_longest
 
 import numpy as np
@@ -63,17 +65,31 @@ def main() -> None:
         seconds = []
         for _ in range(args.rounds):
             started = time.perf_counter()
-            found = blind_baselines(texts, labels)
+            found = blind_baselines(texts, labels, permutations=0)
             seconds.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        tested = blind_baselines(texts, labels, progress=True)
+        tested_seconds = time.perf_counter() - started
         results[name] = {
             "seconds_median": float(np.median(seconds)),
             "seconds": seconds,
             "auroc": {column: metrics.auroc(labels, values) for column, values in found.scores.items()},
-            "telltales": [t.__dict__ for t in found.telltales],
+            "telltales": [asdict(t) for t in tested.telltales],
+            "with_refit_test": {
+                "seconds": tested_seconds,
+                "p_value": {column: test.p_value for column, test in tested.tests.items()},
+                "shuffles": {column: test.permutations for column, test in tested.tests.items()},
+                "refits": {column: len(test.null_aurocs) for column, test in tested.tests.items()},
+                "most": next(iter(tested.tests.values())).most,
+            },
         }
         print(
-            f"{name}: {len(texts)} texts of {args.words} words, {np.median(seconds):.1f} s (median of {args.rounds}); "
-            + ", ".join(f"{c} AUROC {a:.3f}" for c, a in results[name]["auroc"].items()),
+            f"{name}: {len(texts)} texts of {args.words} words, {np.median(seconds):.1f} s (median of {args.rounds}), "
+            f"{tested_seconds:.1f} s with the refit test; "
+            + ", ".join(
+                f"{c} AUROC {a:.3f} p {tested.tests[c].p_value:.3g} ({tested.tests[c].permutations} shuffles)"
+                for c, a in results[name]["auroc"].items()
+            ),
             flush=True,
         )
     RESULTS.mkdir(exist_ok=True)

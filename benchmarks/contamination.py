@@ -183,7 +183,7 @@ def main() -> None:
                 method_settings.append(DcpddSettings(frequencies=counts))
             if "neighbor" in methods:
                 method_settings.append(NeighborSettings(WordDropNeighbors(args.neighbor_count, seed=args.seed)))
-            experiment, results = run_experiment(
+            experiment, assessed = run_experiment(
                 loaded,
                 corpus,
                 args.reports / f"lr{lr:g}-ep{epochs}",
@@ -205,9 +205,9 @@ def main() -> None:
                 "last_loss": experiment.losses[-1],
                 "seconds": time.perf_counter() - started,
                 "seconds_score": experiment.seconds["score"],
-                "auroc": {name: r.auroc for name, r in results.items()},
-                "auroc_ci": {name: r.auroc_ci for name, r in results.items()},
-                "tpr_at_1%_fpr": {name: r.tpr_at_fpr["1%"] for name, r in results.items()},
+                "auroc": {name: r.auroc for name, r in assessed.results.items()},
+                "auroc_ci": {name: r.auroc_ci for name, r in assessed.results.items()},
+                "tpr_at_1%_fpr": {name: r.tpr_at_fpr["1%"] for name, r in assessed.results.items()},
             }
             runs.append(run)
             print(

@@ -27,6 +27,7 @@ from common import RESULTS, machine
 from contamination import interleaved_corpus
 
 from mia_fast.api import NeighborSettings, ScoringConfig
+from mia_fast.evaluation.assessment import BlindSettings
 from mia_fast.evaluation.dataset_inference import dataset_inference, plot_p_values
 from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, run_experiment
 from mia_fast.methods import resolve_methods
@@ -59,7 +60,7 @@ def main() -> None:
                 tuning=FineTuning(args.epochs, args.lr, 8, args.max_tokens, args.seed),
                 texts=args.texts,
                 bootstrap=200,
-                blind=False,
+                blind=BlindSettings(enabled=False),
             ),
             ScoringConfig(
                 methods=FEATURES,

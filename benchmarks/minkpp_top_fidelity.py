@@ -143,6 +143,7 @@ def main() -> None:
 
     from mia_fast import Detector, ModelConfig
     from mia_fast.api import ScoringConfig
+    from mia_fast.evaluation.assessment import BlindSettings
     from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, run_experiment, stdlib_corpus
     from mia_fast.pipeline.models import LoadedModel, load_model
 
@@ -159,7 +160,9 @@ def main() -> None:
         if args.untouched
         else None
     )
-    design = ExperimentDesign(tuning=FineTuning(), texts=args.texts, bootstrap=args.bootstrap, blind=False)
+    design = ExperimentDesign(
+        tuning=FineTuning(), texts=args.texts, bootstrap=args.bootstrap, blind=BlindSettings(enabled=False)
+    )
     with tempfile.TemporaryDirectory(prefix="minkpp-top-") as report:
         experiment, _ = run_experiment(
             loaded, stdlib_corpus(), report, design, ScoringConfig(methods=methods, k=ks), "stdlib docstrings"

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mia_fast.cli.options import (
+    add_blind_permutations_option,
     add_model_options,
     bounded,
     fractions,
@@ -93,8 +94,9 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
         "--no-blind",
         dest="blind",
         action="store_false",
-        help="leave out the model-free baselines (bag of words, dates)",
+        help="leave out the model-free baselines (bag of words, dates, n-grams)",
     )
+    add_blind_permutations_option(demo)
     demo.add_argument("--overwrite", action="store_true", help="write into a report directory that is not empty")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(handler=command_demo)
@@ -103,6 +105,7 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
 def command_demo(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
+    from mia_fast.evaluation.assessment import BlindSettings
     from mia_fast.evaluation.experiments import (
         ExperimentDesign,
         ExperimentProgress,
@@ -169,14 +172,14 @@ def command_demo(args: argparse.Namespace) -> None:
             probe_texts=args.probe_texts,
             probe_training=ProbeTraining(learning_rate=args.probe_lr, seed=args.seed),
             bootstrap=args.bootstrap,
-            blind=args.blind,
+            blind=BlindSettings(args.blind, args.blind_permutations),
         )
         settings = [NeighborSettings(neighbors)] if neighbors is not None else []
         scoring = ScoringConfig(methods=tuple(methods), settings=settings)
         if args.k:
             scoring = replace(scoring, k=tuple(args.k))
         progress = ExperimentProgress(on_step, on_tokenized, lambda tokens: bars[-1].update(tokens))
-        experiment, results = run_experiment(loaded, corpus, report, design, scoring, corpus_name, progress)
+        experiment, assessed = run_experiment(loaded, corpus, report, design, scoring, corpus_name, progress)
     except TrainingDiverged as diverged:
         raise MiaFastError(f"{diverged} (--lr {args.lr:g}); nothing was scored, the losses are in {report}") from None
     finally:
@@ -193,7 +196,7 @@ def command_demo(args: argparse.Namespace) -> None:
             "members and "
             f"{len(experiment.dev_nonmembers)} non-members, which no method is evaluated on"
         )
-    print(format_table(results))
+    print(format_table(assessed.results, assessed.verdicts))
     print(
         f"report: {report / 'report.html'} (also report.md, roc.png, histograms.png, metrics.json, scores.jsonl)",
         file=sys.stderr,

@@ -69,6 +69,19 @@ def method_list(text: str) -> str:
     return text
 
 
+def add_blind_permutations_option(parser: argparse.ArgumentParser) -> None:
+    from mia_fast.evaluation import blind
+
+    parser.add_argument(
+        "--blind-permutations",
+        type=bounded(Range(1, 100_000, whole=True)),
+        metavar="N",
+        help="the most label shuffles the model-free baselines' permutation test refits each baseline on (default: "
+        f"{blind.MOST_PERMUTATIONS} up to {blind.FULL_PERMUTATION_ROWS:,} texts, fewer in proportion above, at least "
+        f"{blind.FEWEST_PERMUTATIONS}); with fewer than 59 no leak can reach Holm's level over the three",
+    )
+
+
 def stderr(message: str) -> None:
     print(message, file=sys.stderr)
 

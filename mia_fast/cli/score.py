@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from mia_fast.cli.options import (
+    add_blind_permutations_option,
     add_input_options,
     add_model_options,
     add_scoring_options,
@@ -20,7 +21,6 @@ from mia_fast.cli.options import (
     score_into,
     stderr,
 )
-from mia_fast.data import LEAKAGE
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD
 
@@ -84,8 +84,9 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
         "--no-blind",
         dest="blind",
         action="store_false",
-        help="leave out the model-free baselines (bag of words, dates) that check whether the split leaks",
+        help="leave out the model-free baselines (bag of words, dates, n-grams) that check whether the split leaks",
     )
+    add_blind_permutations_option(parser)
     parser.add_argument(
         "--compare",
         nargs=2,
@@ -122,6 +123,7 @@ def score_with_ray(args: argparse.Namespace) -> None:
 
 
 def command_eval(args: argparse.Namespace) -> None:
+    from mia_fast.evaluation.assessment import BlindSettings
     from mia_fast.evaluation.report import compare_reports, format_table
     from mia_fast.evaluation.workflows import EvaluationConfig, evaluate_file
 
@@ -132,11 +134,9 @@ def command_eval(args: argparse.Namespace) -> None:
         raise MiaFastError("eval needs --report DIR (or --compare REPORT_A REPORT_B)")
     dataset = load_input(args, require_labels=True)
     out = Path(args.out) if args.out else Path(args.report) / "scores.jsonl"
-    evaluation = EvaluationConfig(args.report, args.bootstrap, args.seed, args.buckets, args.blind)
+    blind = BlindSettings(args.blind, args.blind_permutations)
+    evaluation = EvaluationConfig(args.report, args.bootstrap, args.seed, args.buckets, blind, args.suite)
     meta = {"data": input_name(args), "max_words": args.max_words}
-    if args.suite:
-        leakage = LEAKAGE[args.suite]
-        meta |= {"split_kind": leakage.split_kind, "blind_baselines_known": leakage.blind_note}
     done = evaluate_file(dataset, run_config(args, dataset, out), evaluation, meta, log=stderr)
-    print(format_table(done.results, done.telltales))
+    print(format_table(done.results, done.verdicts))
     print("wrote " + ", ".join(str(p) for p in done.paths), file=sys.stderr)

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mia_fast.errors import MiaFastError
+from mia_fast.evaluation import power
 from mia_fast.evaluation.figures import pyplot, save_figure
 
 MIN_TEXTS = 10
@@ -62,13 +63,25 @@ class DatasetInference:
     def member(self) -> bool:
         return self.test.p_value < SIGNIFICANCE
 
+    @property
+    def min_detectable_auroc(self) -> float | None:
+        """The AUROC at which the model's outputs would have to separate the held-out suspect texts from the
+        validation ones for the t-test to likely (:data:`~mia_fast.evaluation.power.POWER`) find it."""
+        return power.min_detectable_shift_auroc(*self.test.test_texts, SIGNIFICANCE)
+
     def summary(self) -> str:
         t, check = self.test, self.false_positive_check
-        verdict = (
-            "the suspect set is distinguishable from the validation set: evidence that it was trained on"
-            if self.member
-            else "no evidence that the suspect set was trained on"
-        )
+        if self.member:
+            verdict = "the suspect set is distinguishable from the validation set: evidence that it was trained on"
+        else:
+            figure, sizes = self.min_detectable_auroc, f"{t.test_texts[0]:,} + {t.test_texts[1]:,} held-out texts"
+            unseen = (
+                f"a suspect set whose texts its features separate from the validation texts below AUROC {figure:.2f} "
+                f"would likely go unseen ({sizes})"
+                if figure is not None
+                else f"even a perfectly separated suspect set would likely go unseen ({sizes})"
+            )
+            verdict = f"no evidence that the suspect set was trained on, at this size: {unseen}"
         sane = (
             "passed"
             if check.p_value >= SIGNIFICANCE
@@ -86,6 +99,8 @@ class DatasetInference:
             "summary": self.summary(),
             "member": self.member,
             "significance": SIGNIFICANCE,
+            "min_detectable_auroc": self.min_detectable_auroc,
+            "power": power.POWER,
             "features": self.features,
             "seed": self.seed,
             "test": asdict(self.test),

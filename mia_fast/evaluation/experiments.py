@@ -40,8 +40,7 @@ from mia_fast.api import (
 from mia_fast.data.files import Dataset
 from mia_fast.data.outputs import ResultWriter
 from mia_fast.errors import MiaFastError
-from mia_fast.evaluation import metrics
-from mia_fast.evaluation.blind import BLIND_COLUMNS, blind_baselines
+from mia_fast.evaluation.assessment import Assessment, BlindSettings, assess
 from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
 from mia_fast.evaluation.report import write_report
@@ -255,8 +254,8 @@ def plot_losses(path: Path, losses: Sequence[float], steps_per_epoch: int) -> Pa
 class ExperimentDesign:
     """How the experiment is drawn and judged: its fine-tuning, the texts split into members and non-members, the
     prefix shots of ReCaLL and Con-ReCall, the probe's training texts and training, the known non-members of the
-    methods that read some (``--nonmembers``), the bootstrap resamples of the AUROC CI, and whether the model-free
-    baselines are evaluated beside the methods."""
+    methods that read some (``--nonmembers``), the bootstrap resamples of the AUROC CI, and the model-free
+    baselines beside the methods (whether they run, their refit shuffles)."""
 
     tuning: FineTuning = field(default_factory=FineTuning)
     texts: int = 64
@@ -265,7 +264,7 @@ class ExperimentDesign:
     probe_training: ProbeTraining = field(default_factory=ProbeTraining)
     known_nonmembers: int = KNOWN_NONMEMBERS
     bootstrap: int = 1000
-    blind: bool = True
+    blind: BlindSettings = BlindSettings()
 
 
 @dataclass(frozen=True)
@@ -286,7 +285,7 @@ def run_experiment(
     scoring: ScoringConfig | None = None,
     corpus_name: str = "",
     progress: ExperimentProgress | None = None,
-) -> tuple[Experiment, dict]:
+) -> tuple[Experiment, Assessment]:
     """Splits, fine-tunes ``loaded`` in place, scores, and writes the evaluation report into ``report_dir``.
 
     ``scoring`` gives the methods (default ``DEMO_METHODS``), k and the methods' settings (e.g. ``DcpddSettings``
@@ -299,9 +298,9 @@ def run_experiment(
     ``design.known_nonmembers`` more passages are drawn as them: never trained on, never scored. Every method that
     reads the reference model (``ref``, ``ezmia``, ``wbc``) gets the untouched model. ``neighbor`` takes its
     neighbours from its settings (default: ``WordDropNeighbors``, which needs no second model); SaMIA and PAC are
-    seeded by the fine-tuning's seed unless their settings say otherwise. Returns the experiment and the
-    per-column metrics. On a diverging fine-tuning the report directory still gets the training log and a report
-    saying so, and TrainingDiverged is raised.
+    seeded by the fine-tuning's seed unless their settings say otherwise. Returns the experiment and its assessment
+    (the per-column metrics and the verdicts). On a diverging fine-tuning the report directory still gets the
+    training log and a report saying so, and TrainingDiverged is raised.
     """
     design = design or ExperimentDesign()
     scoring = scoring or ScoringConfig(methods=DEMO_METHODS)
@@ -425,15 +424,8 @@ def run_experiment(
         experiment.texts, methods, scoring.k, on_tokenized=progress.on_tokenized, on_progress=progress.on_progress
     )
     experiment.seconds["score"] = time.perf_counter() - scoring_started
-    columns = {name: values for name, values in scores.items()}
-    telltales = []
-    if design.blind:
-        blind = blind_baselines(experiment.texts, experiment.labels, seed=tuning.seed)
-        columns |= blind.scores
-        telltales = blind.telltales
-    results = metrics.evaluate(
-        experiment.labels, columns, resamples=design.bootstrap, seed=tuning.seed, baselines=BLIND_COLUMNS
-    )
+    assessed = assess(experiment.texts, experiment.labels, scores, design.bootstrap, tuning.seed, design.blind)
+    columns, results = assessed.columns, assessed.results
     meta = {
         **settings,
         "first_loss": experiment.losses[0],
@@ -441,9 +433,9 @@ def run_experiment(
         "steps": len(experiment.losses),
         **{f"seconds_{k}": round(v, 1) for k, v in experiment.seconds.items()},
     }
-    write_report(report_dir, experiment.labels, columns, results, meta, figures=figures, telltales=telltales)
+    write_report(report_dir, experiment.labels, columns, results, meta, assessed.verdicts, figures=figures)
     _write_scores(report_dir / "scores.jsonl", experiment, columns)
-    return experiment, results
+    return experiment, assessed
 
 
 def _write_scores(path: Path, experiment: Experiment, columns: dict[str, np.ndarray]) -> None:

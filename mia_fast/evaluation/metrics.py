@@ -221,9 +221,13 @@ def evaluate(
     seed: int = 0,
     permutations: int = PERMUTATIONS,
     baselines: Collection[str] = (),
+    permutation_p: Mapping[str, float] | None = None,
 ) -> dict[str, MethodMetrics]:
     """Metrics of every score column against 0/1 labels, with a permutation p-value per column and, for every
     column not among ``baselines``, the paired-bootstrap CI of its AUROC minus the best baseline's.
+
+    ``permutation_p`` gives the p-values of columns tested otherwise: a column fitted on the labels (a blind
+    baseline) is tested by refitting it on each shuffle, which shuffling over its fixed scores would not be.
 
     Rows where any score is NaN (e.g. empty texts) are left out of every method, so that all
     methods are compared on the same rows and the bootstrap resamples are paired.
@@ -234,7 +238,9 @@ def evaluate(
     y = check_labels(labels[finite])
     kept = {name: s[finite] for name, s in matrix.items()}
     samples = bootstrap_auroc(y, kept, resamples=resamples, seed=seed)
-    pvalues = permutation_pvalues(y, kept, permutations=permutations, seed=seed)
+    given = dict(permutation_p or {})
+    shuffled = {name: s for name, s in kept.items() if name not in given}
+    pvalues = permutation_pvalues(y, shuffled, permutations=permutations, seed=seed) | given
     aurocs = {name: auroc(y, s) for name, s in kept.items()}
     present = [name for name in kept if name in baselines]
     best_baseline = max(present, key=aurocs.__getitem__) if present else None

@@ -18,7 +18,6 @@ import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,10 @@ import numpy as np
 from mia_fast.data.artefacts import write_atomic
 from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.evaluation import metrics
-from mia_fast.evaluation.blind import BLIND_COLUMNS, Telltale, blind_verdict
+from mia_fast.evaluation.blind import BLIND_COLUMNS
 from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.metrics import MethodMetrics
+from mia_fast.evaluation.verdicts import Verdict
 
 BucketResults = Mapping[str, Mapping[str, MethodMetrics]]
 _K_COLUMN = re.compile(r"^(?P<family>.+)_(?P<k>\d+\.\d+)$")
@@ -73,29 +73,31 @@ def write_report(
     columns: Mapping[str, np.ndarray],
     results: Mapping[str, MethodMetrics],
     meta: Mapping[str, Any],
+    verdicts: Sequence[Verdict] = (),
     buckets: BucketResults | None = None,
     figures: Sequence[tuple[str, Path]] = (),
-    telltales: Sequence[Telltale] = (),
 ) -> list[Path]:
     """Writes metrics.json, roc.png, histograms.png, report.md and report.html into ``directory``.
 
-    ``buckets`` holds the metrics of each length bucket; ``figures`` adds (caption, path) figures
-    already written into ``directory`` (e.g. a training-loss curve); ``telltales`` are the n-grams that give
-    members away (:func:`~mia_fast.evaluation.blind.telltale_ngrams`), named where the split leaks.
+    ``verdicts`` (:func:`~mia_fast.evaluation.verdicts.all_verdicts`) head the report and go into metrics.json with
+    their minimum detectable AUROCs; ``buckets`` holds the metrics of each length bucket; ``figures`` adds
+    (caption, path) figures already written into ``directory`` (e.g. a training-loss curve).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {"meta": dict(meta), "methods": {name: r.to_dict() for name, r in ranked(results)}}
-    verdicts = _verdicts(results, telltales)
-    blind = blind_verdict(results, telltales)
-    if blind:
+    by_key = {v.key: v for v in verdicts}
+    if "model_free" in by_key:
+        model_free = by_key["model_free"]
         payload["model_free"] = {
             "columns": [n for n in BLIND_COLUMNS if n in results],
-            "verdict": blind,
-            "telltales": [asdict(t) for t in telltales],
+            "verdict": model_free.text,
+            "min_detectable_auroc": model_free.min_detectable_auroc,
+            **model_free.details,
         }
     if verdicts:
-        payload["verdict"] = " ".join(verdicts)
+        payload["verdict"] = " ".join(v.text for v in verdicts)
+        payload["verdicts"] = {v.key: v.to_dict() for v in verdicts}
     if buckets:
         payload["buckets"] = {label: {name: r.to_dict() for name, r in ranked(res)} for label, res in buckets.items()}
     metrics_path = write_atomic(
@@ -114,38 +116,6 @@ def write_report(
         written.append(by_k)
     markdown, page = write_documents(directory, meta, results, buckets, [*shown, *figures], verdicts)
     return [*written, markdown, page]
-
-
-def significance_verdict(results: Mapping[str, MethodMetrics]) -> str | None:
-    """Which methods (each k-method at its best k) are above chance by the permutation control, Holm-corrected over
-    every method column, and, beside model-free baselines, above the best of them by the paired bootstrap."""
-    methods = {
-        n: r for n, r in results.items() if n not in BLIND_COLUMNS and not math.isnan(r.significance.permutation_p)
-    }
-    if not methods:
-        return None
-    significant = metrics.holm_rejections({n: r.significance.permutation_p for n, r in methods.items()})
-    shown = [n for n in shown_columns(results) if n in methods]
-    blind = [n for n in results if n in BLIND_COLUMNS]
-    criterion = (
-        f"above chance (permutation p-value below {metrics.SIGNIFICANCE:g} after Holm's correction over the "
-        f"{len(methods)} method columns)"
-    )
-    passing = [n for n in shown if n in significant]
-    if blind:
-        best_blind = max(blind, key=lambda n: results[n].auroc)
-        criterion += (
-            f" and above the best model-free baseline, {best_blind} (the paired-bootstrap 95% CI of the AUROC "
-            "difference above 0)"
-        )
-        passing = [n for n in passing if (results[n].significance.over_baseline_ci or (math.nan,))[0] > 0]
-    if passing:
-        return f"Methods {criterion}, each k-method at its best k: {', '.join(passing)}."
-    return f"No method is {criterion}."
-
-
-def _verdicts(results: Mapping[str, MethodMetrics], telltales: Sequence[Telltale]) -> list[str]:
-    return [v for v in (blind_verdict(results, telltales), significance_verdict(results)) if v]
 
 
 def _finite(value: Any) -> Any:
@@ -314,7 +284,7 @@ def write_documents(
     results: Mapping[str, MethodMetrics],
     buckets: BucketResults | None,
     figures: Sequence[tuple[str, Path]],
-    verdicts: Sequence[str] = (),
+    verdicts: Sequence[Verdict] = (),
 ) -> tuple[Path, Path]:
     """report.md (figures linked beside it) and report.html (figures embedded: one file to send)."""
     first = next(iter(results.values()))
@@ -330,7 +300,7 @@ def write_documents(
 
     md = ["# mia-fast evaluation report", "", summary, ""]
     for verdict in verdicts:
-        md += [f"**{verdict}**" if verdict.startswith("WARNING") else verdict, ""]
+        md += [f"**{verdict.text}**" if verdict.warning else verdict.text, ""]
     for title, header, rows in tables:
         md += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
@@ -348,7 +318,7 @@ def write_documents(
 
     body = [f"<h1>mia-fast evaluation report</h1><p>{html.escape(summary)}</p>"]
     for verdict in verdicts:
-        body.append(f"<p class='{'warning' if verdict.startswith('WARNING') else 'note'}'>{html.escape(verdict)}</p>")
+        body.append(f"<p class='{'warning' if verdict.warning else 'note'}'>{html.escape(verdict.text)}</p>")
     body += [html_table(*t) for t in tables]
     if any(name in BLIND_COLUMNS for name in results):
         body.append(f"<p>{html.escape(MODEL_FREE_NOTE)}</p>")
@@ -383,8 +353,9 @@ def _setting(value: Any) -> str:
     return str(value)
 
 
-def format_table(results: Mapping[str, MethodMetrics], telltales: Sequence[Telltale] = ()) -> str:
-    """A fixed-width table sorted by AUROC, best first; "n/a" where the non-members cannot resolve an FPR."""
+def format_table(results: Mapping[str, MethodMetrics], verdicts: Sequence[Verdict] = ()) -> str:
+    """A fixed-width table sorted by AUROC, best first; "n/a" where the non-members cannot resolve an FPR; then the
+    ``verdicts``."""
     width = max([16, *(len(display_name(name)) for name in results)])
     header = (
         f"{'method':<{width}} {'AUROC':>6} {'95% CI':>15} {'perm. p':>7} "
@@ -413,7 +384,7 @@ def format_table(results: Mapping[str, MethodMetrics], telltales: Sequence[Tellt
             lines.append(f"n/a: {'; '.join(missing)} non-members (the smallest non-zero FPR is 1/n)")
     if any(name in BLIND_COLUMNS for name in results):
         lines.append(MODEL_FREE_NOTE)
-    lines += _verdicts(results, telltales)
+    lines += [v.text for v in verdicts]
     return "\n".join(lines)
 
 

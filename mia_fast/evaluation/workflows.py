@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from mia_fast.data.files import Dataset, read_scores
+from mia_fast.data.suites import LEAKAGE
 from mia_fast.data.text import assign_buckets, count_words
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
-from mia_fast.evaluation.blind import BLIND_COLUMNS, Telltale, blind_baselines, cross_validation_folds
+from mia_fast.evaluation.assessment import BlindSettings, assess
+from mia_fast.evaluation.blind import cross_validation_folds
 from mia_fast.evaluation.report import write_report
 from mia_fast.evaluation.thresholds import (
     Threshold,
@@ -27,6 +29,7 @@ from mia_fast.evaluation.thresholds import (
     write_classification,
 )
 from mia_fast.evaluation.unlearning import Rule, UnlearningAudit, audit_unlearning, write_audit_report
+from mia_fast.evaluation.verdicts import KnownLeak, Verdict
 from mia_fast.methods.registry import resolve_methods
 from mia_fast.scoring.config import RunConfig
 from mia_fast.scoring.runner import score_file
@@ -48,20 +51,22 @@ def scored_columns(dataset: Dataset, config: RunConfig, data_name: str, log: Log
 @dataclass(frozen=True)
 class EvaluationConfig:
     """Where the report goes, the bootstrap resamples of the AUROC CI and their seed, word-length bucket edges
-    (metrics per bucket too) and whether the model-free baselines are evaluated beside the methods."""
+    (metrics per bucket too), the model-free baselines (whether they run, their refit shuffles) and the benchmark
+    suite the data is, if any (its leak on record is set beside the run's verdicts)."""
 
     report: str | os.PathLike
     bootstrap: int = 1000
     seed: int = 0
     buckets: Sequence[int] | None = None
-    blind: bool = True
+    blind: BlindSettings = BlindSettings()
+    suite: str | None = None
 
 
 @dataclass
 class Evaluation:
     results: dict[str, metrics.MethodMetrics]
     paths: list[Path]
-    telltales: list[Telltale]
+    verdicts: list[Verdict]
 
 
 def evaluate_file(
@@ -77,18 +82,26 @@ def evaluate_file(
     if evaluation.bootstrap < 1:
         raise MiaFastError(f"--bootstrap must be a positive number of resamples, got {evaluation.bootstrap}")
     labels = metrics.check_labels(dataset.labels)
-    if evaluation.blind:
+    if evaluation.blind.enabled:
         cross_validation_folds(labels)  # before any scoring
     meta = dict(meta or {})
+    known = None
+    if evaluation.suite is not None:
+        leakage = LEAKAGE[evaluation.suite]
+        known = KnownLeak(evaluation.suite, leakage)
+        meta |= {"split_kind": leakage.split_kind, "blind_baselines_known": leakage.blind_note}
     columns = scored_columns(dataset, config, meta.get("data", "the input"), log)
-    telltales = []
-    if evaluation.blind:
-        blind = blind_baselines(dataset.texts, labels, seed=evaluation.seed)
-        columns |= blind.scores
-        telltales = blind.telltales
-    results = metrics.evaluate(
-        labels, columns, resamples=evaluation.bootstrap, seed=evaluation.seed, baselines=BLIND_COLUMNS
+    assessed = assess(
+        dataset.texts,
+        labels,
+        columns,
+        evaluation.bootstrap,
+        evaluation.seed,
+        evaluation.blind,
+        known,
+        progress=config.compute.progress,
     )
+    columns, results = assessed.columns, assessed.results
     buckets = None
     if evaluation.buckets:
         names = assign_buckets([count_words(t) for t in dataset.texts], evaluation.buckets)
@@ -102,10 +115,10 @@ def evaluate_file(
         "prepend_start": config.model.prepend_start,
         "methods": ",".join(config.scoring.methods),
         "k": list(config.scoring.k),
-        "model_free_baselines": evaluation.blind,
+        "model_free_baselines": evaluation.blind.enabled,
     }
-    paths = write_report(evaluation.report, labels, columns, results, meta, buckets=buckets, telltales=telltales)
-    return Evaluation(results, paths, telltales)
+    paths = write_report(evaluation.report, labels, columns, results, meta, assessed.verdicts, buckets=buckets)
+    return Evaluation(results, paths, assessed.verdicts)
 
 
 def _one_column(config: RunConfig, column: str) -> RunConfig:

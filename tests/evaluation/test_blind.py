@@ -1,5 +1,6 @@
-"""Model-free baselines: date features by hand, out-of-fold scores, the verdict in plain words, and the
-reports that show them (best k per family, AUROC against k)."""
+"""Model-free baselines: date features by hand, out-of-fold scores, the verdict in plain words (a leak only where
+Holm's correction over the baselines finds one), and the reports that show them (best k per family, AUROC against
+k)."""
 
 import json
 
@@ -9,8 +10,9 @@ from helpers import FAST, fail, run_cli, write_jsonl
 
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
-from mia_fast.evaluation.blind import BLIND_COLUMNS, blind_scores, blind_verdict, date_features
+from mia_fast.evaluation.blind import BLIND_COLUMNS, blind_scores, date_features
 from mia_fast.evaluation.report import format_table, k_families, shown_columns, write_report
+from mia_fast.evaluation.verdicts import all_verdicts, model_free_verdict
 
 WORDS = (
     "river stone cloud lamp field market garden letter window bridge harbour summer winter engine paper music".split()
@@ -62,25 +64,34 @@ def test_too_few_of_a_class_is_refused_clearly():
         blind_scores(random_texts(3, 5), [1, 0])
 
 
-def _metrics(auroc: float, low: float, high: float) -> metrics.MethodMetrics:
-    return metrics.MethodMetrics(auroc, (low, high), {"1%": 0.0}, 1.0, 10, 10, 0)
+def _metrics(auroc: float, low: float, high: float, p: float = 0.5, n: int = 10) -> metrics.MethodMetrics:
+    return metrics.MethodMetrics(auroc, (low, high), {"1%": 0.0}, 1.0, n, n, 0, metrics.Significance(p))
 
 
 @pytest.mark.parametrize(
     "blind, method, expected",
     [
-        ((0.55, 0.40, 0.70), (0.90, 0.85, 0.95), "at chance"),
-        ((0.97, 0.93, 1.00), (0.90, 0.85, 0.95), "WARNING"),  # above the best method
-        ((0.83, 0.72, 0.92), (0.90, 0.85, 0.95), "WARNING"),  # the best method's AUROC within the blind CI
-        ((0.70, 0.60, 0.80), (0.95, 0.90, 0.99), "leaks somewhat"),
+        ((0.55, 0.40, 0.70, 0.3), (0.90, 0.85, 0.95), "at chance"),
+        ((0.97, 0.93, 1.00, 0.001), (0.90, 0.85, 0.95), "WARNING"),  # above the best method
+        ((0.83, 0.72, 0.92, 0.001), (0.90, 0.85, 0.95), "WARNING"),  # the best method's AUROC within the blind CI
+        ((0.70, 0.60, 0.80, 0.001), (0.95, 0.90, 0.99), "leaks somewhat"),
+        # A CI above 0.5 is no leak without the test: p = 0.03 > 0.05 / 2 fails Holm's first step over two.
+        ((0.83, 0.72, 0.92, 0.03), (0.90, 0.85, 0.95), "at chance"),
+        # Both at chance, the baseline within the method's CI: no leak either.
+        ((0.56, 0.45, 0.66, 0.2), (0.57, 0.46, 0.67, 0.2), "at chance"),
     ],
 )
 def test_the_verdict_says_in_plain_words_what_the_blind_baseline_means(blind, method, expected):
-    verdict = blind_verdict(
-        {"loss": _metrics(*method), "blind_bow": _metrics(*blind), "blind_dates": _metrics(0.5, 0.4, 0.6)}
-    )
-    assert expected in verdict and "blind_bow" in verdict and "loss" in verdict
-    assert blind_verdict({"loss": _metrics(*method)}) is None
+    results = {"loss": _metrics(*method), "blind_bow": _metrics(*blind), "blind_dates": _metrics(0.5, 0.4, 0.6, 0.6)}
+    verdict = model_free_verdict(results)
+    assert expected in verdict.text and "blind_bow" in verdict.text and "loss" in verdict.text
+    assert verdict.warning == (expected == "WARNING")
+    assert (verdict.details["leaking"] == ["blind_bow"]) == (expected != "at chance")
+    if expected == "at chance":
+        assert f"a leak below AUROC {verdict.min_detectable_auroc:.2f} would likely go unseen (10 + 10 texts)" in (
+            verdict.text
+        )
+    assert model_free_verdict({"loss": _metrics(*method[:3])}) is None
 
 
 def test_k_families_and_the_columns_shown():
@@ -109,7 +120,8 @@ def test_report_shows_the_verdict_the_best_k_and_auroc_against_k(tmp_path):
     columns["loss"] = rng.normal(size=60)
     columns["blind_bow"] = labels * 3 + rng.normal(size=60)  # separable without the model
     results = metrics.evaluate(labels, columns, resamples=100)
-    written = write_report(tmp_path, labels, columns, results, {"data": "synthetic"})
+    verdicts = all_verdicts(results, shown_columns(results))
+    written = write_report(tmp_path, labels, columns, results, {"data": "synthetic"}, verdicts)
     assert [p.name for p in written] == [
         "metrics.json",
         "roc.png",
@@ -122,9 +134,10 @@ def test_report_shows_the_verdict_the_best_k_and_auroc_against_k(tmp_path):
     assert markdown.index("**WARNING") < markdown.index("## Detection quality") and "| blind_bow* |" in markdown
     assert (tmp_path / "report.html").read_text().count("class='warning'") == 1
     assert json.loads((tmp_path / "metrics.json").read_text())["model_free"]["columns"] == ["blind_bow"]
-    table = format_table(results)
-    assert "blind_bow*" in table and "WARNING" in table.splitlines()[-2]
-    assert table.splitlines()[-1].startswith("No method is above chance")
+    table = format_table(results, verdicts)
+    assert "blind_bow*" in table and table.splitlines()[-3].startswith("WARNING")
+    assert table.splitlines()[-2].startswith("Methods above chance")  # mink_1.0 at its best k
+    assert table.splitlines()[-1].startswith("No method is above chance and above the best model-free baseline")
 
 
 def test_eval_reports_blind_baselines_unless_told_not_to(tiny_model_dir, tmp_path, capsys):
@@ -172,4 +185,25 @@ def test_eval_with_one_member_refuses_before_scoring(tiny_model_dir, tmp_path, c
     write_jsonl(tmp_path / "one.jsonl", rows)
     assert "at least 2 members and 2 non-members" in fail(
         capsys, "eval", tmp_path / "one.jsonl", "--model", tiny_model_dir, "--report", tmp_path / "r", *FAST
+    )
+
+
+def test_blind_permutations_caps_the_refit_shuffles_and_the_report_says_what_that_costs(
+    tiny_model_dir, tmp_path, capsys
+):
+    rows = [{"text": f"{t} in 1850", "label": 1} for t in random_texts(12, 6, WORDS[:8])]
+    rows += [{"text": f"{t} in 2025", "label": 0} for t in random_texts(12, 7, WORDS[8:])]
+    data = write_jsonl(tmp_path / "leaky.jsonl", rows)
+    args = ["eval", data, "--model", tiny_model_dir, "--report", tmp_path / "r", "--bootstrap", "50", *FAST]
+    assert run_cli(*args, "--blind-permutations", "19") == 0
+    out = capsys.readouterr().out
+    # 19 shuffles give p >= 1/20, above Holm's 0.05 / 3: not even this perfect leak can show, and the report says so.
+    assert "at most 19 refit shuffles per baseline at this size" in out
+    assert "even a leak that separates perfectly would likely go unseen (12 + 12 texts)" in out
+    model_free = json.loads((tmp_path / "r" / "metrics.json").read_text())["model_free"]
+    assert model_free["min_detectable_auroc"] is None and {t["most"] for t in model_free["refit_tests"].values()} == {
+        19
+    }
+    assert "--blind-permutations: must be a whole number in [1, 100000], got '0'" in fail(
+        capsys, *args, "--blind-permutations", "0"
     )

@@ -53,6 +53,13 @@ def test_a_shifted_set_is_found_with_p_falling_with_the_texts_and_an_unshifted_o
     same = dataset_inference(features(300, 0.0, 3), features(300, 0.0, 4), ["strong", "noise", "weak"])
     assert not same.member and min(same.test.p_values) > SIGNIFICANCE / 5
     assert "no evidence" in same.summary() and "passed" in same.summary()
+    # 150 + 150 held out: a shift the outputs separate at AUROC below about 0.58 would likely go unseen.
+    assert same.min_detectable_auroc == pytest.approx(0.58, abs=0.01) and shifted.min_detectable_auroc == (
+        same.min_detectable_auroc
+    )
+    unseen = f"below AUROC {same.min_detectable_auroc:.2f} would likely go unseen (150 + 150 held-out texts)"
+    assert unseen in same.summary() and "unseen" not in shifted.summary()
+    assert same.to_dict()["min_detectable_auroc"] == same.min_detectable_auroc
 
 
 def test_seeded_and_rows_with_nan_left_out():
@@ -109,6 +116,7 @@ def test_the_command_scores_both_sets_once_and_writes_the_report(tiny_model_dir,
         "neighbor",
     ]
     assert payload["test"]["test_texts"] == [7, 6] and 0 <= payload["test"]["p_value"] <= 1
+    assert 0.5 < payload["min_detectable_auroc"] < 1 and payload["power"] == 0.8
     scores = [json.loads(line) for line in (report / "scores.jsonl").read_text().splitlines()]
     assert [r["suspect"] for r in scores] == [1] * 14 + [0] * 12
     for name in ("p_values.png", "report.md"):

@@ -15,7 +15,7 @@ from test_experiments import corpus_texts
 
 from mia_fast.errors import MiaFastWarning
 from mia_fast.evaluation import metrics
-from mia_fast.evaluation.blind import _greedy_scores, greedy_ngram_selection, telltale_ngrams
+from mia_fast.evaluation.blind import _greedy_scores, greedy_ngram_selection
 from mia_fast.evaluation.report import compare_reports, format_table, write_report
 
 
@@ -125,12 +125,6 @@ def test_greedy_selection_by_hand():
     assert longer.columns[0] == 2  # a tie goes to the longer n-gram
 
 
-def test_telltales_name_a_planted_leak():
-    members = [f"{t} in 2026" for t in random_texts(30, 0)]
-    telltales = telltale_ngrams(members + random_texts(30, 1), [1] * 30 + [0] * 30)
-    assert telltales[0].ngram == " 2026" and (telltales[0].members, telltales[0].nonmembers) == (30, 0)
-
-
 def _eval(tiny_model_dir, tmp_path, name, members, nonmembers) -> tuple[str, dict, str]:
     rows = [{"id": i, "text": t, "label": 1} for i, t in enumerate(members)]
     rows += [{"id": len(members) + i, "text": t, "label": 0} for i, t in enumerate(nonmembers)]
@@ -144,23 +138,34 @@ def test_the_verdict_names_a_planted_leak_and_finds_none_in_an_iid_split(tiny_mo
     members = [f"{t}, written in 2026" for t in random_texts(24, 10, WORDS, 16)]
     markdown, payload, leaky = _eval(tiny_model_dir, tmp_path, "leaky", members, random_texts(24, 11, WORDS, 16))
     out = capsys.readouterr().out
-    assert "**WARNING" in markdown and "What gives the members away first: ' 2026' (in 24 of 24 members" in markdown
+    named = "What gives the members away first: ' 2026' (held out, in 24 of 24 members and 0 of 24 non-members"
+    assert "**WARNING" in markdown and named in markdown
     assert "WARNING" in out and "' 2026'" in out
     assert payload["model_free"]["columns"] == ["blind_bow", "blind_dates", "blind_ngrams"]
-    assert payload["model_free"]["telltales"][0] == {"ngram": " 2026", "members": 24, "nonmembers": 0}
+    telltale = payload["model_free"]["telltales"][0]
+    assert (telltale["ngram"], telltale["members"], telltale["nonmembers"], telltale["folds"]) == (" 2026", 24, 0, 5)
     assert payload["methods"]["blind_ngrams"]["auroc"] == 1.0 and "No method is above chance" in payload["verdict"]
     assert all(0 < m["significance"]["permutation_p"] <= 1 for m in payload["methods"].values())
+    assert payload["verdicts"]["model_free"]["warning"] and 0.5 < payload["model_free"]["min_detectable_auroc"] < 1
 
     texts = random_texts(48, 12, WORDS, 16)
     markdown, payload, iid = _eval(tiny_model_dir, tmp_path, "iid", texts[:24], texts[24:])
+    figure = payload["verdicts"]["model_free"]["min_detectable_auroc"]
     assert "Model-free baselines are at chance" in markdown and "gives the members away" not in markdown
-    assert "WARNING" not in markdown and payload["model_free"]["telltales"]
+    unseen = f"at this size: a leak below AUROC {figure:.2f} would likely go unseen (24 + 24 texts)"
+    assert unseen in markdown and unseen in (tmp_path / "iid" / "report.html").read_text()
+    out = capsys.readouterr().out
+    assert unseen in out
+    assert payload["model_free"]["min_detectable_auroc"] == figure and payload["verdicts"]["model_free"]["power"] == 0.8
+    assert {"model_free", "above_chance", "above_model_free"} == set(payload["verdicts"])
+    assert all(0.5 < v["min_detectable_auroc"] <= 1 for v in payload["verdicts"].values())
+    assert "WARNING" not in markdown and payload["model_free"]["telltales"] == []
     # 24 non-members: TPR at 5% FPR is shown, at 1% and 0.1% it is n/a, in every format.
     assert "n/a (needs ≥ 100 non-members)" in markdown and "n/a (needs ≥ 1,000 non-members)" in markdown
     loss = payload["methods"]["loss"]
     assert loss["tpr_at_fpr"]["1%"] is None and loss["tpr_at_fpr"]["5%"] is not None
     assert loss["tpr_at_fpr_missing"]["1%"].startswith("needs >= 100 non-members")
-    assert "n/a: TPR@0.1%FPR needs ≥ 1,000; TPR@1%FPR needs ≥ 100 non-members" in capsys.readouterr().out
+    assert "n/a: TPR@0.1%FPR needs ≥ 1,000; TPR@1%FPR needs ≥ 100 non-members" in out
     with pytest.warns(MiaFastWarning, match="differ in data"):
         compared = compare_reports(leaky, iid)
     assert "n/a" in compared and "TPR@1%FPR needs ≥ 100 non-members (A and B had fewer)" in compared
@@ -182,6 +187,13 @@ def test_the_demo_report_shows_na_below_its_resolution(tiny_model_dir, tmp_path,
     assert "1/32" in loss["tpr_at_fpr_missing"]["0.1%"]
     # --bootstrap reaches the design (it once landed in another field, and the CI was one resample wide).
     assert loss["auroc_ci"][0] < loss["auroc_ci"][1] and loss["auroc_ci"][0] <= loss["auroc"] <= loss["auroc_ci"][1]
+    # Every verdict carries its minimum detectable AUROC, in metrics.json and in the words of a negative one.
+    verdicts = json.loads((tmp_path / "r" / "metrics.json").read_text())["verdicts"]
+    assert set(verdicts) == {"model_free", "above_chance", "above_model_free"}
+    model_free = verdicts["model_free"]
+    assert 0.5 < model_free["min_detectable_auroc"] < 1 and model_free["alpha"] == pytest.approx(0.05 / 3)
+    if not model_free["warning"] and "at chance" in model_free["text"]:
+        assert f"a leak below AUROC {model_free['min_detectable_auroc']:.2f} would likely go unseen" in markdown
 
 
 def test_the_text_table_and_report_hold_the_permutation_column(tmp_path):

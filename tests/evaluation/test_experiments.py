@@ -52,7 +52,7 @@ def test_split_is_seeded_disjoint_and_halved(tiny_model_dir):
 def test_fine_tuning_plants_members_that_the_methods_find(tiny_model_dir, tmp_path):
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=6, learning_rate=3e-3, batch_size=4, max_tokens=24, seed=0)
-    experiment, results = run_experiment(
+    experiment, assessed = run_experiment(
         loaded,
         corpus_texts(),
         tmp_path / "r",
@@ -60,7 +60,7 @@ def test_fine_tuning_plants_members_that_the_methods_find(tiny_model_dir, tmp_pa
         ScoringConfig(methods=["loss", "mink", "ref"], k=[0.2]),
     )
     assert experiment.losses[-1] < experiment.losses[0]
-    assert results["ref"].auroc > 0.9 and results["loss"].auroc > 0.8
+    assert assessed.results["ref"].auroc > 0.9 and assessed.results["loss"].auroc > 0.8
     meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
     assert meta["members"] == 12 and meta["epochs"] == 6 and meta["steps"] == 18
     for name in ("report.md", "report.html", "roc.png", "histograms.png", "training_loss.png", "scores.jsonl"):
@@ -73,15 +73,15 @@ def test_prefixes_are_drawn_beside_the_experiment_never_scored_and_only_the_memb
 ):
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
-    experiment, results = run_experiment(
+    experiment, assessed = run_experiment(
         loaded,
         corpus_texts(),
         tmp_path / "r",
         ExperimentDesign(tuning=tuning, texts=16, bootstrap=20, prefix_shots=2),
         ScoringConfig(methods=["loss", "recall", "conrecall"]),
     )
-    assert set(results) - set(BLIND_COLUMNS) == {"loss", "recall", "conrecall"} and np.isfinite(
-        results["conrecall"].auroc
+    assert set(assessed.results) - set(BLIND_COLUMNS) == {"loss", "recall", "conrecall"} and np.isfinite(
+        assessed.results["conrecall"].auroc
     )
     assert len(experiment.texts) == 16
     drawn = prepare_texts(corpus_texts(), loaded.tokenizer, count=20, max_tokens=8, seed=0)
@@ -95,14 +95,16 @@ def test_prefixes_are_drawn_beside_the_experiment_never_scored_and_only_the_memb
 def test_the_neighbour_attack_in_the_experiment_uses_word_drop_neighbours_by_default(tiny_model_dir, tmp_path):
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
-    _, results = run_experiment(
+    _, assessed = run_experiment(
         loaded,
         corpus_texts(),
         tmp_path / "r",
         ExperimentDesign(tuning=tuning, texts=16, bootstrap=20),
         ScoringConfig(methods=["loss", "neighbor"]),
     )
-    assert set(results) - set(BLIND_COLUMNS) == {"loss", "neighbor"} and np.isfinite(results["neighbor"].auroc)
+    assert set(assessed.results) - set(BLIND_COLUMNS) == {"loss", "neighbor"} and np.isfinite(
+        assessed.results["neighbor"].auroc
+    )
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]["neighbors"] == "WordDropNeighbors"
 
 
@@ -111,7 +113,7 @@ def test_the_experiment_runs_the_sampled_white_box_and_frequency_methods_with_it
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
     counts = np.ones(loaded.vocab_size, dtype=np.int64)
     methods = ["loss", "dcpdd", "samia", "pac", "gradnorm"]
-    _, results = run_experiment(
+    _, assessed = run_experiment(
         loaded,
         corpus_texts(),
         tmp_path / "r",
@@ -125,7 +127,9 @@ def test_the_experiment_runs_the_sampled_white_box_and_frequency_methods_with_it
             ],
         ),
     )
-    assert set(results) - set(BLIND_COLUMNS) == set(methods) and all(np.isfinite(results[m].auroc) for m in methods)
+    assert set(assessed.results) - set(BLIND_COLUMNS) == set(methods) and all(
+        np.isfinite(assessed.results[m].auroc) for m in methods
+    )
     meta = json.loads((tmp_path / "r" / "metrics.json").read_text())["meta"]
     assert meta["samia_samples"] == 2 and meta["pac_copies"] == 2
 
@@ -137,7 +141,7 @@ def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_metho
 
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
-    experiment, results = run_experiment(
+    experiment, assessed = run_experiment(
         loaded,
         corpus_texts(),
         tmp_path / "r",
@@ -147,8 +151,8 @@ def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_metho
         ScoringConfig(methods=["loss", "probe"]),
     )
     assert (
-        set(results) - set(BLIND_COLUMNS) == {"loss", "probe"}
-        and results["probe"].n_members == results["probe"].n_nonmembers == 6
+        set(assessed.results) - set(BLIND_COLUMNS) == {"loss", "probe"}
+        and assessed.results["probe"].n_members == assessed.results["probe"].n_nonmembers == 6
     )
     assert len(experiment.dev_members) == len(experiment.dev_nonmembers) == 2 and len(experiment.trained) == 8
     assert not set(experiment.dev_members + experiment.dev_nonmembers) & set(experiment.texts)

@@ -28,4 +28,7 @@ def test_micro_batches_change_no_step_loss_and_no_weight(tiny_model_dir):
     for micro_batch in (1, 2, 4):  # 4 leaves a last micro-batch of one short text
         losses, weights = tuned(tiny_model_dir, micro_batch)
         assert losses == pytest.approx(whole_losses, rel=1e-5)
-        assert torch.allclose(weights, whole_weights, atol=1e-5)
+        # Gradients summed in another order differ in the last fp32 bits, and Adam's normalisation makes that up to a
+        # few 1e-5 on a weight whose gradient is near zero (1.3e-5 seen on an Intel Xeon with AMX). A micro-batch
+        # weighed wrong moves the step losses above, and the weights by about the learning rate.
+        assert torch.allclose(weights, whole_weights, atol=5e-5)
