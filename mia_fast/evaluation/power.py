@@ -79,22 +79,24 @@ def min_detectable_auroc(
     A drawn null's threshold is the larger of ``z(1 - alpha)`` standard deviations and its own ``1 - alpha``
     quantile above its mean: on a few texts a refitted classifier separates some shuffles perfectly, and a null
     with more than ``alpha`` of its mass at AUROC 1 can detect nothing. Taken above the null's own mean (a refitted
-    null sits a little below 0.5), the figure is in AUROC above chance. None where none would be: even AUROC 1 falls
-    short, the null does not vary (a column that scores every text alike sees nothing), or the smallest p-value
-    the test can give, ``smallest_p`` (one over the shuffles plus one, or over the distinct labellings), is above
-    ``alpha``."""
+    null sits a little below 0.5), the figure is in AUROC above chance; a drawn null tighter than the rank-sum one
+    (tied scores) counts as the rank-sum one. None where none would be: even AUROC 1 falls short, the null does not
+    vary (a column that scores every text alike sees nothing), or the smallest p-value the test can give,
+    ``smallest_p`` (one over the shuffles plus one, or over the distinct labellings), is above ``alpha``."""
+    if smallest_p > alpha:
+        return None
     rank_sum = rank_sum_null_sd(members, nonmembers)
     excess = _z(1 - alpha) * rank_sum
     spread = 1.0
     if null is not None and len(null) >= 2:
         drawn = np.asarray(null, dtype=np.float64)
-        spread = float(drawn.std(ddof=1)) / rank_sum
         quantile = float(np.quantile(drawn, 1 - alpha, method="higher"))
-        if quantile >= 1 - 1e-12:  # more than alpha of the shuffles separate perfectly: nothing can pass them
+        if drawn.std() == 0 or quantile >= 1 - 1e-12:  # it never moves, or too often separates perfectly
             return None
+        # A null tighter than the rank-sum one comes of tied scores (texts the column cannot tell apart), not of a
+        # keener test: it never makes the figure smaller.
+        spread = max(1.0, float(drawn.std(ddof=1)) / rank_sum)
         excess = max(excess * spread, quantile - drawn.mean())
-    if smallest_p > alpha or spread == 0:
-        return None
     critical = 0.5 + excess
     z_power = _z(power)
     return _solve(lambda a: a - z_power * spread * hanley_mcneil_se(a, members, nonmembers) - critical)

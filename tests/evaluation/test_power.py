@@ -104,6 +104,9 @@ def test_a_null_with_mass_at_a_perfect_separation_sees_less_or_nothing():
     assert power.min_detectable_auroc(6, 6, 0.05 / 3, null=with_atom) is None
     assert power.min_detectable_auroc(6, 6, 0.05, null=with_atom) is not None  # 2.5% is within 5%
     assert power.min_detectable_auroc(6, 6, 0.05 / 3, null=np.full(50, 0.5)) is None  # a null that never moves
+    # A null tighter than the rank-sum one (a column whose scores mostly tie) claims no keener test.
+    tight = np.random.default_rng(4).normal(0.5, 0.2 * power.rank_sum_null_sd(32, 32), 1000)
+    assert power.min_detectable_auroc(32, 32, 0.05 / 3, null=tight) == power.min_detectable_auroc(32, 32, 0.05 / 3)
 
 
 def test_no_figure_where_nothing_could_be_detected():
