@@ -276,9 +276,11 @@ def evaluate_by_group(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
     permutations: int = PERMUTATIONS,
+    untested: Collection[str] = (),
 ) -> dict[str, dict[str, MethodMetrics]]:
     """:func:`evaluate` within each group (e.g. a length bucket) that holds both classes, in order of first
-    appearance."""
+    appearance; the ``untested`` columns (fitted on the labels, so that shuffles over their fixed scores test
+    nothing) get no permutation p-value (NaN)."""
     labels, groups = np.asarray(labels), np.asarray(groups)
     results = {}
     for group in dict.fromkeys(groups.tolist()):
@@ -290,5 +292,6 @@ def evaluate_by_group(
                 resamples=resamples,
                 seed=seed,
                 permutations=permutations,
+                permutation_p=dict.fromkeys(untested, math.nan),
             )
     return results

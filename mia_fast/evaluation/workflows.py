@@ -19,7 +19,7 @@ from mia_fast.data.text import assign_buckets, count_words
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.assessment import BlindSettings, assess
-from mia_fast.evaluation.blind import cross_validation_folds
+from mia_fast.evaluation.blind import BLIND_COLUMNS, cross_validation_folds
 from mia_fast.evaluation.report import write_report
 from mia_fast.evaluation.thresholds import (
     Threshold,
@@ -105,8 +105,9 @@ def evaluate_file(
     buckets = None
     if evaluation.buckets:
         names = assign_buckets([count_words(t) for t in dataset.texts], evaluation.buckets)
+        blind = [name for name in BLIND_COLUMNS if name in columns]
         buckets = metrics.evaluate_by_group(
-            labels, columns, names, resamples=evaluation.bootstrap, seed=evaluation.seed
+            labels, columns, names, resamples=evaluation.bootstrap, seed=evaluation.seed, untested=blind
         )
     meta = {
         **meta,

@@ -46,6 +46,10 @@ def test_eval_on_a_suite_with_buckets_writes_a_full_report(tiny_model_dir, wikim
     payload = json.loads((report / "metrics.json").read_text())
     assert set(payload["buckets"]) == {"≤10", "11–20", ">20"}
     assert payload["buckets"]["≤10"]["loss"]["n_members"] == 6  # lengths 3 and 10, six of each label
+    # Within a bucket a blind baseline is not refitted: shuffles over its fixed scores would test nothing, so no p.
+    bucket = payload["buckets"]["≤10"]
+    assert bucket["blind_bow"]["significance"]["permutation_p"] is None
+    assert 0 < bucket["loss"]["significance"]["permutation_p"] <= 1
     assert payload["meta"]["data"] == f"wikimia:WikiMIA_length64 ({wikimia_dir})" and payload["meta"]["max_words"] == 30
     for name in ("roc.png", "histograms.png", "report.md", "report.html", "scores.jsonl"):
         assert (report / name).stat().st_size > 0
