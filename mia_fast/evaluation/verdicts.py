@@ -24,7 +24,7 @@ from typing import Any
 
 from mia_fast.data.suites import Leakage
 from mia_fast.evaluation import metrics, power
-from mia_fast.evaluation.blind import BLIND_COLUMNS, MOST_PERMUTATIONS, RefitTest, Telltale
+from mia_fast.evaluation.blind import BLIND_COLUMNS, MOST_PERMUTATIONS, RefitTest, Telltale, leaking_baselines
 
 # The paired-bootstrap 95% CI of a margin excludes 0 from below at a one-sided 2.5%.
 MARGIN_ALPHA = 0.025
@@ -117,7 +117,7 @@ def model_free_verdict(
         if refit
         else "the rank-sum permutation null, Hanley-McNeil's spread under a leak; the most sensitive baseline"
     )
-    leaking = metrics.holm_rejections({n: r.significance.permutation_p for n, r in blind.items()})
+    leaking = leaking_baselines(results)
     telltales = list(telltales) if leaking else []  # named only where a baseline is significant
     details: dict[str, Any] = {
         "per_column": detectable,
