@@ -240,8 +240,8 @@ class _Manifest:
         self.directory, self.path = directory, directory / MANIFEST
         if resume and overwrite:
             raise MiaFastError("--resume and --overwrite exclude each other")
-        if overwrite:
-            shutil.rmtree(directory, ignore_errors=True)
+        if overwrite and directory.is_dir():
+            self._remove_run(directory)
         recorded = json.loads(self.path.read_text()) if self.path.is_file() else None
         if recorded is None:
             if out.exists() and not overwrite:
@@ -250,7 +250,10 @@ class _Manifest:
                     + ("" if not resume else f" (it was not written by a --ray run: {self.path} is missing)")
                 )
             if directory.is_dir() and any(directory.iterdir()):
-                raise MiaFastError(f"{directory} is not empty and holds no {MANIFEST}; pass --overwrite to replace it")
+                raise MiaFastError(
+                    f"{directory} is not the shards folder of a --ray run (no {MANIFEST}); it was left as it is: move "
+                    "it away, or choose another --out"
+                )
             self.content = {"settings": settings, "positions": None, "rows": None, "finished": {}, "merged": False}
             return
         if not resume:
@@ -268,6 +271,18 @@ class _Manifest:
                 "start over"
             )
         self.content = recorded
+
+    def _remove_run(self, directory: Path) -> None:
+        """Removes an earlier --ray run's shards, only where the folder is one (it holds the run's manifest): a
+        folder of the user's at that path is refused and left as it is."""
+        if not self.path.is_file():
+            if not any(directory.iterdir()):
+                return
+            raise MiaFastError(
+                f"{directory} is not the shards folder of a --ray run (no {MANIFEST}); it was left as it is: move it "
+                "away, or choose another --out"
+            )
+        shutil.rmtree(directory)
 
     def shards(self, data: DataStream, shard_rows: int) -> list[_Shard]:
         """The shards of the input (its row positions read once, then kept here for reruns)."""

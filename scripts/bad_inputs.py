@@ -12,7 +12,11 @@ Each case runs ``mia-fast`` in this process on files prepared in a fresh directo
 - ``litter``: refused, but a file was left behind (e.g. an empty output that blocks the corrected rerun);
 - ``silent``: a bad input went through without a word (exit 0);
 - ``harmful``: a file that was there changed or went;
+- ``security``: the API key of a served-model case showed in a line printed or a file written;
 - ``crash``: a traceback.
+
+The served-model cases run against ``scripts/faulty_server.py``, a server that misbehaves on purpose in one way
+each, in this process.
 
 Prints one line per case and a table of outcomes; ``--json FILE`` writes both.
 """
@@ -23,9 +27,13 @@ import argparse
 import contextlib
 import gzip
 import hashlib
+import importlib.util
 import io
 import json
+import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -34,7 +42,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-OUTCOMES = ("refused", "accepted", "unclear", "litter", "silent", "harmful", "crash")
+OUTCOMES = ("refused", "accepted", "unclear", "litter", "silent", "harmful", "security", "crash")
+# The most seconds a case may run: every one takes a few on the built-in model.
+CASE_LIMIT_S = 300.0
+KEY_VARIABLE = "MIA_FAST_BAD_INPUTS_KEY"
+KEY = "sk-bad-inputs-7c1f9e2a"
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,7 @@ class Case:
 
 
 SCORE = "score {data} {M} --methods loss,zlib --quiet"
+SERVED = "score {data} --server-model tiny --api-key-env " + KEY_VARIABLE + " --methods loss --out {new} --quiet"
 CASES = [
     # ---- input files ----
     Case("score: data file missing", "score {work}/nothere.jsonl {M} --out {new} --quiet", "no such file"),
@@ -358,6 +371,90 @@ CASES = [
         "probe train --train {data} --dev {data} {M} --epochs 0 --out {work}/p --quiet",
         "--epochs",
     ),
+    # ---- one output gate for every command (issue 36) ----
+    Case(
+        "calibrate: --out is the data, --overwrite",
+        "calibrate {data} {M} --method loss --out {data} --overwrite --quiet",
+        "is the input",
+    ),
+    Case(
+        "classify: --out is the threshold, --overwrite",
+        "classify {data} {M} --threshold {threshold} --out {threshold} --overwrite --quiet",
+        "is the input",
+    ),
+    Case(
+        "freq build: --out is the corpus, --overwrite",
+        "freq build {corpus_file} --tokenizer {model} --out {corpus_file} --overwrite --quiet",
+        "is the input",
+    ),
+    Case(
+        "freq merge: --out is an input table, --overwrite",
+        "freq merge {table} {table_copy} --out {table} --overwrite",
+        "is the input",
+    ),
+    Case("eval: report folder holds the user's files", "eval {data} {M} --report {user_report} --quiet", "not empty"),
+    Case(
+        "eval: report folder holds the input", "eval {data} {M} --report {work} --overwrite --quiet", "holds the input"
+    ),
+    Case("score: --out is a folder", SCORE + " --out {folder_out} --overwrite", "is a folder"),
+    Case("score: --out is a dangling link", SCORE + " --out {dangling}", "link to nothing"),
+    Case(
+        "calibrate: --out is a dangling link", "calibrate {data} {M} --method loss --out {dangling}", "link to nothing"
+    ),
+    Case("probe train: --out is a file", "probe train --train {data} --dev {data} {M} --out {text_file}", "is a file"),
+    Case("score: the user's OUT.lock", SCORE + " --out {user_lock} --overwrite", "not a lock of mia-fast"),
+    Case("score: the user's OUT.partial/, --overwrite", SCORE + " --out {user_stage} --overwrite", "left as it is"),
+    Case("score: the user's OUT.manifest.json", SCORE + " --out {user_manifest}", "not a manifest of mia-fast"),
+    Case(
+        "freq build: the user's OUT.partial/, --overwrite",
+        "freq build {corpus_dir} --tokenizer {model} --out {user_checkpoints} --overwrite --quiet",
+        "not a checkpoint folder",
+    ),
+    # ---- resume checks what it keeps ----
+    Case("score: --resume, a staged score edited", SCORE + " --out {stage_edited} --resume", "changed after"),
+    Case("score: --resume, the stage cut short", SCORE + " --out {stage_cut} --resume", "shorter than its manifest"),
+    Case("score: --resume, the stage's manifest gone", SCORE + " --out {stage_orphan} --resume", "no manifest"),
+    Case("score: --resume, the output edited", SCORE + " --out {edited} --resume", "changed after"),
+    # ---- inputs and options ----
+    Case("score: a named pipe as DATA", "score {fifo} {M} --out {new} --quiet", "named pipe"),
+    Case("score: the same id twice", "score {dupids} {M} --methods loss --out {new} --quiet", "more than once", True),
+    Case(
+        "eval: a text labelled both ways",
+        "eval {contradictory} {M} --methods loss --report {work}/r --bootstrap 20 --no-blind --quiet",
+        "labelled both",
+        True,
+    ),
+    Case("eval: --bootstrap 1000000000", "eval {data} {M} --report {work}/r --bootstrap 1000000000", "--bootstrap"),
+    Case("score: --block-rows 10**12", SCORE + " --block-rows 1000000000000 --out {new}", "--block-rows"),
+    # ---- served models: the answers checked, the key never shown ----
+    Case("server: /v1/models is a list", SERVED + " --server {server_models_list}", "/v1/models"),
+    Case("server: completions answer a list", SERVED + " --server {server_completions_list}", "/v1/completions"),
+    Case("server: a log-prob is a string", SERVED + " --server {server_logprob_string}", "not a number"),
+    Case("server: an entry is a bare float", SERVED + " --server {server_bare_float}", "/v1/completions"),
+    Case("server: NaN log-probs", SERVED + " --server {server_nan}", "log-prob"),
+    Case("server: +inf log-probs", SERVED + " --server {server_inf}", "log-prob"),
+    Case("server: positive log-probs", SERVED + " --server {server_positive}", "log-prob"),
+    Case("server: token ids as strings", SERVED + " --server {server_tokens_strings}", "/tokenize"),
+    Case(
+        "server: an answer a byte at a time",
+        SERVED + " --server {server_slow_drip} --server-timeout 1",
+        "--server-timeout",
+    ),
+    Case(
+        "server: the key in --server's query",
+        "score {data} --server http://127.0.0.1:9/v1?api_key=" + KEY + " --server-model tiny --out {new} --quiet",
+        "without a query",
+    ),
+    Case(
+        "server: model names echo the key",
+        SERVED.replace("--server-model tiny", "--server-model other") + " --server {server_echo_key}",
+        "not 'other'",
+    ),
+    Case(
+        "server: a refusal echoes the key",
+        SERVED + " --server {server_refuse_echo_key}",
+        "refused the key",
+    ),
 ]
 
 
@@ -375,18 +472,34 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+class _RanOn(BaseException):
+    """A case still running at its time limit (an input accepted that makes the run go on without end)."""
+
+
+def _stop_running(signum: int, frame: object) -> None:
+    raise _RanOn
+
+
 def _run(argv: list[str]) -> tuple[int | None, str, str]:
-    """(exit code, stderr, traceback or '') of one command in this process."""
+    """(exit code, stderr, traceback or '') of one command in this process. A command still running after
+    CASE_LIMIT_S is stopped and counts as exit 0: it took the input without a word."""
     from mia_fast.cli.main import main
 
     err = io.StringIO()
+    previous = signal.signal(signal.SIGALRM, _stop_running)
+    signal.setitimer(signal.ITIMER_REAL, CASE_LIMIT_S)
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
             return main(argv), err.getvalue(), ""
         except SystemExit as exc:  # an older main let argparse exit
             return int(exc.code or 0), err.getvalue(), ""
+        except _RanOn:
+            return 0, err.getvalue() + f"(still running after {CASE_LIMIT_S:g} s: stopped)\n", ""
         except BaseException:  # noqa: BLE001 - a traceback is the outcome being measured
             return None, err.getvalue(), traceback.format_exc()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def _copy_weights(model: str | None, target: Path) -> None:
@@ -508,6 +621,7 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
         arrays = dict(saved)
     arrays["logp"] = arrays["logp"] + 1
     np.savez(tampered_stats, **arrays)
+    places.update(_round_two(work, places, scores, table))
     places.update(
         scores=str(scores),
         cache=str(cache),
@@ -523,10 +637,84 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
     return places
 
 
+def _round_two(work: Path, places: dict[str, str], scores: Path, table: Path) -> dict[str, str]:
+    """The files of the output-gate, resume and input cases: the user's own files where the tool's side files go,
+    stages whose rows were edited, cut or orphaned, and doubtful inputs."""
+    from mia_fast.data.artefacts import read_checked_json, write_checked_json
+    from mia_fast.data.outputs import MANIFEST_KIND, manifest_path, stage_path
+
+    rows = [json.loads(line) for line in Path(places["data"]).read_text().splitlines()]
+    made = {
+        "corpus_file": Path(places["corpus_dir"]) / "c.jsonl",
+        "table_copy": work / "copy.freq",
+        "user_report": work / "user-report",
+        "folder_out": work / "folder.jsonl",
+        "dangling": work / "dangling.jsonl",
+        "user_lock": work / "locked.jsonl",
+        "user_stage": work / "staged.jsonl",
+        "user_manifest": work / "manifested.jsonl",
+        "user_checkpoints": work / "u.freq",
+        "dupids": _write_jsonl(work / "dupids.jsonl", [*rows, {**rows[1], "text": "another text"}]),
+        "contradictory": _write_jsonl(
+            work / "contradictory.jsonl", [*rows, {**rows[0], "label": 1 - rows[0]["label"]}]
+        ),
+        "fifo": work.with_name(work.name + "-fifo.jsonl"),
+    }
+    shutil.copy(table, made["table_copy"])
+    made["user_report"].mkdir()
+    (made["user_report"] / "metrics.json").write_text('{"mine": true}\n')
+    (made["user_report"] / "report.md").write_text("# my own report\n")
+    made["folder_out"].mkdir()
+    made["dangling"].symlink_to(work / "gone.jsonl")
+    Path(f"{made['user_lock']}.lock").write_text("my shopping list\n")
+    stage_path(made["user_stage"]).mkdir()
+    (stage_path(made["user_stage"]) / "thesis.tex").write_text("chapter one\n")
+    manifest_path(made["user_manifest"]).write_text('{"my": "settings"}\n')
+    Path(f"{made['user_checkpoints']}.partial").mkdir()
+    (Path(f"{made['user_checkpoints']}.partial") / "keep.txt").write_text("mine\n")
+    if not made["fifo"].exists():
+        os.mkfifo(made["fifo"])  # beside the work folder, which is copied (a FIFO would block the copy)
+    recorded = read_checked_json(manifest_path(scores), MANIFEST_KIND, "a scoring run")
+    for name in ("stage_edited", "stage_cut", "stage_orphan"):
+        made[name] = work / f"{name}.jsonl"
+        stage = stage_path(made[name])
+        stage.mkdir()
+        shutil.copy(scores, stage / "rows.jsonl")
+        write_checked_json(stage / "manifest.json", {**recorded, "complete": False}, MANIFEST_KIND)
+    edited_row = re.sub(
+        rb'("loss": -?\d+\.\d)(\d)', lambda m: m[1] + (b"7" if m[2] != b"7" else b"8"), scores.read_bytes(), count=1
+    )
+    (stage_path(made["stage_edited"]) / "rows.jsonl").write_bytes(edited_row)
+    cut = stage_path(made["stage_cut"]) / "rows.jsonl"
+    cut.write_bytes(cut.read_bytes()[:-30])
+    (stage_path(made["stage_orphan"]) / "manifest.json").unlink()
+    made["edited"] = work / "edited.jsonl"
+    made["edited"].write_bytes(edited_row)
+    shutil.copy(manifest_path(scores), manifest_path(made["edited"]))
+    return {name: str(path) for name, path in made.items()}
+
+
+def _faulty_server():
+    """``scripts/faulty_server.py``, loaded from beside this script (it is not a package)."""
+    path = Path(__file__).with_name("faulty_server.py")
+    spec = importlib.util.spec_from_file_location("faulty_server", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _leaks_key(err: str, work: Path) -> bool:
+    if KEY in err:
+        return True
+    return any(KEY.encode() in p.read_bytes() for p in work.rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def judge(case: Case, code: int | None, err: str, crash: str, before: dict, after: dict, places: dict) -> str:
     lines = [line for line in err.strip().splitlines() if line]
     if crash or "Traceback" in err:
         return "crash"
+    if "--server" in case.argv and _leaks_key(err, Path(places["work"])):
+        return "security"
     if any(after.get(path) != digest for path, digest in before.items()):
         return "harmful"
     expected = case.expect.format(**places)
@@ -548,6 +736,32 @@ def run_cases(model: str | None, work: Path, cases: list[Case] = CASES) -> list[
     pristine = work.with_name(work.name + "-pristine")
     shutil.copytree(work, pristine, symlinks=True)
     model_options = "" if model is None else f"--model {model}"
+    servers = contextlib.ExitStack()
+    serving = _faulty_server().serving
+    for behaviour in sorted({b for case in cases for b in re.findall(r"\{server_(\w+)\}", case.argv)}):
+        places[f"server_{behaviour}"] = servers.enter_context(serving(behaviour, drip_s=0.3))
+    servers.enter_context(_key_in_environment())
+    with servers:
+        results = _run_each(cases, places, model_options, work, pristine)
+    shutil.rmtree(pristine)
+    Path(places["fifo"]).unlink(missing_ok=True)
+    return results
+
+
+@contextlib.contextmanager
+def _key_in_environment():
+    before = os.environ.get(KEY_VARIABLE)
+    os.environ[KEY_VARIABLE] = KEY
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(KEY_VARIABLE, None)
+        else:
+            os.environ[KEY_VARIABLE] = before
+
+
+def _run_each(cases: list[Case], places: dict, model_options: str, work: Path, pristine: Path) -> list[dict]:
     results = []
     for case in cases:
         argv = [part.format(**places, M="") for part in case.argv.replace("{M}", model_options).split()]
@@ -569,7 +783,6 @@ def run_cases(model: str | None, work: Path, cases: list[Case] = CASES) -> list[
                 "seconds": round(seconds, 2),
             }
         )
-    shutil.rmtree(pristine)
     return results
 
 

@@ -105,12 +105,31 @@ def test_echo_and_the_servers_own_tokenizer_give_the_same_log_probs(served, text
     by_echo = detector.score(texts[:8], ["loss", "mink"], [0.2])
     for column in by_prompt_logprobs:
         np.testing.assert_allclose(by_echo[column], by_prompt_logprobs[column], rtol=RTOL)
-    # Without a tokenizer here the server tokenizes (its own start-token rule) and the ids come back from it.
+    # Where the server tokenizes (no tokenizer of the model here), its ids come back from it, without a start token.
     untokenized = Detector(ServerConfig(served.url, served.model, api_key_env=KEY_VARIABLE))
+    untokenized.target.loaded = None
+    untokenized.target.prepend_start = False
     local = Detector(ModelConfig(model=served.model_dir, dtype="fp32", device="cpu", prepend_start=False))
     np.testing.assert_allclose(
         untokenized.score(texts[:8], ["loss"])["loss"], local.score(texts[:8], ["loss"])["loss"], rtol=RTOL
     )
+
+
+def test_without_tokenizer_served_scores_equal_local_scores(tmp_path, capsys, served, data, counts, local_scores):
+    """No --tokenizer: the served model's own tokenizer is found here by the root vLLM reports, so the start token
+    and the ids are a local run's and every score agrees."""
+    out = tmp_path / "served.jsonl"
+    args = server_args(served, "--freq-counts", counts)
+    assert run_cli("score", data, *args, "--methods", METHODS, "--out", out, "--quiet") == 0
+    err = capsys.readouterr().err
+    assert "tokenizer: the served model's own, found here at" in err and "warning" not in err
+    got = read_jsonl(out)
+    assert [r["n_tokens"] for r in got] == [r["n_tokens"] for r in local_scores]
+    assert_same_scores(got, local_scores)
+    columns = [c for c in got[0] if c in ("loss", "zlib") or c.startswith("mink_")]
+    assert len(columns) == 12
+    engine = json.loads(Path(f"{out}.manifest.json").read_text())["engines"]["target"]
+    assert engine["prepend_start"] is True and engine["tokenizer"] != "the server's"
 
 
 def test_minkpp_estimate_through_the_server_equals_the_same_estimate_here(served, texts):

@@ -14,13 +14,13 @@ from mia_fast.cli.options import (
     bounded,
     input_name,
     load_input,
-    positive_int,
     run_config,
     score_settings,
     single_column,
     stderr,
 )
-from mia_fast.errors import MiaFastError
+from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data.gate import Output
 from mia_fast.evaluation.thresholds import RULES
 from mia_fast.methods.settings import Range
 
@@ -50,7 +50,9 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", required=True, help="one row per text with its score and flag (.jsonl); the rates go beside it"
     )
-    parser.add_argument("--top", type=positive_int, default=20, help="documents shown in the printed table")
+    parser.add_argument(
+        "--top", type=bounded(Range(1, 10**6, whole=True)), default=20, help="documents shown in the printed table"
+    )
     parser.set_defaults(handler=command_classify)
 
 
@@ -63,8 +65,7 @@ def command_calibrate(args: argparse.Namespace) -> None:
 
     column = single_column(args.method)
     out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise MiaFastError(f"{out} exists; pass --overwrite to replace it")
+    check_command_outputs(args, Output(out), Output(_scores_path(out), staged=True, resumable=True))
     dataset = load_input(args, require_labels=True)
     config = run_config(args, dataset, _scores_path(out), methods=column)
     settings = score_settings(config, args) | {"data": input_name(args)}
@@ -84,14 +85,12 @@ def command_classify(args: argparse.Namespace) -> None:
     from mia_fast.evaluation.thresholds import Threshold
     from mia_fast.evaluation.workflows import classify_file
 
-    threshold = Threshold.load(args.threshold)
     out = Path(args.out)
+    rates_path = out.with_name(out.stem + ".rates.json")
+    check_command_outputs(args, Output(out), Output(rates_path), Output(_scores_path(out), staged=True, resumable=True))
+    threshold = Threshold.load(args.threshold)
     column = single_column(args.method) if args.method else None
     threshold.check_use(args.threshold, score_settings(run_config(args, None, out, threshold.method), args), column)
-    rates_path = out.with_name(out.stem + ".rates.json")
-    for path in (out, rates_path):
-        if path.exists() and not args.overwrite:
-            raise MiaFastError(f"{path} exists; pass --overwrite to replace it")
     dataset = load_input(args)
     config = run_config(args, dataset, _scores_path(out), threshold.method)
     rates = classify_file(dataset, config, threshold, str(args.threshold), out, input_name(args), log=stderr)

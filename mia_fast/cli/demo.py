@@ -10,14 +10,19 @@ from pathlib import Path
 from mia_fast.cli.options import (
     add_blind_permutations_option,
     add_model_options,
+    batch_texts,
     bounded,
+    epochs,
     fractions,
+    learning_rate,
     method_list,
-    non_negative_int,
-    positive_int,
-    positive_number,
-    refuse_nonempty,
+    per_text,
+    resamples,
+    seed,
+    token_count,
 )
+from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.experiments import DEMO_METHODS, MIN_TEXTS, PREFIX_SHOTS, PROBE_TEXTS, FineTuning
 from mia_fast.evaluation.probe import ProbeTraining
@@ -39,42 +44,42 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
         help="texts to split (.txt a text per line, .jsonl[.gz], .json.gz, .parquet); default: stdlib docstrings",
     )
     demo.add_argument("--text-field", default="text")
+    # The demo fine-tunes on half its texts: 100,000 is already hours of work, more is a typo.
     demo.add_argument(
         "--texts",
-        type=bounded(Range(MIN_TEXTS, whole=True)),
+        type=bounded(Range(MIN_TEXTS, 100_000, whole=True)),
         default=64,
         help="texts drawn from the corpus, half of them members (default 64)",
     )
-    demo.add_argument("--epochs", type=positive_int, default=FineTuning.epochs)
-    demo.add_argument(
-        "--lr", type=positive_number, default=FineTuning.learning_rate, help="learning rate (default 1e-4)"
-    )
-    demo.add_argument("--batch-size", type=positive_int, default=FineTuning.batch_size)
+    demo.add_argument("--epochs", type=epochs, default=FineTuning.epochs)
+    demo.add_argument("--lr", type=learning_rate, default=FineTuning.learning_rate, help="learning rate (default 1e-4)")
+    demo.add_argument("--batch-size", type=batch_texts, default=FineTuning.batch_size)
     demo.add_argument(
         "--max-tokens",
-        type=positive_int,
+        type=token_count,
         default=FineTuning.max_tokens,
         help="each text is cut to this many tokens (default 128)",
     )
-    demo.add_argument("--seed", type=non_negative_int, default=FineTuning.seed)
+    demo.add_argument("--seed", type=seed, default=FineTuning.seed)
     demo.add_argument("--methods", type=method_list, default=",".join(DEMO_METHODS))
     demo.add_argument("--k", type=fractions, help="fractions for mink/minkpp (default 0.1,...,1.0)")
+    # A prefix of more than 100 passages outgrows any context window.
     demo.add_argument(
         "--prefix-shots",
-        type=positive_int,
+        type=bounded(Range(1, 100, whole=True)),
         default=PREFIX_SHOTS,
         help="for recall and conrecall: passages drawn for each prefix, known non-members and (conrecall) known "
         f"members (default {PREFIX_SHOTS})",
     )
     demo.add_argument(
         "--probe-texts",
-        type=positive_int,
+        type=bounded(Range(1, 100_000, whole=True)),
         default=PROBE_TEXTS,
         help=f"for probe: passages drawn as its training set, half of them its proxy's members (default {PROBE_TEXTS})",
     )
     demo.add_argument(
         "--probe-lr",
-        type=positive_number,
+        type=learning_rate,
         default=ProbeTraining.learning_rate,
         help="for probe: its proxy's fine-tuning learning rate (default 1e-3)",
     )
@@ -85,11 +90,11 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     )
     demo.add_argument(
         "--neighbor-count",
-        type=positive_int,
+        type=per_text,
         default=DEFAULT_NEIGHBORS,
         help=f"for neighbor: neighbours per text (default {DEFAULT_NEIGHBORS})",
     )
-    demo.add_argument("--bootstrap", type=positive_int, default=1000)
+    demo.add_argument("--bootstrap", type=resamples, default=1000)
     demo.add_argument(
         "--no-blind",
         dest="blind",
@@ -119,7 +124,7 @@ def command_demo(args: argparse.Namespace) -> None:
     from mia_fast.scoring.config import ScoringConfig
 
     report = Path(args.report)
-    refuse_nonempty(report, args.overwrite, "--report")
+    check_command_outputs(args, Output(report, "--report", folder=True))
     corpus = read_corpus(args.corpus, args.text_field) if args.corpus else stdlib_corpus()
     corpus_name = args.corpus or "Python standard library docstrings"
     methods = [m for m in args.methods.split(",") if m]

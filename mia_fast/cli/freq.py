@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from mia_fast.cli.options import non_negative_int, positive_int
+from mia_fast.cli.options import bounded
+from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.sources import (
     TOKEN_DTYPES,
@@ -17,10 +19,18 @@ from mia_fast.frequency.sources import (
     Counting,
     build_from_text,
     build_from_tokens,
+    check_checkpoints,
     expand_sources,
+    remove_checkpoints,
     require_text,
 )
 from mia_fast.frequency.table import MODES, FrequencyTable, tokenizer_fingerprint
+from mia_fast.methods.settings import Range
+
+# The largest vocabularies hold about 256k tokens; a table of 2**24 counts is already 128 MiB.
+VOCABULARY_SIZE = Range(1, 2**24, whole=True)
+# Threads beyond any machine's cores.
+MOST_THREADS = 1024
 
 
 def add_command(name: str, freq: argparse.ArgumentParser) -> None:
@@ -36,7 +46,7 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
         )
         parser.add_argument(
             "--max-tokens-per-doc",
-            type=positive_int,
+            type=bounded(Range(1, 2**30, whole=True)),
             help="count only each document's first N tokens (the DC-PDD code used 1024)",
         )
         parser.add_argument("--overwrite", action="store_true", help="replace an existing table")
@@ -55,10 +65,12 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
         help="hub name, local model directory, .gguf file, or 'default' (the built-in model)",
     )
     build.add_argument("--text-field", default="text", help="JSON field or parquet column holding the text")
-    build.add_argument("--workers", type=positive_int, help="tokenizer threads (default: one per core)")
+    build.add_argument(
+        "--workers", type=bounded(Range(1, MOST_THREADS, whole=True)), help="tokenizer threads (default: one per core)"
+    )
     build.add_argument(
         "--vocab-size",
-        type=positive_int,
+        type=bounded(VOCABULARY_SIZE),
         help="the model's vocabulary size when its output head is larger than the tokenizer",
     )
     build.add_argument(
@@ -81,23 +93,28 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
     )
     tokens.set_defaults(handler=command_build_tokens)
     tokens.add_argument("files", nargs="+", help="token files, or Megatron prefixes (PATH for PATH.bin + PATH.idx)")
-    tokens.add_argument("--vocab-size", type=positive_int, required=True)
+    tokens.add_argument("--vocab-size", type=bounded(VOCABULARY_SIZE), required=True)
     tokens.add_argument(
         "--dtype", choices=TOKEN_DTYPES, help="id type of raw files (.npy headers and Megatron indexes carry their own)"
     )
     tokens.add_argument(
         "--doc-separator",
-        type=non_negative_int,
+        type=bounded(Range(0, VOCABULARY_SIZE.maximum - 1, whole=True)),
         help="id that ends every document of a raw stream (for --mode document or --max-tokens-per-doc)",
     )
     tokens.add_argument("--tokenizer", help="the tokenizer that made the ids, to stamp its fingerprint on the table")
-    tokens.add_argument("--threads", type=non_negative_int, default=0, help="counting threads (default: one per core)")
+    tokens.add_argument(
+        "--threads",
+        type=bounded(Range(0, MOST_THREADS, whole=True)),
+        default=0,
+        help="counting threads (default: one per core)",
+    )
     counting_options(tokens)
 
     info = actions.add_parser("info", help="print a table's header and its most frequent ids")
     info.set_defaults(handler=command_info)
     info.add_argument("table")
-    info.add_argument("--top", type=positive_int, default=10)
+    info.add_argument("--top", type=bounded(VOCABULARY_SIZE), default=10)
     info.add_argument("--tokenizer", help="show the most frequent ids as tokens of this tokenizer")
 
     merge = actions.add_parser("merge", help="add tables built with the same tokenizer and settings")
@@ -107,12 +124,10 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
     merge.add_argument("--overwrite", action="store_true")
 
 
-def _check_output(path: Path, overwrite: bool) -> None:
-    """Refuses an existing output or an unwritable place before any work is done."""
-    if path.exists() and not overwrite:
-        raise MiaFastError(f"{path} exists; pass --overwrite to replace it")
-    if path.is_dir():
-        raise MiaFastError(f"{path} is a directory")
+def _check_output(args: argparse.Namespace, path: Path, inputs: Sequence[Path] = ()) -> None:
+    """Refuses an output the gate refuses (an input, an existing table without --overwrite, a folder) or an
+    unwritable place, before any work is done."""
+    check_command_outputs(args, Output(path), inputs=inputs)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise MiaFastError(f"{parent}: no such directory for the output")
@@ -126,13 +141,15 @@ def _summary(table: FrequencyTable, path: Path) -> str:
 
 def command_build(args: argparse.Namespace) -> None:
     out = Path(args.out)
-    _check_output(out, args.overwrite)
+    sources = expand_sources(args.sources)
+    _check_output(args, out, sources)
+    checkpoints = out.with_name(out.name + ".partial")
+    check_checkpoints(checkpoints)
     corpus = CorpusFormat(text_field=args.text_field, skip_bad_records=args.skip_bad_records)
     counting = Counting(mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc, vocab_size=args.vocab_size)
-    require_text(expand_sources(args.sources), corpus)  # before torch and the tokenizer, which take long to load
-    checkpoints = out.with_name(out.name + ".partial")
+    require_text(sources, corpus)  # before torch and the tokenizer, which take long to load
     if args.overwrite:
-        shutil.rmtree(checkpoints, ignore_errors=True)
+        remove_checkpoints(checkpoints)
     if args.ray is not None:
         from mia_fast.cluster import build_on_ray, require_ray
 
@@ -153,7 +170,7 @@ def command_build(args: argparse.Namespace) -> None:
         **options,
     )
     report.table.save(out, overwrite=args.overwrite)
-    shutil.rmtree(checkpoints, ignore_errors=True)
+    remove_checkpoints(checkpoints)
     if report.resumed_shards:
         print(f"resumed: {report.resumed_shards} finished shard(s) taken from {checkpoints}", file=sys.stderr)
     if report.bad_records:
@@ -169,7 +186,7 @@ def command_build(args: argparse.Namespace) -> None:
 
 def command_build_tokens(args: argparse.Namespace) -> None:
     out = Path(args.out)
-    _check_output(out, args.overwrite)
+    _check_output(args, out)
     fingerprint = None
     if args.tokenizer:
         from mia_fast.pipeline.models import load_tokenizer
@@ -217,7 +234,7 @@ def command_info(args: argparse.Namespace) -> None:
 
 def command_merge(args: argparse.Namespace) -> None:
     out = Path(args.out)
-    _check_output(out, args.overwrite)
+    _check_output(args, out)
     table = FrequencyTable.merge([FrequencyTable.load(p) for p in args.tables])
     table.save(out, overwrite=args.overwrite)
     print(_summary(table, out))

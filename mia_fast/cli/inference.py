@@ -12,9 +12,10 @@ from mia_fast.cli.options import (
     add_scoring_options,
     fractions,
     method_list,
-    non_negative_int,
-    refuse_nonempty,
+    seed,
 )
+from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data.gate import Output
 from mia_fast.pipeline.neighbors import WORD_DROP
 
 # Maini et al.'s features, as far as the engine has them: likelihoods, Min-K% and Min-K%++ over k,
@@ -38,7 +39,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report", required=True, help="directory for dataset_inference.json, p_values.png, report.md and the scores"
     )
-    parser.add_argument("--seed", type=non_negative_int, default=0, help="the halves and the draws (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="the halves and the draws (default 0)")
     parser.add_argument(
         "--methods",
         type=method_list,
@@ -73,7 +74,11 @@ def command_dataset_inference(args: argparse.Namespace) -> None:
     from mia_fast.scoring.runner import score_file
 
     report = Path(args.report)
-    refuse_nonempty(report, args.overwrite or args.resume, "--report")
+    check_command_outputs(
+        args,
+        Output(report, "--report", folder=True, resumable=True),
+        Output(report / "scores.jsonl", "--report", staged=True, resumable=True),
+    )
     check_distinct_files(args.suspect, args.validation)
     sets = [
         read_dataset(path, args.text_field, id_field=None, label_field=None) for path in (args.suspect, args.validation)

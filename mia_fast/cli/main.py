@@ -9,12 +9,15 @@ at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from mia_fast.errors import MiaFastError, MiaFastWarning
 
@@ -106,6 +109,31 @@ def os_error_line(exc: OSError) -> str:
     return f"{where}{exc.strerror or exc}"
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is, so that it unwinds as Ctrl-C does."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    # A second SIGTERM must not cut short the unwinding of the first (locks released, staged blocks kept).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """For the run, SIGTERM (kill, a scheduler stopping a job) ends it as Ctrl-C does: the output's lock is
+    released and finished blocks are kept. Only the main thread may install a handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        # None: a handler installed outside Python, which cannot be put back; the default is the nearest.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
@@ -116,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         _quiet_transformers()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _sigterm_as_interrupt():
             warnings.showwarning = _show_warning
             args.handler(args)
     except MiaFastError as exc:
@@ -125,9 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"mia-fast: error: {os_error_line(exc)}; nothing already written was lost", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("mia-fast: interrupted; finished work is kept (scores: continue with --resume)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how, code = ("terminated (SIGTERM)", 143) if isinstance(exc, _Terminated) else ("interrupted", 130)
+        print(f"mia-fast: {how}; finished work is kept (scores: continue with --resume)", file=sys.stderr)
+        return code
     print(f"done in {time.perf_counter() - started:.1f}s", file=sys.stderr)
     return 0
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from mia_fast.data import SUITES
@@ -19,7 +18,17 @@ from mia_fast.methods.registry import (
     resolve_methods,
     setting_options,
 )
-from mia_fast.methods.settings import FRACTION, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Range
+from mia_fast.methods.settings import (
+    BATCH_TEXTS,
+    EPOCHS,
+    FRACTION,
+    LEARNING_RATE,
+    PER_TEXT,
+    POSITIVE_INT,
+    SEED,
+    TOKENS,
+    Range,
+)
 from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP
 
 
@@ -50,14 +59,27 @@ def bounded_list(bounds: Range) -> Callable[[str], list[int | float]]:
     return parse
 
 
-positive_int = bounded(POSITIVE_INT)
-non_negative_int = bounded(NON_NEGATIVE_INT)
-positive_number = bounded(POSITIVE)
 fraction = bounded(FRACTION)
-# A window scores every token after its first, so it holds at least two.
-window_length = bounded(Range(2, whole=True))
 fractions = bounded_list(FRACTION)
 positive_ints = bounded_list(POSITIVE_INT)
+seed = bounded(SEED)
+token_count = bounded(TOKENS)
+per_text = bounded(PER_TEXT)
+learning_rate = bounded(LEARNING_RATE)
+epochs = bounded(EPOCHS)
+batch_texts = bounded(BATCH_TEXTS)
+# Sixteen million tokens in one forward batch: past any accelerator's memory.
+batch_tokens = bounded(Range(1, 2**24, whole=True))
+# A window scores every token after its first, so it holds at least two.
+window_length = bounded(Range(2, TOKENS.maximum, whole=True))
+# Resamples of a bootstrap or a permutation test: 100,000 pin an interval or a p-value far finer than any level used.
+resamples = bounded(Range(1, 100_000, whole=True))
+# Ten million words: longer than any text a model reads whole.
+WORDS = Range(1, 10**7, whole=True)
+# A wait of more than a day is a typo, not a slow server.
+DAY_S = 86_400
+# A block's rows, and their scores, are held in memory at once.
+block_rows = bounded(Range(1, 10**7, whole=True))
 
 
 def method_list(text: str) -> str:
@@ -74,7 +96,7 @@ def add_blind_permutations_option(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--blind-permutations",
-        type=bounded(Range(1, 100_000, whole=True)),
+        type=resamples,
         metavar="N",
         help="the most label shuffles the model-free baselines' permutation test refits each baseline on (default: "
         f"{blind.MOST_PERMUTATIONS} up to {blind.FULL_PERMUTATION_ROWS:,} texts, fewer in proportion above, at least "
@@ -84,12 +106,6 @@ def add_blind_permutations_option(parser: argparse.ArgumentParser) -> None:
 
 def stderr(message: str) -> None:
     print(message, file=sys.stderr)
-
-
-def refuse_nonempty(directory: Path, overwrite: bool, option: str) -> None:
-    """An output directory that already holds files is only written into with --overwrite."""
-    if directory.is_dir() and any(directory.iterdir()) and not overwrite:
-        raise MiaFastError(f"{directory} is not empty; pass --overwrite or choose another {option}")
 
 
 def add_input_options(parser: argparse.ArgumentParser) -> None:
@@ -108,7 +124,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     suites.add_argument("--config", help="the suite's config (MIMIR domain, ArxivMIA cs or math)")
     suites.add_argument(
         "--max-words",
-        type=positive_int,
+        type=bounded(WORDS),
         help="cut every text to its first N words (jieba words for Chinese), as WikiMIA does",
     )
     fields = parser.add_argument_group("input fields")
@@ -155,24 +171,27 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
         "tokens; needed for echo-only servers and minkpp_top* (default: the server's /tokenize)",
     )
     server.add_argument(
-        "--in-flight", type=positive_int, default=defaults.in_flight, help="requests in flight at once (default 4)"
+        "--in-flight",
+        type=bounded(Range(1, 256, whole=True)),
+        default=defaults.in_flight,
+        help="requests in flight at once (default 4)",
     )
     server.add_argument(
         "--request-tokens",
-        type=positive_int,
+        type=token_count,
         default=defaults.request_tokens,
         help=f"prompt tokens per request (default {defaults.request_tokens})",
     )
     server.add_argument(
         "--server-timeout",
-        type=positive_number,
+        type=bounded(Range(0, DAY_S, exclusive_minimum=True)),
         default=defaults.timeout_s,
         metavar="S",
-        help=f"seconds an answer may take (default {defaults.timeout_s:g})",
+        help=f"seconds an answer may take, in all (default {defaults.timeout_s:g})",
     )
     server.add_argument(
         "--server-retry",
-        type=bounded(Range(0)),
+        type=bounded(Range(0, DAY_S)),
         default=defaults.retry_s,
         metavar="S",
         help="seconds to keep retrying a server that refuses connections or answers 429/5xx, e.g. while it "
@@ -252,7 +271,7 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
     )
     scoring.add_argument(
         "--neighbor-count",
-        type=positive_int,
+        type=per_text,
         default=DEFAULT_NEIGHBORS,
         help=f"neighbours made per text (default {DEFAULT_NEIGHBORS})",
     )
@@ -263,7 +282,7 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
         help="prepend the BOS/EOS start token so the first token is scored",
     )
     scoring.add_argument(
-        "--batch-tokens", type=positive_int, help="token budget per forward batch (default: 1024 on CPU, 16384 on GPU)"
+        "--batch-tokens", type=batch_tokens, help="token budget per forward batch (default: 1024 on CPU, 16384 on GPU)"
     )
     scoring.add_argument(
         "--backend",
@@ -286,7 +305,7 @@ def add_output_options(parser: argparse.ArgumentParser, stats_cache: bool = Fals
     output.add_argument("--resume", action="store_true", help="continue an interrupted output")
     output.add_argument("--overwrite", action="store_true", help="replace an existing output")
     output.add_argument(
-        "--block-rows", type=positive_int, default=DEFAULT_BLOCK_ROWS, help="rows scored and written per block"
+        "--block-rows", type=block_rows, default=DEFAULT_BLOCK_ROWS, help="rows scored and written per block"
     )
     if stats_cache:
         output.add_argument(

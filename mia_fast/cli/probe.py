@@ -6,10 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from mia_fast.cli.options import add_model_options, positive_int, positive_number, refuse_nonempty
-from mia_fast.errors import MiaFastError
+from mia_fast.cli.options import add_model_options, batch_texts, batch_tokens, bounded, epochs, learning_rate, seed
+from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data.gate import Output
 from mia_fast.evaluation.probe import ProbeTraining
 from mia_fast.methods.probe import NORMALIZATIONS
+from mia_fast.methods.settings import Range
 
 
 def add_command(name: str, probe: argparse.ArgumentParser) -> None:
@@ -32,27 +34,28 @@ def add_command(name: str, probe: argparse.ArgumentParser) -> None:
     add_model_options(train, reference=False)
     train.add_argument(
         "--lr",
-        type=positive_number,
+        type=learning_rate,
         default=ProbeTraining.learning_rate,
         help="the proxy's fine-tuning learning rate (default 1e-3)",
     )
     train.add_argument(
-        "--epochs", type=positive_int, default=ProbeTraining.epochs, help="the proxy's fine-tuning epochs (default 2)"
+        "--epochs", type=epochs, default=ProbeTraining.epochs, help="the proxy's fine-tuning epochs (default 2)"
     )
     train.add_argument(
         "--batch-size",
-        type=positive_int,
+        type=batch_texts,
         help="texts per optimizer step of the proxy (default: every member, as the paper)",
     )
     train.add_argument(
         "--micro-batch",
-        type=positive_int,
+        type=batch_texts,
         default=ProbeTraining.micro_batch,
         help="texts per forward while fine-tuning (gradients accumulate)",
     )
+    # A full-batch epoch of a logistic regression is cheap (the default is 1000), but not 10**12 of them.
     train.add_argument(
         "--probe-epochs",
-        type=positive_int,
+        type=bounded(Range(1, 100_000, whole=True)),
         default=ProbeTraining.probe_epochs,
         help="full-batch epochs of each layer's logistic regression",
     )
@@ -63,9 +66,9 @@ def add_command(name: str, probe: argparse.ArgumentParser) -> None:
         help="standardise dev (and later scored) activations by their own statistics (split, the paper) or the "
         "training split's",
     )
-    train.add_argument("--seed", type=int, default=ProbeTraining.seed)
+    train.add_argument("--seed", type=seed, default=ProbeTraining.seed)
     train.add_argument(
-        "--batch-tokens", type=positive_int, help="token budget per forward batch when reading activations"
+        "--batch-tokens", type=batch_tokens, help="token budget per forward batch when reading activations"
     )
     train.add_argument("--out", required=True, help="the probe directory: probe.json, probe.safetensors, dev_auroc.png")
     train.add_argument("--keep-proxy", action="store_true", help="also save the fine-tuned proxy model in OUT/proxy")
@@ -82,9 +85,7 @@ def command_train(args: argparse.Namespace) -> None:
     from mia_fast.pipeline.models import load_model
 
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise MiaFastError(f"{out} is a file; --out is the directory the probe is written into")
-    refuse_nonempty(out, args.overwrite, "--out")
+    check_command_outputs(args, Output(out, folder=True))
     train = read_dataset(args.train, args.text_field, None, args.label_field, require_labels=True)
     dev = read_dataset(args.dev, args.text_field, None, args.label_field, require_labels=True)
     members, _ = check_labelled(train, "training", 4)

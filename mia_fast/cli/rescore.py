@@ -4,8 +4,11 @@ no model."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from mia_fast.cli.options import add_input_options, add_method_settings, add_output_options, fractions, method_list
+from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS
 
@@ -51,6 +54,7 @@ def command_rescore(args: argparse.Namespace) -> None:
     from mia_fast.scoring.detector import Detector
     from mia_fast.scoring.runner import score_file
 
+    check_command_outputs(args, Output(Path(args.out), staged=True, resumable=True))
     dataset = load_input(args)
     settings = method_settings(args)
     if args.stats:

@@ -7,22 +7,28 @@ import sys
 from pathlib import Path
 
 from mia_fast.cli.options import (
+    WORDS,
     add_blind_permutations_option,
     add_input_options,
     add_model_options,
     add_scoring_options,
     add_server_options,
+    bounded,
+    bounded_list,
     input_name,
     load_input,
-    non_negative_int,
-    positive_int,
-    positive_ints,
+    resamples,
     run_config,
     score_into,
+    seed,
     stderr,
+    token_count,
 )
+from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD
+from mia_fast.methods.settings import Range
 
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
@@ -37,7 +43,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
         online = parser.add_argument_group("online detection (Min-K%++ §4.4)")
         online.add_argument(
             "--online",
-            type=positive_int,
+            type=token_count,
             metavar="W",
             help="also score every window of W scored tokens: each row gets its best "
             "window (online_max, online_start, online_end, online_text) and every window's score goes to "
@@ -45,7 +51,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
         )
         online.add_argument(
             "--online-stride",
-            type=positive_int,
+            type=token_count,
             metavar="S",
             help="scored tokens between window starts (default W // 2)",
         )
@@ -59,15 +65,16 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
             help="score on Ray: a Ray started here, or the cluster at ADDRESS "
             "(host:port, ray://host:10001 or auto); shards and their manifest go to OUT.shards/",
         )
+        # More model actors than any cluster has GPUs, or shards beyond a billion rows, are typos.
         cluster.add_argument(
             "--ray-workers",
-            type=positive_int,
+            type=bounded(Range(1, 4096, whole=True)),
             metavar="N",
             help="model actors (default: one per GPU, or one per node without GPUs)",
         )
         cluster.add_argument(
             "--shard-rows",
-            type=positive_int,
+            type=bounded(Range(1, 10**9, whole=True)),
             metavar="S",
             help="rows per shard, a multiple of --block-rows (default 8 blocks)",
         )
@@ -75,10 +82,12 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
         return
     parser.add_argument("--report", help="directory for metrics.json, figures, report.md and report.html")
     parser.add_argument("--out", help="scores file (default: REPORT/scores.jsonl)")
-    parser.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the AUROC CI")
-    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--bootstrap", type=resamples, default=1000, help="bootstrap resamples for the AUROC CI")
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument(
-        "--buckets", type=positive_ints, help="word-length bucket edges, e.g. 32,64,128,256: metrics per bucket too"
+        "--buckets",
+        type=bounded_list(WORDS),
+        help="word-length bucket edges, e.g. 32,64,128,256: metrics per bucket too",
     )
     parser.add_argument(
         "--no-blind",
@@ -97,6 +106,11 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_score(args: argparse.Namespace) -> None:
+    from mia_fast.scoring.runner import windows_path
+
+    out = Path(args.out)
+    online = [Output(windows_path(out), "--out", staged=True, resumable=True)] if args.online is not None else []
+    check_command_outputs(args, Output(out, "--out", staged=True, resumable=True), *online)
     if args.ray is not None:
         score_with_ray(args)
         return
@@ -132,8 +146,13 @@ def command_eval(args: argparse.Namespace) -> None:
         return
     if not args.report:
         raise MiaFastError("eval needs --report DIR (or --compare REPORT_A REPORT_B)")
-    dataset = load_input(args, require_labels=True)
     out = Path(args.out) if args.out else Path(args.report) / "scores.jsonl"
+    check_command_outputs(
+        args,
+        Output(Path(args.report), "--report", folder=True, resumable=True),
+        Output(out, "--out" if args.out else "--report", staged=True, resumable=True),
+    )
+    dataset = load_input(args, require_labels=True)
     blind = BlindSettings(args.blind, args.blind_permutations)
     evaluation = EvaluationConfig(args.report, args.bootstrap, args.seed, args.buckets, blind, args.suite)
     meta = {"data": input_name(args), "max_words": args.max_words}

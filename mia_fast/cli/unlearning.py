@@ -12,12 +12,13 @@ from mia_fast.cli.options import (
     fraction,
     input_name,
     load_input,
-    refuse_nonempty,
     run_config,
     score_settings,
     single_column,
     stderr,
 )
+from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data.gate import Output
 from mia_fast.evaluation.unlearning import DEFAULT_RATIO
 
 
@@ -67,11 +68,23 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 def command_audit_unlearning(args: argparse.Namespace) -> None:
     from mia_fast.evaluation.thresholds import Threshold
     from mia_fast.evaluation.unlearning import RatioRule, ThresholdRule, format_table
-    from mia_fast.evaluation.workflows import UnlearningModels, audit_unlearning_file
+    from mia_fast.evaluation.workflows import (
+        UNLEARNING_ROLES,
+        UnlearningModels,
+        audit_unlearning_file,
+        unlearning_scores_path,
+    )
 
     column = single_column(args.method)
     report = Path(args.report)
-    refuse_nonempty(report, args.overwrite or args.resume, "--report")
+    check_command_outputs(
+        args,
+        Output(report, "--report", folder=True, resumable=True),
+        *(
+            Output(unlearning_scores_path(report, role), "--report", staged=True, resumable=True)
+            for role in UNLEARNING_ROLES
+        ),
+    )
     if args.threshold:
         threshold = Threshold.load(args.threshold)
         after = run_config(args, None, report, column, model=args.after)

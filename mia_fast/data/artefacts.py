@@ -109,13 +109,23 @@ def read_checked_json(path: str | os.PathLike, kind: str, writer: str) -> dict[s
     return data
 
 
+LOCK_MARK = "mia-fast output lock"
+
+
+def lock_path(output: str | os.PathLike) -> Path:
+    """The lock of an output: ``OUT.lock``."""
+    output = Path(output)
+    return output.with_name(output.name + ".lock")
+
+
 class OutputLock:
-    """An exclusive lock on an output for the length of a run: ``<output>.lock`` holds the writer's PID, and a
-    second writer is refused naming it. The lock is the kernel's (``flock``), so a killed writer holds none."""
+    """An exclusive lock on an output for the length of a run: ``<output>.lock`` holds this tool's mark and the
+    writer's PID, and a second writer is refused naming it. The lock is the kernel's (``flock``), so a killed writer
+    holds none. A file at that path without the mark is not ours: it is refused, never truncated or removed."""
 
     def __init__(self, output: str | os.PathLike) -> None:
         self.output = Path(output)
-        self.path = self.output.with_name(self.output.name + ".lock")
+        self.path = lock_path(self.output)
         self._fd: int | None = None
 
     def __enter__(self) -> OutputLock:
@@ -125,16 +135,44 @@ class OutputLock:
     def __exit__(self, *exc_info: Any) -> None:
         self.release()
 
+    def _open(self) -> int:
+        """The lock file, made with the mark in it where there is none: a temporary file linked into place, so that
+        no reader ever sees a lock without its mark."""
+        while True:
+            try:
+                return os.open(self.path, os.O_RDWR)
+            except FileNotFoundError:
+                pass
+            fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+            try:
+                os.write(fd, f"{LOCK_MARK}\n".encode())
+                with contextlib.suppress(FileExistsError):
+                    os.link(name, self.path)
+            finally:
+                os.close(fd)
+                os.unlink(name)
+
     def acquire(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = self._lock()
         except OSError as exc:
             raise MiaFastError(f"cannot write {self.output}: {exc.strerror or exc}") from None
+        mark = f"{LOCK_MARK}\n".encode()
+        if os.pread(fd, len(mark), 0) != mark:
+            os.close(fd)
+            raise MiaFastError(
+                f"{self.path} is not a lock of mia-fast (it lacks the tool's mark); it was left as it is: move it "
+                "away, or choose another output"
+            )
+        # The mark stays in place: only the PID after it is rewritten.
+        os.ftruncate(fd, len(mark))
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), len(mark))
+        self._fd = fd
+
+    def _lock(self) -> int:
         while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise MiaFastError(f"cannot write {self.output}: {exc.strerror or exc}") from None
+            fd = self._open()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -151,17 +189,15 @@ class OutputLock:
             except FileNotFoundError:
                 same = False
             if same:
-                break
+                return fd
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
 
     def _holder(self) -> str:
         try:
-            return self.path.read_text().strip() or "unknown"
+            lines = self.path.read_text().splitlines()
         except OSError:
             return "unknown"
+        return lines[1].strip() if len(lines) > 1 and lines[1].strip() else "unknown"
 
     def release(self) -> None:
         if self._fd is None:

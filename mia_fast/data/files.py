@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import sys
 import warnings
 import zlib
@@ -112,9 +113,30 @@ class RowPosition:
 def _input_path(path: str | os.PathLike) -> tuple[Path, str]:
     path = Path(path)
     suffix = _suffix(path, INPUT_SUFFIXES, "input")
-    if not path.is_file():
-        raise MiaFastError(f"{path}: no such file")
+    try:
+        mode = path.stat().st_mode  # stat, not open: opening a FIFO with no writer would wait for one
+    except FileNotFoundError:
+        raise MiaFastError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise MiaFastError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISFIFO(mode):
+        raise MiaFastError(
+            f"{path} is a named pipe (FIFO): mia-fast reads its input more than once (a check of every row, then "
+            "the scoring); write it to a file first"
+        )
+    if not stat.S_ISREG(mode):
+        raise MiaFastError(f"{path} is {_file_kind(mode)}, not a file of texts")
     return path, suffix
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
 def iter_rows(path: str | os.PathLike, start: RowPosition | None = None) -> Iterator[tuple[int, dict, int]]:
@@ -144,7 +166,8 @@ def _records(path: Path, suffix: str, start: RowPosition) -> Iterator[tuple[int,
         yield from _skip(_csv_records(path, start), start)
     else:
         opener = gzip.open if suffix.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
+        # utf-8-sig: a byte-order mark before the array is no JSON error.
+        with opener(path, "rt", encoding="utf-8-sig") as f:
             records = _read_json(path, f)
         size = path.stat().st_size
         yield from ((number, record, size) for number, record in records[start.row :])
@@ -304,12 +327,18 @@ class DataStream:
 
     def check(self) -> int:
         """Reads every row once, as :meth:`blocks` will, so that a bad row is refused before anything is scored or
-        written; returns the number of rows."""
-        return sum(len(block.texts) for block, _ in self.blocks(_CHECK_ROWS))
+        written, and doubtful rows (repeated ids, texts labelled both ways) are warned of; returns the row count."""
+        repeats = _Repeats()
+        rows = sum(len(block.texts) for block, _ in self._blocks(_CHECK_ROWS, repeats))
+        repeats.warn(self.path)
+        return rows
 
     def blocks(self, rows: int) -> Iterator[tuple[Dataset, int]]:
         """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the bytes of the file read by its
         end."""
+        return self._blocks(rows)
+
+    def _blocks(self, rows: int, repeats: _Repeats | None = None) -> Iterator[tuple[Dataset, int]]:
         present: dict[str, bool] = {}
         chunk: list[tuple[int, dict]] = []
         read = 0
@@ -317,16 +346,16 @@ class DataStream:
             chunk.append((number, record))
             read += 1
             if len(chunk) == rows or read == self.limit:
-                yield self._dataset(chunk, present), position
+                yield self._dataset(chunk, present, repeats), position
                 chunk = []
             if read == self.limit:
                 return
         if chunk:
-            yield self._dataset(chunk, present), self.size
+            yield self._dataset(chunk, present, repeats), self.size
         elif not read:
             raise MiaFastError(f"{self.path}: the file holds no rows")
 
-    def _dataset(self, rows: list[tuple[int, dict]], present: dict[str, bool]) -> Dataset:
+    def _dataset(self, rows: list[tuple[int, dict]], present: dict[str, bool], repeats: _Repeats | None) -> Dataset:
         path, fields = self.path, self.fields
         texts = [_row_text(path, number, record, fields["text"]) for number, record in rows]
         ids, labels, groups = (_column(path, rows, fields[name], present) for name in ("id", "label", "group"))
@@ -351,7 +380,63 @@ class DataStream:
             neighbors=neighbors,
             source=path,
         )
+        if repeats is not None:
+            repeats.add([number for number, _ in rows], dataset)
         return cut_to_words(dataset, self.max_words) if self.max_words is not None else dataset
+
+
+class _Repeats:
+    """Ids that occur more than once, and texts labelled both member and non-member, over every block read, each
+    id and text held as a 16-byte digest so that memory stays small however long the file."""
+
+    def __init__(self) -> None:
+        self.id_lines: dict[bytes, int] = {}
+        self.repeated_ids: set[bytes] = set()
+        self.id_example: tuple[Any, int, int] | None = None
+        self.text_labels: dict[bytes, tuple[int, int]] = {}
+        self.contradicted: set[bytes] = set()
+        self.text_example: tuple[int, int] | None = None
+
+    def add(self, numbers: list[int], dataset: Dataset) -> None:
+        """The rows of ``dataset``, read at lines ``numbers``."""
+        for number, value in zip(numbers, dataset.ids or ()):
+            if value is None or value == "":  # a row without an id repeats no other's
+                continue
+            key = _digest(repr(value))
+            first = self.id_lines.setdefault(key, number)
+            if first != number and key not in self.repeated_ids:
+                self.repeated_ids.add(key)
+                self.id_example = self.id_example or (value, first, number)
+        for number, text, label in zip(numbers, dataset.texts, dataset.labels or ()):
+            key = _digest(text)
+            first_label, first = self.text_labels.setdefault(key, (label, number))
+            if first_label != label and key not in self.contradicted:
+                self.contradicted.add(key)
+                self.text_example = self.text_example or (first, number)
+
+    def warn(self, path: Path) -> None:
+        """One warning line for the repeated ids and one for the texts labelled both ways, each with an example."""
+        found = []
+        if self.id_example is not None:
+            value, first, second = self.id_example
+            count = len(self.repeated_ids)
+            found.append(
+                f"{count} {'ids occur' if count > 1 else 'id occurs'} more than once (e.g. {value!r} on lines {first} "
+                f"and {second}): rows are matched by position, not id"
+            )
+        if self.text_example is not None:
+            first, second = self.text_example
+            count = len(self.contradicted)
+            found.append(
+                f"{count} {'texts are' if count > 1 else 'text is'} labelled both member and non-member (e.g. lines "
+                f"{first} and {second}): their scores cannot separate them"
+            )
+        for message in found:
+            warnings.warn(MiaFastWarning(f"{path}: {message}"), stacklevel=3)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
 def cut_to_words(dataset: Dataset, max_words: int) -> Dataset:
@@ -404,7 +489,10 @@ def read_dataset(
         group_field=group_field,
         neighbor_field=neighbor_field,
     )
-    return next(stream.blocks(sys.maxsize))[0]
+    repeats = _Repeats()
+    dataset = next(stream._blocks(sys.maxsize, repeats))[0]
+    repeats.warn(stream.path)
+    return dataset
 
 
 def _neighbor_list(path: str | os.PathLike, number: int, record: dict, field: str) -> tuple[str, ...]:

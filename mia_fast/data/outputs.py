@@ -1,15 +1,18 @@
 """Score outputs that never lose what a user has.
 
 Rows are appended, a block at a time and fsync'ed, to a stage beside the output (``OUT.partial/``: the rows,
-and a manifest of the settings they were scored under, their byte length and a digest of the input rows of
-each block). The output itself appears, or replaces an older one, only when complete: renamed into place with
-its manifest (``OUT.manifest.json``). A killed or failed run leaves the older output as it was and its finished
-blocks in the stage, which ``resume`` continues once the manifest agrees: same columns, same settings, same
-input rows; anything else is refused, naming the difference.
+and a manifest of the settings they were scored under and, for each block, its byte length, a digest of its bytes
+and a digest of the input rows it was scored from). A stage is made whole with its manifest (a temporary folder
+renamed into place), so every stage of this tool holds one. The output itself appears, or replaces an older one,
+only when complete: renamed into place with its manifest (``OUT.manifest.json``). A killed or failed run leaves the
+older output as it was and its finished blocks in the stage, which ``resume`` continues once the manifest agrees:
+same columns, same settings, same input rows, and every block's bytes as they were written; anything else is
+refused, naming the difference.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -17,12 +20,20 @@ import json
 import math
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mia_fast.data.artefacts import fsync_directory, read_checked_json, write_checked_json
+from mia_fast.data.artefacts import (
+    LOCK_MARK,
+    fsync_directory,
+    lock_path,
+    read_checked_json,
+    sha256_file,
+    write_checked_json,
+)
 from mia_fast.errors import MiaFastError
 
 OUTPUT_SUFFIXES = (".jsonl", ".csv", ".parquet")
@@ -30,6 +41,8 @@ OUTPUT_SUFFIXES = (".jsonl", ".csv", ".parquet")
 PARQUET_CONVERSION_ROWS = 8192
 MANIFEST_KIND = "mia-fast scores manifest v1"
 _MANIFEST_WRITER = "a mia-fast scoring run"
+# What a stage holds: its manifest and its rows (staged as .jsonl or .csv; converted to .parquet when complete).
+STAGE_FILES = ("manifest.json", "rows.jsonl", "rows.csv", "rows.parquet")
 
 
 def output_format(path: Path) -> str:
@@ -73,14 +86,66 @@ def differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str
     ]
 
 
+def path_exists(path: Path) -> bool:
+    """Whether something is at ``path``: a dangling link counts."""
+    return path.is_symlink() or path.exists()
+
+
+def check_side_files(out: Path, option: str = "--out") -> None:
+    """Each side file of the output ``out`` there must be this tool's: a lock with its mark, a stage with its
+    manifest and nothing else, a manifest of its kind. Anything else is the user's, refused in one line and left as
+    it is."""
+    leave = f"it was left as it is: move it away, or choose another {option}"
+    lock = lock_path(out)
+    if path_exists(lock) and not _holds_mark(lock):
+        raise MiaFastError(f"{lock} is not a lock of mia-fast (it lacks the tool's mark); {leave}")
+    stage = stage_path(out)
+    if path_exists(stage):
+        if stage.is_symlink() or not stage.is_dir():
+            raise MiaFastError(f"{stage} is not a stage of mia-fast (not a folder it made); {leave}")
+        if not _is_manifest(stage / "manifest.json"):
+            raise MiaFastError(
+                f"{stage} is not a stage mia-fast can use (it holds no manifest of one, so what its rows were scored "
+                f"with is unknown); {leave}"
+            )
+        foreign = sorted(p.name for p in stage.iterdir() if p.name not in STAGE_FILES)
+        if foreign:
+            raise MiaFastError(f"{stage} holds files mia-fast did not write ({', '.join(foreign[:3])}); {leave}")
+    manifest = manifest_path(out)
+    if path_exists(manifest) and not _is_manifest(manifest):
+        raise MiaFastError(f"{manifest} is not a manifest of mia-fast; {leave}")
+
+
+def _holds_mark(lock: Path) -> bool:
+    if lock.is_symlink() or not lock.is_file():
+        return False
+    try:
+        with open(lock, "rb") as f:
+            return f.read(len(LOCK_MARK)) == LOCK_MARK.encode()
+    except OSError:
+        return False
+
+
+def _is_manifest(path: Path) -> bool:
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(content, dict) and content.get("format") == MANIFEST_KIND
+
+
 @dataclass(frozen=True)
 class WrittenBlock:
-    """A block committed to the rows file: the rows and bytes of the file at its end, and the digest of the input
-    rows it was scored from (None where the writer was given none)."""
+    """A block committed to the rows file: the rows and bytes of the file at its end, the digest of the input
+    rows it was scored from (None where the writer was given none) and the digest of its own bytes (None in a
+    manifest of a mia-fast older than the check)."""
 
     rows: int
     bytes: int
     inputs: str | None
+    digest: str | None = None
 
 
 def inputs_digest(fingerprints: Iterable[bytes]) -> str:
@@ -117,10 +182,12 @@ class ResultWriter:
         self._written = 0  # blocks this run has finished
         self._pending: list[bytes] = []
         self._next_block = 0
+        self._output_digest: str | None = None
         if resume and overwrite:
             raise MiaFastError("--resume and --overwrite exclude each other")
+        check_side_files(self.path)
         self._finish_interrupted_completion()
-        staged, complete = self.stage.exists(), self.path.exists()
+        staged, complete = self.stage.exists(), path_exists(self.path)
         if staged and not (resume or overwrite):
             raise MiaFastError(
                 f"{self.stage} holds the finished rows of an interrupted run; pass --resume to continue it or "
@@ -129,14 +196,15 @@ class ResultWriter:
         if complete and not (resume or overwrite):
             raise MiaFastError(f"{self.path} exists; pass --resume to continue it or --overwrite to replace it")
         self.state = "new"
-        if resume and staged and not self._killed_before_its_first_block():
-            self._adopt(self.stage / "manifest.json", f"{self.stage} is not a run's stage (no manifest)")
+        if resume and staged:
+            self._adopt(self.stage / "manifest.json", f"{self.stage} holds no manifest")
+            self._check_rows(self.rows_path, staged=True)
             self.state = "staged"
         elif resume and complete:
             self._adopt(
                 manifest_path(self.path), f"{self.path} has no manifest beside it ({manifest_path(self.path).name})"
             )
-            self._check_complete_size()
+            self._check_rows(self.path, staged=False)
             self.state = "complete"
 
     @property
@@ -161,15 +229,7 @@ class ResultWriter:
             return
         if complete:
             os.replace(staged, manifest_path(self.path))
-            shutil.rmtree(self.stage)
-
-    def _killed_before_its_first_block(self) -> bool:
-        """Whether the stage is one a run made and was killed in before its first block was finished: no manifest
-        (one is written with each block) and nothing but its rows file. It holds no finished row, so a resumed run
-        starts it again."""
-        if (self.stage / "manifest.json").exists():
-            return False
-        return {p.name for p in self.stage.iterdir()} <= {self.rows_path.name}
+            self._remove_stage()
 
     def _adopt(self, manifest: Path, missing: str) -> None:
         if not manifest.is_file():
@@ -188,13 +248,36 @@ class ResultWriter:
             )
         self.engines = recorded.get("engines")
         self.blocks = [WrittenBlock(**block) for block in recorded.get("blocks", [])]
+        self._output_digest = recorded.get("output_sha256")
 
-    def _check_complete_size(self) -> None:
-        if self.format != "parquet" and self.blocks and self.path.stat().st_size != self.blocks[-1].bytes:
+    def _check_rows(self, rows: Path, staged: bool) -> None:
+        """The rows a resumed run keeps are those its manifest records, byte for byte: a staged rows file may run on
+        past its last block (a block cut short by a kill, cut off again), a complete one may not."""
+        again = "pass --overwrite to score again"
+        if self.format == "parquet" and not staged:
+            if self._output_digest is not None and sha256_file(rows) != self._output_digest:
+                raise MiaFastError(f"{rows} was changed after it was written (its digest differs); {again}")
+            return
+        if not rows.is_file():
+            raise MiaFastError(f"{rows} is missing from its stage; {again}")
+        size, kept = rows.stat().st_size, self.blocks[-1].bytes if self.blocks else len(self._header())
+        if size < kept or (not staged and size != kept):
             raise MiaFastError(
-                f"{self.path} was changed after it was written (its size differs from its manifest); pass "
-                "--overwrite to score again"
+                f"{rows} is {'shorter than' if size < kept else 'longer than'} its manifest says ({size:,} bytes, not "
+                f"{kept:,}): it was changed after it was written; {again}"
             )
+        with open(rows, "rb") as f:
+            if f.read(len(self._header())) != self._header():
+                raise MiaFastError(f"{rows} has another header than its columns: it was changed after it was written")
+            start, first_row = f.tell(), 1
+            for block in self.blocks:
+                data = f.read(block.bytes - start)
+                if block.digest is not None and hashlib.sha256(data).hexdigest() != block.digest:
+                    raise MiaFastError(
+                        f"rows {first_row}-{block.rows} of {rows} were changed after they were written (their digest "
+                        f"differs from the manifest's); {again}"
+                    )
+                start, first_row = block.bytes, block.rows + 1
 
     def check_engines(self, engines: Mapping[str, Any]) -> None:
         """The model side of the run (weights, tokenizer, dtype, device type, back end of each engine), known once
@@ -252,32 +335,51 @@ class ResultWriter:
         the interrupted one cut back to its last finished block, or a copy of the complete output to extend."""
         if self.state == "new":
             if self.stage.exists():
-                shutil.rmtree(self.stage)
-            self.stage.mkdir(parents=True)
-            self._created_stage = True
-            self.rows_path.write_bytes(self._header())
+                self._remove_stage()
+            self._make_stage(None)
         elif self.state == "complete":
             if self.format == "parquet":
                 raise MiaFastError(
                     f"{self.path} is a complete parquet output of {self.done_rows} rows and the input has more; "
                     "score the new rows into another output"
                 )
-            self.stage.mkdir(parents=True)
-            self._created_stage = True
-            shutil.copyfile(self.path, self.rows_path)
+            self._make_stage(self.path)
         kept = self.blocks[-1].bytes if self.blocks else len(self._header())
-        if self.rows_path.stat().st_size < kept:
-            raise MiaFastError(
-                f"{self.rows_path} is shorter than its manifest says: it was changed after it was written; pass "
-                "--overwrite to score again"
-            )
         self._fd = os.open(self.rows_path, os.O_WRONLY)
         os.ftruncate(self._fd, kept)
         os.lseek(self._fd, kept, os.SEEK_SET)
         self._bytes = kept
 
+    def _make_stage(self, rows_from: Path | None) -> None:
+        """A new stage, made whole before it appears: its rows (the header, or a copy of ``rows_from``) and its
+        manifest in a temporary folder renamed into place."""
+        self.stage.parent.mkdir(parents=True, exist_ok=True)
+        temporary = Path(tempfile.mkdtemp(dir=self.stage.parent, prefix=f".{self.stage.name}-"))
+        try:
+            rows = temporary / self.rows_path.name
+            if rows_from is None:
+                rows.write_bytes(self._header())
+            else:
+                shutil.copyfile(rows_from, rows)
+            write_checked_json(temporary / "manifest.json", self._manifest(complete=False), MANIFEST_KIND)
+            os.rename(temporary, self.stage)
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+        self._created_stage = True
+
+    def _remove_stage(self) -> None:
+        """Removes the stage file by file: only what a stage holds (a folder with anything else stays, refused)."""
+        for name in STAGE_FILES:
+            (self.stage / name).unlink(missing_ok=True)
+        try:
+            self.stage.rmdir()
+        except OSError as exc:
+            raise MiaFastError(f"{self.stage} holds files mia-fast did not write; it was left as it is") from exc
+
     def write(self, rows: Sequence[Mapping[str, Any]], fingerprints: Sequence[bytes] | None = None) -> None:
-        """Appends ``rows`` as one block, durably, with the digest of the input rows they were scored from."""
+        """Appends ``rows`` as one block, durably, with the digests of its bytes and of the input rows they were
+        scored from."""
         if self._fd is None:
             self._begin()
         data = self._encode(rows)
@@ -286,20 +388,24 @@ class ResultWriter:
             view = view[os.write(self._fd, view) :]
         os.fsync(self._fd)
         self._bytes += len(data)
-        digest = inputs_digest(fingerprints) if fingerprints is not None else None
-        self.blocks.append(WrittenBlock(self.done_rows + len(rows), self._bytes, digest))
+        inputs = inputs_digest(fingerprints) if fingerprints is not None else None
+        block = WrittenBlock(self.done_rows + len(rows), self._bytes, inputs, hashlib.sha256(data).hexdigest())
+        self.blocks.append(block)
         self._written += 1
         self._save_manifest(complete=False)
 
-    def _save_manifest(self, complete: bool) -> None:
-        payload = {
+    def _manifest(self, complete: bool, output_sha256: str | None = None) -> dict[str, Any]:
+        return {
             "columns": self.columns,
             "settings": self.settings,
             "engines": self.engines,
             "blocks": [asdict(block) for block in self.blocks],
             "complete": complete,
+            **({"output_sha256": output_sha256} if output_sha256 is not None else {}),
         }
-        write_checked_json(self.stage / "manifest.json", payload, MANIFEST_KIND)
+
+    def _save_manifest(self, complete: bool, output_sha256: str | None = None) -> None:
+        write_checked_json(self.stage / "manifest.json", self._manifest(complete, output_sha256), MANIFEST_KIND)
 
     def abandon(self) -> None:
         """After a failure: a stage this run made and finished no block in goes; finished blocks stay."""
@@ -307,7 +413,8 @@ class ResultWriter:
             os.close(self._fd)
             self._fd = None
         if self._created_stage and not self._written:
-            shutil.rmtree(self.stage, ignore_errors=True)
+            with contextlib.suppress(MiaFastError):
+                self._remove_stage()
 
     def close(self) -> None:
         """Finishes the output: the staged rows (converted, for parquet) renamed into place, then its manifest."""
@@ -317,14 +424,16 @@ class ResultWriter:
             self._begin()
         os.close(self._fd)
         self._fd = None
-        final = self.rows_path
+        final, digest = self.rows_path, None
         if self.format == "parquet":
             final = self.stage / "rows.parquet"
             self._convert_to_parquet(final)
-        self._save_manifest(complete=True)
+            # Its blocks' digests are of the staged rows; the parquet file has one of its own.
+            digest = sha256_file(final)
+        self._save_manifest(complete=True, output_sha256=digest)
         os.replace(final, self.path)
         os.replace(self.stage / "manifest.json", manifest_path(self.path))
-        shutil.rmtree(self.stage)
+        self._remove_stage()
         fsync_directory(self.path.parent)
         self.state = "complete"
 

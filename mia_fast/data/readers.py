@@ -7,6 +7,7 @@ is skipped is the caller's policy: :func:`decode_json_record` raises :class:`Bad
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 from collections.abc import Iterator, Sequence
@@ -25,7 +26,8 @@ class BadRecord(ValueError):
 
 def iter_lines(path: Path, offset: int = 0, first_line: int = 1) -> Iterator[tuple[int, bytes, int]]:
     """(line number, raw line, bytes of the file read so far) of a plain or gzip-compressed text file, from byte
-    ``offset`` of a plain file on (numbering its first line ``first_line``)."""
+    ``offset`` of a plain file on (numbering its first line ``first_line``). A UTF-8 byte-order mark that starts
+    the file (as spreadsheet programs write one) is not part of its first line; byte offsets still count it."""
     compressed = path.name.lower().endswith(".gz")
     if offset and compressed:
         raise ValueError("a gzip-compressed file is read from its start")
@@ -33,6 +35,8 @@ def iter_lines(path: Path, offset: int = 0, first_line: int = 1) -> Iterator[tup
         raw.seek(offset)
         lines = gzip.GzipFile(fileobj=raw) if compressed else raw
         for number, line in enumerate(lines, start=first_line):
+            if number == first_line and offset == 0:
+                line = line.removeprefix(codecs.BOM_UTF8)
             yield number, line, raw.tell()
 
 

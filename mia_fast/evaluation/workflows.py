@@ -186,6 +186,14 @@ class UnlearningModels:
     column: str
 
 
+UNLEARNING_ROLES = ("before", "after")
+
+
+def unlearning_scores_path(report: Path, role: str) -> Path:
+    """Where an unlearning audit keeps the scores under the model ``role`` unlearning."""
+    return Path(report) / f"scores-{role}.jsonl"
+
+
 def audit_unlearning_file(
     dataset: Dataset,
     config: RunConfig,
@@ -200,9 +208,9 @@ def audit_unlearning_file(
     report.mkdir(parents=True, exist_ok=True)
     column = models.column
     scores = {}
-    for role, model in (("before", models.before), ("after", models.after)):
+    for role, model in zip(UNLEARNING_ROLES, (models.before, models.after)):
         log(f"scoring {column} under the model {role} unlearning ({model})")
-        output = replace(config.output, out=report / f"scores-{role}.jsonl")
+        output = replace(config.output, out=unlearning_scores_path(report, role))
         run = replace(_one_column(config, column), output=output, model=replace(config.model, model=model, gguf=None))
         scores[role] = scored_columns(dataset, run, data_name, log)[column]
     audit = audit_unlearning(

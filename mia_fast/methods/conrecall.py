@@ -24,10 +24,12 @@ import numpy as np
 
 from mia_fast.methods.recall import RecallSettings, recall_pass, refuse_prefix_overlap
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.methods.settings import FINITE, Flag, MethodSettings, check_ranges, setting
+from mia_fast.methods.settings import Flag, MethodSettings, Range, check_ranges, setting
 from mia_fast.pipeline.passes import PLAIN, Pass
 
 DEFAULT_GAMMA = 0.5
+# Past a weight of ±100 the member prefix's term alone decides the score.
+GAMMA = Range(-100, 100)
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class ConRecallSettings:
         required=True,
         supply="known member texts for its prefix (--prefix-members FILE)",
     )
-    gamma: float = setting(DEFAULT_GAMMA, "the weight of the member prefix", "conrecall-gamma", bounds=FINITE)
+    gamma: float = setting(DEFAULT_GAMMA, "the weight of the member prefix", "conrecall-gamma", bounds=GAMMA)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefix_members", tuple(self.prefix_members or ()))

@@ -11,10 +11,12 @@ import numpy as np
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import POSITIVE, Flag, check_ranges, setting
+from mia_fast.methods.settings import Flag, Range, check_ranges, setting
 from mia_fast.ops.first_occurrence import capped_first_occurrence_mean
 
 DEFAULT_A = 0.01
+# p(x)·(−ln f(x)) stays below ln of a corpus's token count (under 50 for 10**21 tokens): a larger cap caps nothing.
+CAP = Range(0, 100, exclusive_minimum=True)
 
 
 @dataclass(frozen=True)
@@ -32,11 +34,11 @@ class LogFrequencies:
 
 @dataclass(frozen=True)
 class DcpddSettings:
-    a: float = setting(DEFAULT_A, "DC-PDD's cap on each token's calibrated score", "a", bounds=POSITIVE)
+    a: float = setting(DEFAULT_A, "DC-PDD's cap on each token's calibrated score", "a", bounds=CAP)
     frequencies: str | os.PathLike | np.ndarray | FrequencyTable | LogFrequencies | None = setting(
         None,
         "a token frequency table of a reference corpus ('mia-fast freq build'), or per-id counts (.npy)",
-        Flag("freq-table", metavar="TABLE", aliases=("freq-counts",)),
+        Flag("freq-table", metavar="TABLE", aliases=("freq-counts",), path=True),
         required=True,
         supply="a token frequency table (--freq-table; build one with 'mia-fast freq build')",
     )

@@ -58,9 +58,11 @@ from mia_fast.methods.mink import mink_score, minkpp_score
 from mia_fast.methods.recall import refuse_prefix_overlap
 from mia_fast.methods.registry import REGISTRY, ScoringInputs, derive_model, register
 from mia_fast.methods.settings import (
-    NON_NEGATIVE_INT,
-    POSITIVE,
-    POSITIVE_INT,
+    BATCH_TEXTS,
+    EPOCHS,
+    LEARNING_RATE,
+    SEED,
+    TOKENS,
     MethodSettings,
     check_ranges,
     known_nonmembers,
@@ -93,22 +95,18 @@ _ENTRY_FILE = "entry.json"
 @dataclass(frozen=True)
 class FsdSettings:
     nonmembers: tuple[str, ...] = known_nonmembers()
-    epochs: int = setting(3, "epochs of fsd's fine-tuning on the non-member texts", "fsd-epochs", bounds=POSITIVE_INT)
+    epochs: int = setting(3, "epochs of fsd's fine-tuning on the non-member texts", "fsd-epochs", bounds=EPOCHS)
     learning_rate: float = setting(
-        3e-5, "learning rate of fsd's (full, AdamW, constant-rate) fine-tuning", "fsd-lr", bounds=POSITIVE
+        3e-5, "learning rate of fsd's (full, AdamW, constant-rate) fine-tuning", "fsd-lr", bounds=LEARNING_RATE
     )
-    batch_size: int = setting(
-        8, "non-member texts per step of fsd's fine-tuning", "fsd-batch-size", bounds=POSITIVE_INT
-    )
+    batch_size: int = setting(8, "non-member texts per step of fsd's fine-tuning", "fsd-batch-size", bounds=BATCH_TEXTS)
     max_tokens: int = setting(
         1024,
         "tokens of each non-member text fsd fine-tunes on (the rest is cut)",
         "fsd-max-tokens",
-        bounds=POSITIVE_INT,
+        bounds=TOKENS,
     )
-    seed: int = setting(
-        0, "seed of fsd's fine-tuning (order of the texts, dropout)", "fsd-seed", bounds=NON_NEGATIVE_INT
-    )
+    seed: int = setting(0, "seed of fsd's fine-tuning (order of the texts, dropout)", "fsd-seed", bounds=SEED)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nonmembers", tuple(self.nonmembers or ()))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import POSITIVE_INT, check_ranges, setting
+from mia_fast.methods.settings import TOKENS, check_ranges, setting
 from mia_fast.ops.bottom_k import bottom_k_means
 from mia_fast.ops.segments import segment_moving_average
 
@@ -35,7 +35,7 @@ GAPK_VAR_FLOOR = 1e-8
 @dataclass(frozen=True)
 class GapkSettings:
     window: int = setting(
-        3, "tokens each gap is averaged over before the lowest k are taken", "gapk-window", bounds=POSITIVE_INT
+        3, "tokens each gap is averaged over before the lowest k are taken", "gapk-window", bounds=TOKENS
     )
 
     def __post_init__(self) -> None:

@@ -55,8 +55,9 @@ from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.methods.settings import (
     FRACTION,
-    NON_NEGATIVE_INT,
-    POSITIVE_INT,
+    PER_TEXT,
+    SEED,
+    TOKENS,
     MethodSettings,
     Range,
     check_ranges,
@@ -111,21 +112,26 @@ class Prompt:
 
 DEFAULT_SAMPLES = 20
 DEFAULT_N = 3
+# A run of more than a thousand words is a passage copied whole, no longer a measure of coverage.
+MATCH_WORDS = Range(1, 1000, whole=True)
 
 
 @dataclass(frozen=True)
 class NgramCoverageSettings:
-    samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "ngram-samples", bounds=POSITIVE_INT)
+    samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "ngram-samples", bounds=PER_TEXT)
     n: int = setting(
-        DEFAULT_N, "fewest consecutive words of a continuation that count as a match", "ngram-n", bounds=POSITIVE_INT
+        DEFAULT_N, "fewest consecutive words of a continuation that count as a match", "ngram-n", bounds=MATCH_WORDS
     )
     suffix: float = setting(
         0.5, "share of a text's words, from its end, compared with the continuations", "ngram-suffix", bounds=FRACTION
     )
     new_tokens: int = setting(
-        0, "tokens sampled per continuation (0: as many as its prompt)", "ngram-new-tokens", bounds=NON_NEGATIVE_INT
+        0,
+        "tokens sampled per continuation (0: as many as its prompt)",
+        "ngram-new-tokens",
+        bounds=Range(0, TOKENS.maximum, whole=True),
     )
-    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed", bounds=Range(whole=True))
+    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed", bounds=SEED)
 
     def __post_init__(self) -> None:
         check_ranges(self)

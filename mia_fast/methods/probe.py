@@ -177,7 +177,7 @@ class ProbeSettings:
     probe: str | os.PathLike | Probe | None = setting(
         None,
         "a probe trained for this model ('mia-fast probe train')",
-        Flag("probe", metavar="PROBE_DIR"),
+        Flag("probe", metavar="PROBE_DIR", path=True),
         required=True,
         supply="a trained probe (--probe PROBE_DIR; train one with 'mia-fast probe train')",
     )

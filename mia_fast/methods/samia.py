@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import POSITIVE_INT, MethodSettings, Range, check_ranges, setting
+from mia_fast.methods.settings import PER_TEXT, SEED, MethodSettings, check_ranges, setting
 from mia_fast.pipeline.passes import Pass, SamplesReadout
 
 PREFIX_RATIO = 0.5
@@ -54,8 +54,8 @@ DEFAULT_SAMPLES = 10
 
 @dataclass(frozen=True)
 class SamiaSettings:
-    samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "samia-samples", bounds=POSITIVE_INT)
-    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed", bounds=Range(whole=True))
+    samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "samia-samples", bounds=PER_TEXT)
+    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed", bounds=SEED)
 
     def __post_init__(self) -> None:
         check_ranges(self)

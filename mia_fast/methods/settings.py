@@ -45,13 +45,13 @@ class Range:
 
     def __str__(self) -> str:
         kind = "a whole number" if self.whole else "a number"
-        low, high = self.minimum, self.maximum
+        low, high = map(_shown, (self.minimum, self.maximum))
         if low is not None and high is not None:
-            return f"{kind} in {'(' if self.exclusive_minimum else '['}{low:g}, {high:g}]"
+            return f"{kind} in {'(' if self.exclusive_minimum else '['}{low}, {high}]"
         if low is not None:
-            return f"{kind} {'>' if self.exclusive_minimum else '>='} {low:g}"
+            return f"{kind} {'>' if self.exclusive_minimum else '>='} {low}"
         if high is not None:
-            return f"{kind} <= {high:g}"
+            return f"{kind} <= {high}"
         return kind if self.whole else "a finite number"
 
     def contains(self, value: Any) -> bool:
@@ -74,19 +74,38 @@ class Range:
         return value
 
 
+def _shown(bound: float | None) -> str | None:
+    """A bound as a user types it: 4294967295, not 4.29497e+09."""
+    if bound is None:
+        return None
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
 POSITIVE_INT = Range(1, whole=True)
-NON_NEGATIVE_INT = Range(0, whole=True)
 POSITIVE = Range(0, exclusive_minimum=True)
 FRACTION = Range(0, 1, exclusive_minimum=True)
-FINITE = Range()
+# Every option's number has a finite maximum, so that a slip of the keyboard (--bootstrap 1000000000) is refused
+# as it is parsed instead of starting a run that never ends or exhausts memory. The ranges options share:
+# numpy's generators take seeds below 2**32.
+SEED = Range(0, 2**32 - 1, whole=True)
+# A million tokens: more than any model's context.
+TOKENS = Range(1, 2**20, whole=True)
+# A step above 1 only diverges.
+LEARNING_RATE = Range(0, 1, exclusive_minimum=True)
+EPOCHS = Range(1, 1000, whole=True)
+# Samples, copies or neighbours made of each text: every one costs a forward pass (or a generation) per text.
+PER_TEXT = Range(1, 1000, whole=True)
+# Texts per optimiser step of a fine-tuning.
+BATCH_TEXTS = Range(1, 65_536, whole=True)
 
 
 @dataclass(frozen=True)
 class Flag:
     """A setting's command-line option: ``name`` without its dashes, the ``metavar`` shown in help, the allowed
     ``choices``, ``parse`` from the option's text to the value (a number's declared Range parses it by
-    default), other names (``aliases``), and whether the CLI reads the value from a file of texts
-    (``texts_file``: one per line, or a data file's text field)."""
+    default), other names (``aliases``), whether the CLI reads the value from a file of texts
+    (``texts_file``: one per line, or a data file's text field), and whether the value names a file or folder the
+    method reads (``path``; a texts file is one), which no command may write over."""
 
     name: str
     metavar: str | None = None
@@ -94,6 +113,11 @@ class Flag:
     parse: Callable[[str], Any] | None = None
     aliases: tuple[str, ...] = ()
     texts_file: bool = False
+    path: bool = False
+
+    @property
+    def reads_path(self) -> bool:
+        return self.path or self.texts_file
 
 
 @dataclass(frozen=True)

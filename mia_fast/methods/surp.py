@@ -19,17 +19,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import POSITIVE, check_ranges, setting
+from mia_fast.methods.settings import Range, check_ranges, setting
 from mia_fast.ops.segments import segment_ids
 
 # The public code's score of a text none of whose tokens is surprising.
 NOTHING_SURPRISING = -100.0
+# No vocabulary's entropy comes near 100 nats (e**100 tokens): a higher threshold makes every position confident.
+MAX_ENTROPY = Range(0, 100, exclusive_minimum=True)
 
 
 @dataclass(frozen=True)
 class SurpSettings:
     max_entropy: float = setting(
-        2.0, "entropy (nats) below which a position counts as confident", "surp-max-entropy", bounds=POSITIVE
+        2.0, "entropy (nats) below which a position counts as confident", "surp-max-entropy", bounds=MAX_ENTROPY
     )
 
     def __post_init__(self) -> None:

@@ -28,15 +28,15 @@ from mia_fast.errors import MiaFastError
 from mia_fast.methods.reference import REFERENCE_PASS
 from mia_fast.methods.reference_tokens import paired_tokens, token_passes
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import POSITIVE_INT, Flag, setting
+from mia_fast.methods.settings import TOKENS, Flag, setting
 from mia_fast.ops.segments import segment_ids, segment_mean, segment_moving_average
 
 DEFAULT_WINDOWS = (1, 5, 10, 20)
 
 
 def window_sizes(text: str) -> tuple[int, ...]:
-    """Comma-separated window sizes, each a whole number >= 1."""
-    return tuple(POSITIVE_INT.parse(part) for part in text.split(",") if part.strip())
+    """Comma-separated window sizes, each a whole number of tokens."""
+    return tuple(TOKENS.parse(part) for part in text.split(",") if part.strip())
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,11 @@ class WbcSettings:
 
     def __post_init__(self) -> None:
         windows = tuple(self.windows or ())
-        if not windows or not all(POSITIVE_INT.contains(w) for w in windows):
-            raise MiaFastError(f"WbcSettings.windows (--wbc-windows) must be whole numbers >= 1, got {self.windows!r}")
+        if not windows or not all(TOKENS.contains(w) for w in windows):
+            raise MiaFastError(
+                f"WbcSettings.windows (--wbc-windows) must be whole numbers >= 1 and <= {TOKENS.maximum}, "
+                f"got {self.windows!r}"
+            )
         object.__setattr__(self, "windows", windows)
 
 

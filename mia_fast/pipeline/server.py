@@ -6,7 +6,9 @@ top K) or OpenAI's ``echo`` with ``logprobs`` (the prompt echoed with its tokens
 gives neither is refused. Token ids come from a tokenizer loaded here where one is named (the ids are sent, so
 both sides score the same tokens and the start-token rule is ours), else from the server's ``/tokenize``. Texts
 longer than the server's context are split into the same sliding windows as a local run; rows go many to a
-request, ``in_flight`` requests at once.
+request, ``in_flight`` requests at once. Every answer is checked as it is read, by the checks of ``server_client``
+(``json_*``, ``logprob``): a malformed one, a log-prob that is not a finite number at most 0 among them, is one line
+naming the server's fault, never a traceback nor a score of NaN.
 
 A server's answers hold no hidden states, no gradients, and no mean or variance over the whole vocabulary:
 ``probe``, ``gradnorm`` and ``minkpp`` are refused before any request, and ``minkpp_top{K}`` estimates Min-K%++
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.frequency.table import tokenizer_fingerprint
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.passes import (
@@ -37,7 +40,17 @@ from mia_fast.pipeline.passes import (
     TokenSpansReadout,
     TopLogprobsReadout,
 )
-from mia_fast.pipeline.server_client import ServerClient, ServerConfig, ServerError
+from mia_fast.pipeline.server_client import (
+    Malformed,
+    ServerClient,
+    ServerConfig,
+    ServerError,
+    json_int,
+    json_list,
+    json_object,
+    json_text,
+    logprob,
+)
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import StatsCache, cached_stats, provenance
 from mia_fast.pipeline.tokenize import Row, TextRows, per_text, token_spans, tokenize
@@ -90,20 +103,38 @@ def load_served_model(config: ServerConfig) -> ServedModel | None:
     """The tokenizer of ``config`` loaded here (a hub name or directory), with its model's vocabulary size."""
     if config.tokenizer is None:
         return None
-    from transformers import AutoConfig, AutoTokenizer
-
     from mia_fast.pipeline.models import check_model_source, one_line
 
     check_model_source(config.tokenizer)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+        return _served_model(config.model, config.tokenizer)
     except (OSError, ValueError) as exc:
         raise MiaFastError(f"--tokenizer {config.tokenizer}: {one_line(exc)}") from None
+
+
+def find_served_tokenizer(name: str, sources: Sequence[str]) -> tuple[ServedModel, str] | None:
+    """The served model's own tokenizer, where one of ``sources`` (what the server says it loaded the model from,
+    then the name it serves) is a folder here or a hub name in the cache or on a reachable hub; with the source it
+    came from. None where none is."""
+    from mia_fast.pipeline.models import local_or_hub
+
+    for source in dict.fromkeys(s for s in sources if s):
+        try:
+            return _served_model(name, local_or_hub(source)), source
+        except (MiaFastError, OSError, ValueError):
+            continue
+    return None
+
+
+def _served_model(name: str, source: str) -> ServedModel:
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source)
     try:
-        vocab_size = int(AutoConfig.from_pretrained(config.tokenizer).vocab_size)
+        vocab_size = int(AutoConfig.from_pretrained(source).vocab_size)
     except (OSError, ValueError, TypeError, AttributeError):
         vocab_size = len(tokenizer)
-    return ServedModel(config.model, tokenizer, max(vocab_size, len(tokenizer)))
+    return ServedModel(name, tokenizer, max(vocab_size, len(tokenizer)))
 
 
 class ServerEngine(TextRows):
@@ -124,9 +155,14 @@ class ServerEngine(TextRows):
     ) -> None:
         self.config = config
         self.client = ServerClient(config, log)
-        self.loaded = load_served_model(config)
-        self.prepend_start = prepend_start
-        context = self._context_length() - 1  # the one token a completion must generate needs a place
+        self._unmatched: str | None = None
+        entry = self._served_entry()
+        self.loaded, self.tokenizer_source = load_served_model(config), config.tokenizer
+        if self.loaded is None:
+            self._take_served_tokenizer(entry, prepend_start, log)
+        # Without a tokenizer here the server tokenizes, and no start token is added to its ids.
+        self.prepend_start = prepend_start and self.loaded is not None
+        context = self._context_length(entry) - 1  # the one token a completion must generate needs a place
         if max_length is not None and max_length > context:
             raise MiaFastError(f"max_length {max_length} exceeds the served model's context {context + 1} (less 1)")
         self.max_length = max_length or context
@@ -139,18 +175,46 @@ class ServerEngine(TextRows):
 
     # -- what the server is -------------------------------------------------------------------------------------
 
-    def _context_length(self) -> int:
+    def _served_entry(self) -> dict[str, Any]:
+        """The served model's entry in ``/v1/models`` (empty where the server lists none)."""
         answer = self.client.get("v1/models", retry=False)
-        served = [m for m in answer.get("data", []) if isinstance(m, dict)]
-        names = [str(m.get("id")) for m in served]
-        if names and self.config.model not in names:
-            shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-            raise MiaFastError(
-                f"{self.client.where} serves {shown}, not {self.config.model!r}: pass one of them to --server-model"
+        with self.client.reading("v1/models"):
+            served = {
+                json_text(model.get("id"), "a model id"): model
+                for model in (json_object(m, "a model") for m in json_list(answer.get("data", []), "data"))
+            }
+            if served and self.config.model not in served:
+                names = list(served)
+                shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+                raise MiaFastError(
+                    f"{self.client.where} serves {shown}, not {self.config.model!r}: pass one of them to --server-model"
+                )
+            return served.get(self.config.model, {})
+
+    def _take_served_tokenizer(self, entry: dict[str, Any], prepend_start: bool, log: Callable[[str], None]) -> None:
+        """Without --tokenizer: the served model's own tokenizer, found here by what the server says it loaded (vLLM's
+        ``root``) or by the name it serves, so that ids are sent and the start-token rule is ours, as in a local run.
+        Where none is found the server tokenizes; if the start token was wanted, one line says, with the first
+        log-probs fetched, how the scores then differ from local ones and how to match them."""
+        with self.client.reading("v1/models"):
+            root = entry.get("root")
+            root = json_text(root, "a model root") if root is not None else None
+        found = find_served_tokenizer(self.config.model, [root, self.config.model])
+        if found is not None:
+            self.loaded, self.tokenizer_source = found
+            log(f"tokenizer: the served model's own, found here at {self.tokenizer_source}")
+        elif prepend_start:
+            self._unmatched = (
+                f"the tokenizer of the served model {self.config.model!r} is not here (neither "
+                f"{root or 'its root'} nor its name is a folder here or on the hub): the server tokenizes, without the "
+                "start token a local run prepends, so its scores differ from local ones; to match them, give "
+                "--tokenizer NAME (a copy of the served model's tokenizer) or score locally with --no-prepend-start"
             )
-        entry = next((m for m in served if m.get("id") == self.config.model), {})
-        context = entry.get("max_model_len")
-        return int(context) if isinstance(context, int) and context > 2 else FALLBACK_CONTEXT
+
+    def _context_length(self, entry: dict[str, Any]) -> int:
+        with self.client.reading("v1/models"):
+            context = entry.get("max_model_len")
+            return FALLBACK_CONTEXT if context is None else json_int(context, "a max_model_len", minimum=2)
 
     def _detect(self) -> tuple[str, str | None]:
         """Which protocol gives the prompt's log-probs here, and the server's fingerprint (its build, where given)."""
@@ -158,13 +222,16 @@ class ServerEngine(TextRows):
         body = {"model": self.config.model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
         try:
             answer = self.client.post("v1/completions", {**body, "prompt_logprobs": 1}, retry=False)
-            if isinstance(_choice(answer, 0).get("prompt_logprobs"), list):
-                return PROMPT_LOGPROBS, answer.get("system_fingerprint")
+            with self.client.reading("v1/completions"):
+                if isinstance(_choice(_choices(answer), 0).get("prompt_logprobs"), list):
+                    return PROMPT_LOGPROBS, _fingerprint(answer)
         except ServerError as refused:
             if refused.status != 400:
                 raise
         answer = self.client.post("v1/completions", {**body, "echo": True, "logprobs": 1}, retry=False)
-        logprobs = _choice(answer, 0).get("logprobs") or {}
+        with self.client.reading("v1/completions"):
+            logprobs = json_object(_choice(_choices(answer), 0).get("logprobs") or {}, "logprobs")
+            fingerprint = _fingerprint(answer)
         if not isinstance(logprobs.get("token_logprobs"), list):
             raise MiaFastError(
                 f"{self.client.where} returns no log-probs of a prompt (neither vLLM's prompt_logprobs nor echo with "
@@ -175,7 +242,7 @@ class ServerEngine(TextRows):
                 f"{self.client.where} gives a prompt's log-probs only by echo, which names tokens by their text, not "
                 "their ids: give --tokenizer NAME so that ids are sent and known"
             )
-        return ECHO, answer.get("system_fingerprint")
+        return ECHO, fingerprint
 
     def cache_settings(self) -> dict[str, Any]:
         """Everything that changes a token's statistics from this server: the model served, the server's build,
@@ -183,8 +250,8 @@ class ServerEngine(TextRows):
         return {
             "server_model": self.config.model,
             "server": self.fingerprint,
-            "tokenizer": tokenizer_fingerprint(self.loaded.tokenizer) if self.loaded is not None else None,
-            "prepend_start": self.prepend_start if self.loaded is not None else "the server's tokenizer",
+            "tokenizer": tokenizer_fingerprint(self.loaded.tokenizer) if self.loaded is not None else "the server's",
+            "prepend_start": self.prepend_start,
             "max_length": self.max_length,
             "protocol": self.protocol,
         }
@@ -222,10 +289,9 @@ class ServerEngine(TextRows):
     def _server_tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         def one(text: str) -> list[int]:
             body = {"model": self.config.model, "prompt": text, "add_special_tokens": True}
-            tokens = self.client.post("tokenize", body).get("tokens")
-            if not isinstance(tokens, list):
-                raise ServerError(f"{self.client.where} answered /tokenize without tokens: give --tokenizer NAME")
-            return [int(t) for t in tokens]
+            answer = self.client.post("tokenize", body)
+            with self.client.reading("tokenize"):
+                return [json_int(token, "a token id") for token in json_list(answer.get("tokens"), "tokens")]
 
         with ThreadPoolExecutor(self.config.requests.in_flight) as pool:
             return list(pool.map(one, texts))
@@ -307,6 +373,9 @@ class ServerEngine(TextRows):
         if on_tokenized is not None:
             on_tokenized(sum(len(r.ids) for r in rows))
         fetched = per_text(rows, self._fetch_rows(rows, top, on_progress), len(missing), max(top, 1))
+        if self._unmatched is not None:
+            warnings.warn(self._unmatched, MiaFastWarning, stacklevel=2)
+            self._unmatched = None
         parts = dict(known)
         for i, part in zip(missing, fetched):
             parts[i] = part
@@ -365,7 +434,9 @@ class ServerEngine(TextRows):
                 ) from None
             raise
         parse = self._parse_prompt_logprobs if self.protocol == PROMPT_LOGPROBS else self._parse_echo
-        return [parse(row, _choice(answer, i), top) for i, row in enumerate(rows)]
+        with self.client.reading("v1/completions"):
+            choices = _choices(answer)
+            return [parse(row, _choice(choices, i), top) for i, row in enumerate(rows)]
 
     def _parse_prompt_logprobs(self, row: Row, choice: dict[str, Any], top: int) -> dict[str, np.ndarray]:
         entries = choice.get("prompt_logprobs")
@@ -373,10 +444,10 @@ class ServerEngine(TextRows):
         scored = range(row.first_scored, len(row.ids))
         logp, values, in_top = [], np.full((len(scored), max(top, 1)), np.nan, np.float32), []
         for j, position in enumerate(scored):
-            entry, target = entries[position], str(row.ids[position])
-            if not isinstance(entry, dict) or target not in entry:
-                raise ServerError(f"{self.client.where} left out the log-prob of a prompt token")
-            logp.append(entry[target]["logprob"])
+            entry, target = json_object(entries[position], "a prompt_logprobs entry"), str(row.ids[position])
+            if target not in entry:
+                raise Malformed(f"no log-prob of the prompt's token {target} at position {position}")
+            logp.append(logprob(json_object(entry[target], "a log-prob entry").get("logprob")))
             if top:
                 ranked, target_in_top = _top_of(entry, target, top)
                 values[j, : len(ranked)] = ranked
@@ -384,22 +455,23 @@ class ServerEngine(TextRows):
         return _row_result(row, logp, values, in_top, top)
 
     def _parse_echo(self, row: Row, choice: dict[str, Any], top: int) -> dict[str, np.ndarray]:
-        logprobs = choice.get("logprobs") or {}
-        token_logprobs, tokens = logprobs.get("token_logprobs"), logprobs.get("tokens") or []
+        logprobs = json_object(choice.get("logprobs") or {}, "logprobs")
+        token_logprobs, tokens = logprobs.get("token_logprobs"), json_list(logprobs.get("tokens") or [], "tokens")
         self._check_length(token_logprobs, row, echoed=True)
         scored = range(row.first_scored, len(row.ids))
-        logp = [token_logprobs[position] for position in scored]
+        logp = [logprob(token_logprobs[position]) for position in scored]
         values, in_top = np.full((len(scored), max(top, 1)), np.nan, np.float32), []
         if top:
-            tops = logprobs.get("top_logprobs") or []
+            tops = json_list(logprobs.get("top_logprobs") or [], "top_logprobs")
+            self._check_length(tops, row, echoed=True)
             for j, position in enumerate(scored):
-                entry = dict(tops[position] or {})
+                entry = dict(json_object(tops[position] or {}, "a top_logprobs entry"))
                 if len(entry) > top:  # the target was added to the top K
-                    entry.pop(tokens[position] if position < len(tokens) else None, None)
+                    entry.pop(json_text(tokens[position], "a token") if position < len(tokens) else None, None)
                     in_top.append(False)
                 else:
                     in_top.append(True)
-                ranked = sorted(entry.values(), reverse=True)[:top]
+                ranked = sorted((logprob(value) for value in entry.values()), reverse=True)[:top]
                 values[j, : len(ranked)] = ranked
         return _row_result(row, logp, values, in_top, top)
 
@@ -409,7 +481,7 @@ class ServerEngine(TextRows):
         expected = entries is not None and (len(entries) >= len(row.ids) if echoed else len(entries) == len(row.ids))
         if not expected:
             got = len(entries) if entries is not None else "no"
-            raise ServerError(f"{self.client.where} answered {got} log-probs for a prompt of {len(row.ids)} tokens")
+            raise Malformed(f"{got} log-probs for a prompt of {len(row.ids)} tokens")
 
     def sample(
         self,
@@ -446,10 +518,13 @@ class ServerEngine(TextRows):
                 "top_p": readout.top_p,
                 "skip_special_tokens": True,
             }
-            choices = sorted(self.client.post("v1/completions", body).get("choices") or [], key=lambda c: c["index"])
-            if len(choices) != readout.count:
-                raise ServerError(f"{self.client.where} returned {len(choices)} samples, not {readout.count}")
-            result[i] = [c.get("text", "") for c in choices]
+            answer = self.client.post("v1/completions", body)
+            with self.client.reading("v1/completions"):
+                choices = _choices(answer)
+                if sorted(choices) != list(range(readout.count)):
+                    numbers = ", ".join(map(str, sorted(choices)[:10])) or "none"
+                    raise Malformed(f"samples numbered {numbers}, not 0 to {readout.count - 1}")
+                result[i] = [json_text(choices[k].get("text"), "a sample's text") for k in range(readout.count)]
             if on_progress is not None:
                 on_progress((len(prompt) + new_tokens) * readout.count)
 
@@ -458,24 +533,38 @@ class ServerEngine(TextRows):
         return result
 
 
-def _choice(answer: dict[str, Any], index: int) -> dict[str, Any]:
-    """Choice ``index`` of a completions answer (one per prompt, n = 1), found by its own index."""
-    choices = answer.get("choices")
-    if isinstance(choices, list):
-        for choice in choices:
-            if isinstance(choice, dict) and choice.get("index") == index:
-                return choice
-    raise ServerError(f"a completions answer lacks choice {index}")
+def _choices(answer: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The choices of a completions answer by their own index (one per prompt, or n samples of one prompt)."""
+    choices = {}
+    for choice in json_list(answer.get("choices"), "choices"):
+        choice = json_object(choice, "a choice")
+        choices[json_int(choice.get("index"), "a choice's index")] = choice
+    return choices
 
 
-def _top_of(entry: dict[str, dict[str, Any]], target: str, top: int) -> tuple[list[float], bool]:
+def _choice(choices: dict[int, dict[str, Any]], index: int) -> dict[str, Any]:
+    if index not in choices:
+        raise Malformed(f"no choice {index}")
+    return choices[index]
+
+
+def _fingerprint(answer: dict[str, Any]) -> str | None:
+    """The server's build, where it gives one (it goes into every cache key and provenance)."""
+    fingerprint = answer.get("system_fingerprint")
+    return None if fingerprint is None else json_text(fingerprint, "a system_fingerprint")
+
+
+def _top_of(entry: dict[str, Any], target: str, top: int) -> tuple[list[float], bool]:
     """The top log-probs of one prompt_logprobs entry, likeliest first, and whether the target is among them: by
     rank where the server gives ranks, else the target is the one added when the entry holds more than ``top``."""
-    if "rank" in entry[target]:
-        ranked = [e["logprob"] for e in entry.values() if e.get("rank", top + 1) <= top]
-        return sorted(ranked, reverse=True)[:top], entry[target]["rank"] <= top
+    options = {token: json_object(option, "a log-prob entry") for token, option in entry.items()}
+    values = {token: logprob(option.get("logprob")) for token, option in options.items()}
+    if "rank" in options[target]:
+        ranks = {token: json_int(option.get("rank", top + 1), "a rank", minimum=1) for token, option in options.items()}
+        ranked = [values[token] for token, rank in ranks.items() if rank <= top]
+        return sorted(ranked, reverse=True)[:top], ranks[target] <= top
     extra = len(entry) > top
-    ranked = [e["logprob"] for token, e in entry.items() if not (extra and token == target)]
+    ranked = [value for token, value in values.items() if not (extra and token == target)]
     return sorted(ranked, reverse=True)[:top], not extra
 
 

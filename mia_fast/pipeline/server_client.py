@@ -1,26 +1,32 @@
 """HTTP to a model behind an OpenAI-compatible completions endpoint (vLLM, SGLang, TGI, llama.cpp, hosted APIs).
 
 Only the standard library: one connection per request (a request carries many prompts), TLS verified, a connect
-timeout apart from the answer's, and bounded retries with exponential backoff and jitter for what a server
-restart, overload or a dropped connection causes (429, 5xx, a refused or reset connection). Everything else (a
-bad key, an unknown model, a bad request, an answer that never comes) is one line at once. The key is read from
-an environment variable, sent only in the Authorization header and never put in a message.
+timeout apart from the answer's (a deadline for the whole answer, however slowly it trickles in), and bounded
+retries with exponential backoff and jitter for what a server restart, overload or a dropped connection causes
+(429, 5xx, a refused or reset connection). Everything else (a bad key, an unknown model, a bad request, an answer
+that never comes or is malformed) is one line at once. The key is read from an environment variable, sent only in
+the Authorization header, and hidden in every string of every answer as it is decoded, so no message or file
+made of a server's answers holds it.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import ipaddress
 import json
+import math
 import os
 import random
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from mia_fast.errors import MiaFastError
 
@@ -79,7 +85,19 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not self.model:
             raise MiaFastError("--server needs --server-model NAME: the model name the server serves")
-        endpoint(self.url)
+        try:
+            endpoint(self.url)
+        except MiaFastError as refused:
+            raise MiaFastError(hide_key(str(refused), self._key_in_environment())) from None
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as a line or a file may show it: without user, password or query, and the key hidden (some
+        gateways take it in the path)."""
+        return hide_key(printable_url(self.url), self._key_in_environment())
+
+    def _key_in_environment(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
 
 
 @dataclass(frozen=True)
@@ -107,19 +125,31 @@ def endpoint(url: str) -> Endpoint:
     belongs in the environment, never on a command line)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise MiaFastError(f"--server {url!r} is not an http:// or https:// URL")
+        raise MiaFastError(f"--server {printable_url(url)!r} is not an http:// or https:// URL")
     if parts.username or parts.password:
         raise MiaFastError("--server must not hold a user or password: put the key in an environment variable")
     if parts.query or parts.fragment:
-        raise MiaFastError(f"--server {url!r}: give the server's base URL, without a query")
+        raise MiaFastError(f"--server {printable_url(url)!r}: give the server's base URL, without a query")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise MiaFastError(f"--server {url!r} has a bad port") from None
+        raise MiaFastError(f"--server {printable_url(url)!r} has a bad port") from None
     base = parts.path.rstrip("/")
     if base.endswith("/v1"):
         base = base[: -len("/v1")]
     return Endpoint(parts.scheme, parts.hostname, port, base)
+
+
+def printable_url(url: str) -> str:
+    """``url`` without what may hold a key: its user and password, query and fragment (a query is shown as ``?…``)."""
+    parts = urlsplit(url)
+    shown = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    return shown + ("?…" if parts.query or parts.fragment else "")
+
+
+def hide_key(text: str, key: str | None) -> str:
+    """``text`` with ``key`` (so also ``Bearer <key>``) replaced by ``***``."""
+    return text.replace(key, "***") if key else text
 
 
 class ServerError(MiaFastError):
@@ -156,7 +186,28 @@ class ServerClient:
         return key
 
     def _hidden(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key else text
+        return hide_key(text, self._key)
+
+    def _hidden_in(self, value: Any) -> Any:
+        """A decoded JSON answer with the key hidden in every string, keys and values: a server (or a proxy) that
+        echoes the Authorization header cannot put the key in any line or file made of its answers."""
+        if isinstance(value, str):
+            return self._hidden(value)
+        if isinstance(value, list):
+            return [self._hidden_in(item) for item in value]
+        if isinstance(value, dict):
+            return {self._hidden(key): self._hidden_in(item) for key, item in value.items()}
+        return value
+
+    @contextmanager
+    def reading(self, path: str) -> Iterator[None]:
+        """Turns a ``Malformed`` answer to ``path`` into one line naming the server, the request and the fault."""
+        try:
+            yield
+        except Malformed as fault:
+            raise ServerError(
+                f"{self.where} answered /{path} with {fault}: the server's fault, not the texts'"
+            ) from None
 
     def post(self, path: str, body: dict[str, Any], retry: bool = True) -> dict[str, Any]:
         """The JSON answer to POST ``path`` (under the base URL, e.g. ``v1/completions``); with ``retry``, failures a
@@ -184,7 +235,7 @@ class ServerClient:
 
     @property
     def where(self) -> str:
-        return f"the server at {self.endpoint}"
+        return self._hidden(f"the server at {self.endpoint}")
 
     def _connect(self) -> http.client.HTTPConnection:
         host, port = self.endpoint.host, self.endpoint.port
@@ -205,7 +256,9 @@ class ServerClient:
             raise _Retryable("refuses connections (is it running?)") from None
         except OSError as exc:
             raise ServerError(f"{unreachable}: {exc.strerror or exc}") from None
-        connection.sock.settimeout(self.config.requests.timeout_s)
+        timeout_s = self.config.requests.timeout_s
+        connection.sock.settimeout(timeout_s)
+        connection.response_class = functools.partial(_TimedResponse, deadline=time.monotonic() + timeout_s)
         return connection
 
     def _once(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
@@ -224,6 +277,8 @@ class ServerClient:
             ) from None
         except _DROPPED as exc:
             raise _Retryable(f"dropped the connection ({type(exc).__name__})") from None
+        except http.client.HTTPException as exc:
+            raise ServerError(f"{self.where} answered /{path} with broken HTTP ({type(exc).__name__})") from None
         finally:
             connection.close()
         if response.status in _RETRIED_STATUSES:
@@ -231,9 +286,13 @@ class ServerClient:
         if response.status != 200:
             raise self._refusal(response.status, data, path)
         try:
-            return json.loads(data)
-        except ValueError:
+            answer = json.loads(data)
+            if self._key and _may_spell(self._key, data):
+                answer = self._hidden_in(answer)
+        except (ValueError, RecursionError):
             raise ServerError(f"{self.where} answered /{path} with something that is not JSON") from None
+        with self.reading(path):
+            return json_object(answer, "JSON")
 
     def _refusal(self, status: int, data: bytes, path: str) -> ServerError:
         said = self._hidden(_error_text(data))
@@ -259,15 +318,129 @@ class _Retryable(Exception):
         self.status = status
 
 
+# What each of JSON's short escapes stands for.
+_SHORT_ESCAPES = {
+    '"': b'\\"',
+    "\\": b"\\\\",
+    "/": b"\\/",
+    "\b": b"\\b",
+    "\f": b"\\f",
+    "\n": b"\\n",
+    "\r": b"\\r",
+    "\t": b"\\t",
+}
+
+
+def _may_spell(key: str, data: bytes) -> bool:
+    """Whether a string of the JSON ``data`` may hold ``key`` once decoded: only where the bytes hold it as it is, or
+    an escape that can stand for one of its characters (``\\uXXXX`` for any). Hiding the key walks every string of
+    an answer, which costs more than decoding it: most answers are spared."""
+    if key.encode() in data or b"\\u" in data:
+        return True
+    return any(_SHORT_ESCAPES[character] in data for character in set(key) & _SHORT_ESCAPES.keys())
+
+
 def _error_text(data: bytes, limit: int = 300) -> str:
     """The message of a server's error answer (OpenAI's ``{"error": {"message": ...}}`` or plain text), on one
     line."""
     try:
         parsed = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         parsed = data.decode("utf-8", "replace")
     if isinstance(parsed, dict):
         error = parsed.get("error", parsed.get("detail", parsed.get("message", parsed)))
         parsed = error.get("message", error) if isinstance(error, dict) else error
     text = " ".join(str(parsed).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's bytes, each read finishing by ``deadline`` (``time.monotonic``): the socket's own timeout bounds
+    one read only, and a server sending a byte at a time would hold a run for as long as it likes."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock, self._raw, self._deadline = sock, sock.makefile("rb", buffering=0), deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        self._sock.settimeout(left)
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _TimedResponse(http.client.HTTPResponse):
+    """An HTTP response whose status line, headers and body are read in all by ``deadline``."""
+
+    def __init__(self, sock: socket.socket, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()
+        self.fp = io.BufferedReader(_DeadlineReader(sock, deadline))
+
+
+# The log-probs a server may give. A hair above 0 is a float32 log-softmax of a token the model is sure of, rounded
+# (taken as 0); more is a probability above 1. Far below is no model's (vLLM writes -inf as -9999), and would
+# overflow the float32 sums that make the scores.
+LOGPROB_TOLERANCE = 1e-4
+LOWEST_LOGPROB = -1e6
+_INT32_MAX = 2**31 - 1
+
+
+class Malformed(Exception):
+    """What an answer holds that it should not; its text completes 'answered /PATH with ...' (``ServerClient.reading``
+    makes it one line). The checks below are the one place where a server's answer is checked."""
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Malformed(f"{what} that is not an object ({_shown(value)})")
+    return value
+
+
+def json_list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise Malformed(f"{what} that is not a list ({_shown(value)})")
+    return value
+
+
+def json_int(value: Any, what: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Malformed(f"{what} that is not an integer ({_shown(value)})")
+    if not minimum <= value <= _INT32_MAX:
+        raise Malformed(f"{what} out of range ({_shown(value)})")
+    return value
+
+
+def json_text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise Malformed(f"{what} that is not a string ({_shown(value)})")
+    return value
+
+
+def logprob(value: Any) -> float:
+    """A log-prob as a server must give it: a number from ``LOWEST_LOGPROB`` to 0 (up to ``LOGPROB_TOLERANCE``, taken
+    as 0)."""
+    if type(value) is float and LOWEST_LOGPROB <= value <= LOGPROB_TOLERANCE:  # nearly all of them, at once
+        return min(value, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Malformed(f"a log-prob that is not a number ({_shown(value)})")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Malformed(f"a log-prob that is not finite ({value})")
+    if value > LOGPROB_TOLERANCE:
+        raise Malformed(f"a positive log-prob ({_shown(value)}), the log of a probability above 1")
+    if value < LOWEST_LOGPROB:
+        raise Malformed(f"a log-prob below {LOWEST_LOGPROB:g} ({_shown(value)})")
+    return min(float(value), 0.0)

@@ -76,7 +76,7 @@ class ModelConfig:
     def name(self) -> str:
         """The target model as a user named it."""
         if self.server is not None:
-            return f"{self.server.model} at {self.server.url}"
+            return f"{self.server.model} at {self.server.shown_url}"
         if self.model is not None and not isinstance(self.model, str):
             return self.model.name
         return str(self.gguf or self.model or DEFAULT_MODEL_NAME)

@@ -14,7 +14,8 @@ from typing import Any
 
 from mia_fast.data.artefacts import OutputLock
 from mia_fast.data.files import Dataset, DataStream
-from mia_fast.data.outputs import ResultWriter, manifest_path, stage_path
+from mia_fast.data.gate import Output, refuse_inputs
+from mia_fast.data.outputs import ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import registry
 from mia_fast.methods.registry import MethodRequest
@@ -100,20 +101,12 @@ def _align_windows(windows: ResultWriter, rows: int, out: Path) -> None:
     windows.blocks = kept
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
-
-
 def refuse_input_as_output(dataset: Dataset | DataStream, out: Path, online: bool) -> None:
     """Scores are never written over the texts they come from, whatever the flags."""
     source = dataset.path if isinstance(dataset, DataStream) else dataset.source
-    if source is None:
-        return
-    written = [out, stage_path(out), manifest_path(out), *([windows_path(out)] if online else [])]
-    if any(_same_file(Path(source), path) for path in written):
-        raise MiaFastError(
-            f"--out {out} is the input {source}: the scores would replace the texts; choose another --out"
-        )
+    written = [out, *([windows_path(out)] if online else [])]
+    for path in written:
+        refuse_inputs(Output(path, staged=True), [source])
 
 
 class _TokenProgress:

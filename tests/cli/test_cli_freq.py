@@ -102,7 +102,7 @@ def test_existing_output_is_never_replaced_without_overwrite(tmp_path, capsys):
     assert "exists; pass --overwrite" in fail(
         capsys, "freq", "build-tokens", tmp_path / "a.bin", "--dtype", "uint16", "--vocab-size", 20, "--out", out
     )
-    assert "exists; pass --overwrite" in fail(capsys, "freq", "merge", out, out, "--out", out)
+    assert "is the input" in fail(capsys, "freq", "merge", out, out, "--out", out)
     assert out.read_bytes() == before
     assert (
         run_cli(

@@ -223,7 +223,7 @@ def test_demo_command_end_to_end(tiny_model_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "8 members fine-tuned for 2 epoch(s)" in out and "minkpp_0.2" in out and "members: 8, non-members: 8" in out
     assert "is not empty; pass --overwrite" in fail(capsys, *args, "--report", tmp_path / "r")
-    assert "argument --epochs: must be a whole number >= 1" in fail(
+    assert "argument --epochs: must be a whole number in [1, 1000]" in fail(
         capsys, *args[:-1], "--epochs", "0", "--report", tmp_path / "r2"
     )
 

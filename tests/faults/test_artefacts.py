@@ -115,7 +115,7 @@ def test_probe_train_refuses_a_file_as_its_output_directory(tiny_model_dir, tmp_
     (tmp_path / "probe").write_text("kept\n")
     args = ("probe", "train", "--train", labelled, "--dev", labelled, "--model", tiny_model_dir, "--quiet")
     line = refused(capsys, *args, "--out", tmp_path / "probe", keep=[tmp_path])
-    assert "probe is a file; --out is the directory the probe is written into" in line
+    assert "probe is a file; --out names a folder to write into" in line
 
 
 def test_extreme_probe_logits_give_0_or_1_without_a_numpy_warning():

@@ -19,23 +19,24 @@ from mia_fast.methods import ConRecallSettings, DcpddSettings, PacSettings, Sami
 from mia_fast.methods.registry import setting_options
 from mia_fast.pipeline import models
 
-POSITIVE_INT = "must be a whole number >= 1"
-NON_NEGATIVE_INT = "must be a whole number >= 0"
-POSITIVE = "must be a number > 0"
+# Every number has a finite maximum, which differs from option to option.
+POSITIVE_INT = "must be a whole number in [1, "
+NON_NEGATIVE_INT = "must be a whole number in [0, "
+POSITIVE = "must be a number in (0, "
 FRACTION = "must be a number in (0, 1]"
 FRACTIONS = "each a number in (0, 1]"
 
 # The options of the scoring commands, added by mia_fast.cli.options: (bad value, what the line says).
 SCORING = {
     "--batch-tokens": ("0", POSITIVE_INT),
-    "--max-length": ("1", "must be a whole number >= 2"),
+    "--max-length": ("1", "must be a whole number in [2, "),
     "--neighbor-count": ("-3", POSITIVE_INT),
     "--block-rows": ("0", POSITIVE_INT),
     "--a": ("-1", POSITIVE),
     "--samia-samples": ("2.5", POSITIVE_INT),
     "--pac-copies": ("0", POSITIVE_INT),
-    "--method-seed": ("x", "must be a whole number, got 'x'"),
-    "--conrecall-gamma": ("nan", "must be a finite number"),
+    "--method-seed": ("x", "must be a whole number in [0, 4294967295], got 'x'"),
+    "--conrecall-gamma": ("nan", "must be a number in [-100, 100]"),
 }
 INPUT = {"--max-words": ("0", POSITIVE_INT)}
 METHODS = {"--methods": (",", "no method given"), "--k": ("0,0.5", FRACTIONS)}
@@ -57,7 +58,7 @@ OPTIONS = {
         **METHODS,
         "--bootstrap": ("0", POSITIVE_INT),
         "--seed": ("-1", NON_NEGATIVE_INT),
-        "--buckets": ("32,0", "each a whole number >= 1"),
+        "--buckets": ("32,0", "each a whole number in [1, "),
     },
     "rescore": {**INPUT, **METHODS, "--block-rows": ("0", POSITIVE_INT), "--a": ("0", POSITIVE)},
     "calibrate": {**SCORING, **INPUT},
@@ -66,7 +67,7 @@ OPTIONS = {
     "dataset-inference": {**SCORING, **METHODS, "--seed": ("-1", NON_NEGATIVE_INT)},
     "demo": {
         **METHODS,
-        "--texts": ("4", "must be a whole number >= 8"),
+        "--texts": ("4", "must be a whole number in [8, "),
         "--epochs": ("0", POSITIVE_INT),
         "--lr": ("0", POSITIVE),
         "--batch-size": ("0", POSITIVE_INT),
@@ -150,10 +151,13 @@ def test_the_settings_classes_refuse_what_their_flags_refuse():
             with pytest.raises(MiaFastError, match=rf"{field.owner.__name__}.{field.name} \(--{option.flag.name}\)"):
                 field.owner(**{field.name: bad})
     for make, message in [
-        (lambda: DcpddSettings(a=-1), r"DcpddSettings.a \(--a\) must be a number > 0, got -1"),
-        (lambda: SamiaSettings(samples=True), r"SamiaSettings.samples .* must be a whole number >= 1"),
-        (lambda: PacSettings(seed=0.5), r"PacSettings.seed \(--method-seed\) must be a whole number, got 0.5"),
-        (lambda: ConRecallSettings(gamma=math.inf), "must be a finite number, got inf"),
+        (lambda: DcpddSettings(a=-1), r"DcpddSettings.a \(--a\) must be a number in \(0, 100\], got -1"),
+        (lambda: SamiaSettings(samples=True), r"SamiaSettings.samples .* must be a whole number in \[1, 1000\]"),
+        (
+            lambda: PacSettings(seed=0.5),
+            r"PacSettings.seed \(--method-seed\) must be a whole number in \[0, 4294967295\], got 0.5",
+        ),
+        (lambda: ConRecallSettings(gamma=math.inf), r"must be a number in \[-100, 100\], got inf"),
     ]:
         with pytest.raises(MiaFastError, match=message):
             make()
@@ -309,5 +313,6 @@ def test_dataset_inference_refuses_sets_that_share_texts(tiny_model_dir, tmp_pat
 def test_refusals_name_the_value_given(tmp_path, capsys):
     line = refused(capsys, "score", tmp_path / "d.jsonl", "--out", tmp_path / "o.jsonl", "--a", "-1")
     assert line == (
-        "mia-fast: error: mia-fast score: argument --a: must be a number > 0, got '-1' (see mia-fast score --help)"
+        "mia-fast: error: mia-fast score: argument --a: must be a number in (0, 100], got '-1' "
+        "(see mia-fast score --help)"
     )

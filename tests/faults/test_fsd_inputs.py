@@ -32,11 +32,17 @@ def files(tmp_path):
         ([], "method 'fsd_loss' needs known non-member texts (--nonmembers FILE)"),
         (["--nonmembers", "{empty}"], "empty.txt: holds no texts"),
         (["--nonmembers", "{missing}"], "missing.txt"),
-        (["--nonmembers", "{nonmembers}", "--fsd-lr", "0"], "argument --fsd-lr: must be a number > 0"),
-        (["--nonmembers", "{nonmembers}", "--fsd-lr", "nan"], "argument --fsd-lr: must be a number > 0"),
-        (["--nonmembers", "{nonmembers}", "--fsd-epochs", "0"], "argument --fsd-epochs: must be a whole number >= 1"),
+        (["--nonmembers", "{nonmembers}", "--fsd-lr", "0"], "argument --fsd-lr: must be a number in (0, 1]"),
+        (["--nonmembers", "{nonmembers}", "--fsd-lr", "nan"], "argument --fsd-lr: must be a number in (0, 1]"),
+        (
+            ["--nonmembers", "{nonmembers}", "--fsd-epochs", "0"],
+            "argument --fsd-epochs: must be a whole number in [1, 1000]",
+        ),
         (["--nonmembers", "{nonmembers}", "--fsd-batch-size", "1.5"], "argument --fsd-batch-size: must be a whole"),
-        (["--nonmembers", "{nonmembers}", "--fsd-seed", "-1"], "argument --fsd-seed: must be a whole number >= 0"),
+        (
+            ["--nonmembers", "{nonmembers}", "--fsd-seed", "-1"],
+            "argument --fsd-seed: must be a whole number in [0, 4294967295]",
+        ),
         (["--nonmembers", "{nonmembers}", "--fsd-max-tokens", "0"], "argument --fsd-max-tokens"),
         # Scored texts that are also non-member texts fine-tuned on.
         (["--nonmembers", "{data}"], "2 scored text(s) are also known non-member texts"),

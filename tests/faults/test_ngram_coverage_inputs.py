@@ -43,11 +43,11 @@ def test_the_split_follows_the_settings(tiny_model_dir, tmp_path, capsys, no_mod
 @pytest.mark.parametrize(
     ("option", "field", "value", "expected"),
     [
-        ("--ngram-samples", "samples", "0", "must be a whole number >= 1"),
-        ("--ngram-n", "n", "2.5", "must be a whole number >= 1"),
+        ("--ngram-samples", "samples", "0", "must be a whole number in [1, 1000]"),
+        ("--ngram-n", "n", "2.5", "must be a whole number in [1, 1000]"),
         ("--ngram-suffix", "suffix", "0", "must be a number in (0, 1]"),
         ("--ngram-suffix", "suffix", "1.5", "must be a number in (0, 1]"),
-        ("--ngram-new-tokens", "new_tokens", "-1", "must be a whole number >= 0"),
+        ("--ngram-new-tokens", "new_tokens", "-1", "must be a whole number in [0, 1048576]"),
     ],
 )
 def test_settings_out_of_range_are_refused_as_parsed(option, field, value, expected, tiny_model_dir, tmp_path, capsys):

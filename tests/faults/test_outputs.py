@@ -256,7 +256,7 @@ def test_a_full_disk_in_eval_is_one_line_and_keeps_what_was_written(
     assert run_cli(*run) == 0
     with monkeypatch.context() as patched:
         fail_writes(patched, from_block=0)
-        line = refused(capsys, *run, "--out", tmp_path / "other.jsonl", keep=[tmp_path])
+        line = refused(capsys, *run, "--out", tmp_path / "other.jsonl", "--overwrite", keep=[tmp_path])
     assert "No space left on device; nothing was written" in line
 
     def disk_full(path, data):
@@ -264,25 +264,24 @@ def test_a_full_disk_in_eval_is_one_line_and_keeps_what_was_written(
 
     monkeypatch.setattr("mia_fast.evaluation.report.write_atomic", disk_full)
     before = digests(report)
-    line = refused(capsys, *run, "--out", tmp_path / "again.jsonl")
+    line = refused(capsys, *run, "--out", tmp_path / "again.jsonl", "--overwrite")
     assert line.endswith("metrics.json: No space left on device; nothing already written was lost")
     assert digests(report) == before and len(read_jsonl(tmp_path / "again.jsonl")) == 24
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
-def test_a_run_killed_before_its_first_block_is_resumed_from_the_start(
-    tiny_model_dir, labelled_jsonl, tmp_path, capsys, suffix
-):
-    """Killed between making its stage and finishing its first block: no manifest, only the rows file's header.
-    --resume scores every row (there was none finished to keep); a stage holding anything else is still refused."""
+def test_a_run_killed_while_making_its_stage_leaves_none(tiny_model_dir, labelled_jsonl, tmp_path, monkeypatch, suffix):
+    """A stage appears whole, with its manifest (a temporary folder renamed into place): a run killed while making it
+    leaves nothing, and the rerun needs no flag. (A stage without a manifest is not ours: tests/faults/
+    test_output_gate.py.)"""
     out = tmp_path / f"scores{suffix}"
-    stage = stage_path(out)
-    stage.mkdir()
-    (stage / "rows.jsonl").write_bytes(b"")
-    assert run_cli(*score(labelled_jsonl, tiny_model_dir, out), "--resume") == 0
-    assert out.exists() and not stage.exists() and manifest_path(out).exists()
-    other = tmp_path / f"other{suffix}"
-    stage_path(other).mkdir()
-    (stage_path(other) / "notes.txt").write_text("not ours")
-    line = refused(capsys, *score(labelled_jsonl, tiny_model_dir, other), "--resume", keep=[tmp_path])
-    assert "is not a run's stage (no manifest)" in line
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr("mia_fast.data.outputs.write_checked_json", killed)
+        assert run_cli(*score(labelled_jsonl, tiny_model_dir, out)) == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert run_cli(*score(labelled_jsonl, tiny_model_dir, out)) == 0
+    assert out.exists() and not stage_path(out).exists() and manifest_path(out).exists()

@@ -188,12 +188,12 @@ def test_a_scored_non_member_text_and_a_model_without_weights_are_refused(loaded
     saved = Detector.from_token_stats(stats, TEXTS, settings=[SETTINGS])
     with pytest.raises(MiaFastError, match="'fsd_loss' needs a copy of the target fine-tuned here"):
         saved.score(TEXTS, methods=["fsd_loss"])
-    with pytest.raises(MiaFastError, match="must be a number > 0"):
+    with pytest.raises(MiaFastError, match=r"must be a number in \(0, 1\]"):
         FsdSettings(nonmembers=NONMEMBERS, learning_rate=0.0)
 
 
 def test_a_diverging_fine_tuning_is_refused_and_nothing_is_cached(loaded, cache):
     with pytest.raises(finetune.TrainingDiverged):
-        detector(loaded, FsdSettings(nonmembers=NONMEMBERS, learning_rate=1e6)).score(TEXTS, methods=["fsd_loss"])
+        detector(loaded, FsdSettings(nonmembers=NONMEMBERS, learning_rate=1.0)).score(TEXTS, methods=["fsd_loss"])
     assert not any(cache.glob("*/*.safetensors"))
     assert torch.isfinite(next(loaded.model.parameters())).all()

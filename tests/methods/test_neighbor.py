@@ -291,7 +291,7 @@ def test_masked_lm_neighbours_from_the_command_line_and_a_model_that_fails(
             tmp_path / "s2.jsonl",
         )
         assert "could not load the masked LM" in message
-    assert "argument --neighbor-count: must be a whole number >= 1" in fail(
+    assert "argument --neighbor-count: must be a whole number in [1, 1000]" in fail(
         capsys,
         "score",
         data,

@@ -213,8 +213,8 @@ def test_cli_refuses_bad_online_options_before_loading_a_model_and_keeps_what_wa
     out.write_text("kept\n")
     nowhere = tmp_path / "no-such-model"
     for options, message in [
-        (["--online", 0], "argument --online: must be a whole number >= 1, got '0'"),
-        (["--online", 8, "--online-stride", -1], "argument --online-stride: must be a whole number >= 1"),
+        (["--online", 0], "argument --online: must be a whole number in [1, 1048576], got '0'"),
+        (["--online", 8, "--online-stride", -1], "argument --online-stride: must be a whole number in [1, 1048576]"),
         (["--online", 8, "--online-method", "zlib"], "one token-level column"),
         (["--online-stride", 3], "--online-stride need --online W"),
     ]:

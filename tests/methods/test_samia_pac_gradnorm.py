@@ -205,8 +205,11 @@ def test_gradnorm_over_all_parameters_matches_a_per_text_backward_and_leaves_the
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: SamiaSettings(samples=0), r"SamiaSettings.samples \(--samia-samples\) must be a whole number >= 1"),
-        (lambda: PacSettings(copies=-1), r"PacSettings.copies \(--pac-copies\) must be a whole number >= 1"),
+        (
+            lambda: SamiaSettings(samples=0),
+            r"SamiaSettings.samples \(--samia-samples\) must be a whole number in \[1, 1000\]",
+        ),
+        (lambda: PacSettings(copies=-1), r"PacSettings.copies \(--pac-copies\) must be a whole number in \[1, 1000\]"),
         (lambda: GradnormSettings(norm=3), "order must be 1, 2 or inf"),
     ],
 )
@@ -266,4 +269,7 @@ def test_cli_scores_every_new_method_and_refuses_bad_settings(tmp_path, tiny_mod
         "--out",
         str(tmp_path / "x.jsonl"),
     )
-    assert "argument --samia-samples: must be a whole number >= 1" in message and not (tmp_path / "x.jsonl").exists()
+    assert (
+        "argument --samia-samples: must be a whole number in [1, 1000]" in message
+        and not (tmp_path / "x.jsonl").exists()
+    )

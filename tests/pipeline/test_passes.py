@@ -277,7 +277,9 @@ def test_conrecall_formula_on_hand_built_stats():
     assert scores[0] == pytest.approx((3.0 - 0.25 * 1.0) / 2.0)  # (loss(x | P_non) - γ loss(x | P_mem)) / loss(x)
     assert scores[1] == pytest.approx((2.0 - 0.25 * 0.25) / 0.5)
     assert np.isnan(scores[2])
-    with pytest.raises(MiaFastError, match=r"ConRecallSettings.gamma \(--conrecall-gamma\) must be a finite number"):
+    with pytest.raises(
+        MiaFastError, match=r"ConRecallSettings.gamma \(--conrecall-gamma\) must be a number in \[-100, 100\]"
+    ):
         ConRecallSettings(gamma=float("nan"))
 
 
@@ -402,7 +404,7 @@ def test_conrecall_from_the_command_line(tiny_model_dir, labelled_jsonl, tmp_pat
         "--out",
         tmp_path / "s4.jsonl",
     )
-    assert "argument --conrecall-gamma: must be a finite number" in fail(
+    assert "argument --conrecall-gamma: must be a number in [-100, 100]" in fail(
         capsys,
         "score",
         labelled_jsonl,
