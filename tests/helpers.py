@@ -2,8 +2,10 @@
 
 import errno
 import hashlib
+import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,16 @@ from mia_fast.cli import main
 from mia_fast.pipeline.stats import TokenStats
 
 FAST = ["--methods", "loss,zlib,mink,minkpp", "--k", "0.2,1.0", "--quiet"]
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def script(name: str):
+    """``scripts/NAME.py`` as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_jsonl(path, rows):

@@ -28,19 +28,14 @@ def work(tmp_path, labelled_jsonl):
 @pytest.fixture
 def threshold(work, tiny_model_dir):
     path = work / "threshold.json"
-    assert (
-        run_cli(
-            "calibrate", work / "data.jsonl", "--model", tiny_model_dir, "--method", "loss", "--out", path, "--quiet"
-        )
-        == 0
-    )
+    assert run_cli(*calibrate(work, tiny_model_dir, path)) == 0
     return path
 
 
 @pytest.fixture
 def table(work, tiny_model_dir):
     path = work / "c.freq"
-    assert run_cli("freq", "build", work / "corpus", "--tokenizer", tiny_model_dir, "--out", path, "--quiet") == 0
+    assert run_cli(*freq_build(work / "corpus", tiny_model_dir, path)) == 0
     return path
 
 
@@ -48,25 +43,20 @@ def score(work, model, out, *extra):
     return ["score", work / "data.jsonl", "--model", model, "--out", out, *FAST, *extra]
 
 
+def freq_build(sources, model, out, *extra):
+    return ["freq", "build", sources, "--tokenizer", model, "--out", out, "--quiet", *extra]
+
+
+def calibrate(work, model, out, *extra):
+    return ["calibrate", work / "data.jsonl", "--model", model, "--method", "loss", "--out", out, "--quiet", *extra]
+
+
 # ---- an output is never an input --------------------------------------------------------------------------------
 
 
 def test_calibrate_never_writes_over_its_data(work, tiny_model_dir, capsys):
     data = work / "data.jsonl"
-    line = refused(
-        capsys,
-        "calibrate",
-        data,
-        "--model",
-        tiny_model_dir,
-        "--method",
-        "loss",
-        "--out",
-        data,
-        "--overwrite",
-        "--quiet",
-        keep=[work],
-    )
+    line = refused(capsys, *calibrate(work, tiny_model_dir, data, "--overwrite"), keep=[work])
     assert f"--out {data} is the input {data}" in line and "choose another --out" in line
 
 
@@ -93,35 +83,11 @@ def test_classify_never_writes_over_its_threshold(work, tiny_model_dir, threshol
 
 def test_freq_build_never_writes_over_its_corpus(work, tiny_model_dir, capsys):
     corpus = work / "corpus" / "c.jsonl"
-    line = refused(
-        capsys,
-        "freq",
-        "build",
-        corpus,
-        "--tokenizer",
-        tiny_model_dir,
-        "--out",
-        corpus,
-        "--overwrite",
-        "--quiet",
-        keep=[work],
-    )
+    line = refused(capsys, *freq_build(corpus, tiny_model_dir, corpus, "--overwrite"), keep=[work])
     assert "is the input" in line
     # A file inside a corpus folder given whole is one of its inputs too.
-    line = refused(
-        capsys,
-        "freq",
-        "build",
-        work / "corpus",
-        "--tokenizer",
-        tiny_model_dir,
-        "--out",
-        corpus,
-        "--overwrite",
-        "--quiet",
-        keep=[work],
-    )
-    assert "is the input" in line or "inside the input folder" in line
+    line = refused(capsys, *freq_build(work / "corpus", tiny_model_dir, corpus, "--overwrite"), keep=[work])
+    assert f"would replace {corpus}, inside the input folder {work / 'corpus'}" in line
 
 
 def test_freq_merge_never_writes_over_a_table_it_adds(work, table, capsys):
@@ -187,20 +153,7 @@ def test_a_folder_where_a_file_is_expected_is_refused_before_any_work(work, tiny
     folder.mkdir()
     line = refused(capsys, *score(work, tiny_model_dir, folder), *flags, keep=[work])
     assert "is a folder; --out names a file" in line
-    line = refused(
-        capsys,
-        "calibrate",
-        work / "data.jsonl",
-        "--model",
-        tiny_model_dir,
-        "--method",
-        "loss",
-        "--out",
-        folder,
-        *flags,
-        "--quiet",
-        keep=[work],
-    )
+    line = refused(capsys, *calibrate(work, tiny_model_dir, folder, *flags), keep=[work])
     assert "is a folder" in line
 
 
@@ -247,19 +200,7 @@ def test_a_dangling_link_is_a_path_that_exists(work, tiny_model_dir, capsys):
     line = refused(capsys, *score(work, tiny_model_dir, out), keep=[work])
     assert "is a link to nothing" in line and "--overwrite" in line
     assert out.is_symlink()
-    line = refused(
-        capsys,
-        "calibrate",
-        work / "data.jsonl",
-        "--model",
-        tiny_model_dir,
-        "--method",
-        "loss",
-        "--out",
-        out,
-        "--quiet",
-        keep=[work],
-    )
+    line = refused(capsys, *calibrate(work, tiny_model_dir, out), keep=[work])
     assert "link to nothing" in line
     # With --overwrite the link itself is replaced; what it pointed at (nothing) is not created.
     assert run_cli(*score(work, tiny_model_dir, out), "--overwrite") == 0
@@ -350,19 +291,7 @@ def test_freq_build_never_deletes_a_users_partial_folder(work, tiny_model_dir, c
     partial.mkdir()
     (partial / "keep.txt").write_text("mine\n")
     for flags in ([], ["--overwrite"]):
-        line = refused(
-            capsys,
-            "freq",
-            "build",
-            work / "corpus",
-            "--tokenizer",
-            tiny_model_dir,
-            "--out",
-            out,
-            *flags,
-            "--quiet",
-            keep=[work],
-        )
+        line = refused(capsys, *freq_build(work / "corpus", tiny_model_dir, out, *flags), keep=[work])
         assert "t.freq.partial is not a checkpoint folder of mia-fast" in line
 
 

@@ -5,26 +5,13 @@ records what was done. (The real vLLM server: tests/test_vllm_scoring.py.)"""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, run_cli, write_jsonl
+from helpers import read_jsonl, run_cli, script, write_jsonl
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "faulty_server.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("faulty_server", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-faulty_server = load_script()
+faulty_server = script("faulty_server")
 
 
 @pytest.fixture

@@ -2,31 +2,17 @@
 names the server, the request and what was wrong, nothing written; an answer that trickles in is cut off at
 --server-timeout in all; and the well-behaved server scores with finite losses by either protocol."""
 
-import importlib.util
 import json
 import math
 import re
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, refused, run_cli, write_jsonl
+from helpers import read_jsonl, refused, run_cli, script, write_jsonl
 
 from mia_fast.pipeline.server_client import LOGPROB_TOLERANCE, Malformed, json_int, logprob
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "faulty_server.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("faulty_server", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-faulty_server = load_script()
+faulty_server = script("faulty_server")
 
 
 @pytest.fixture

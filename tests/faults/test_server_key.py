@@ -2,30 +2,19 @@
 string it answers, or quotes it in a refusal, leaves it in no line printed and no file written; nor is it shown
 from a --server URL that holds it in its query, user or path."""
 
-import importlib.util
 import json
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import digests, refused, run_cli, write_jsonl
+from helpers import digests, refused, run_cli, script, write_jsonl
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "faulty_server.py"
 KEY = "sk-faulty-5f3c9a0e1d2b4c6a"
 VARIABLE = "MIA_FAST_TEST_FAULTY_KEY"
 MASKED = "Bearer *** ***"  # the header the server echoes, then the bare key
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("faulty_server", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-faulty_server = load_script()
+faulty_server = script("faulty_server")
 
 
 @pytest.fixture(autouse=True)
