@@ -415,6 +415,11 @@ CASES = [
     Case("score: --resume, the stage cut short", SCORE + " --out {stage_cut} --resume", "shorter than its manifest"),
     Case("score: --resume, the stage's manifest gone", SCORE + " --out {stage_orphan} --resume", "no manifest"),
     Case("score: --resume, the output edited", SCORE + " --out {edited} --resume", "changed after"),
+    Case(
+        "rescore: a damaged cache shard",
+        "rescore {data} --stats-cache {damaged_cache} --methods loss --out {new} --quiet",
+        "is damaged",
+    ),
     # ---- inputs and options ----
     Case("score: a named pipe as DATA", "score {fifo} {M} --out {new} --quiet", "named pipe"),
     Case("score: the same id twice", "score {dupids} {M} --methods loss --out {new} --quiet", "more than once", True),
@@ -621,7 +626,7 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
         arrays = dict(saved)
     arrays["logp"] = arrays["logp"] + 1
     np.savez(tampered_stats, **arrays)
-    places.update(_round_two(work, places, scores, table))
+    places.update(_round_two(work, places, scores, table, cache))
     places.update(
         scores=str(scores),
         cache=str(cache),
@@ -637,7 +642,7 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
     return places
 
 
-def _round_two(work: Path, places: dict[str, str], scores: Path, table: Path) -> dict[str, str]:
+def _round_two(work: Path, places: dict[str, str], scores: Path, table: Path, cache: Path) -> dict[str, str]:
     """The files of the output-gate, resume and input cases: the user's own files where the tool's side files go,
     stages whose rows were edited, cut or orphaned, and doubtful inputs."""
     from mia_fast.data.artefacts import read_checked_json, write_checked_json
@@ -691,6 +696,12 @@ def _round_two(work: Path, places: dict[str, str], scores: Path, table: Path) ->
     made["edited"] = work / "edited.jsonl"
     made["edited"].write_bytes(edited_row)
     shutil.copy(manifest_path(scores), manifest_path(made["edited"]))
+    made["damaged_cache"] = work / "damaged-cache"
+    shutil.copytree(cache, made["damaged_cache"])
+    shard = next(made["damaged_cache"].glob("*/*.arrow"))
+    flipped = bytearray(shard.read_bytes())
+    flipped[len(flipped) // 2] ^= 1
+    shard.write_bytes(bytes(flipped))
     return {name: str(path) for name, path in made.items()}
 
 

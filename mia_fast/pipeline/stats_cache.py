@@ -10,8 +10,10 @@ to a temporary name and renamed, so a killed run leaves whole shards or none.
 
 Reads are checked: a shard that does not open, belongs to another setting, or whose checksum does not
 match is refused with a message, moved aside (``.rejected``) and its texts are computed again; nothing
-unchecked is ever used. Reading assembles the TokenStats of many texts with array operations, a shard
-at a time, so re-scoring a million cached texts takes seconds, not a Python loop per text.
+unchecked is ever used. A cache opened only to read (``rescore``, which has no model to compute with) leaves
+such a shard as it is and stops, in one line saying how to mend the cache. Reading assembles the TokenStats of
+many texts with array operations, a shard at a time, so re-scoring a million cached texts takes seconds, not a
+Python loop per text.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def _checksum(keys: np.ndarray, lengths: np.ndarray, flat: Mapping[str, np.ndarr
 class StatsCache:
     """The cached TokenStats of one engine setting under ``directory`` (see the module docstring).
 
-    ``log`` receives one line per refused shard.
+    ``log`` receives one line per refused shard; with ``read_only`` a refused shard stops the run instead.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class StatsCache:
         directory: str | os.PathLike,
         settings: Mapping[str, Any],
         log: Callable[[str], None] = lambda message: None,
+        read_only: bool = False,
     ):
         self.settings = {"format": CACHE_FORMAT, **settings}
         canonical = json.dumps(self.settings, sort_keys=True, default=str)
@@ -120,6 +123,7 @@ class StatsCache:
             raise MiaFastError(f"--stats-cache {self.base} is a file, not a directory")
         self.root = self.base / self.setting_id
         self.log = log
+        self.read_only = read_only
         self._index: dict[bytes, tuple[Path, int, int]] | None = None  # key -> (shard, row, length)
 
     def other_settings(self) -> int:
@@ -131,6 +135,12 @@ class StatsCache:
         )
 
     def _refuse(self, shard: Path, reason: str) -> None:
+        if self.read_only:
+            raise MiaFastError(
+                f"stats cache: {shard} is damaged ({reason}); it was left as it is and its texts cannot be computed "
+                "here without a model: run 'mia-fast score --stats-cache' with the model and methods that wrote it, "
+                "which sets the shard aside and computes its texts again"
+            )
         self.log(
             f"stats cache: {shard} refused ({reason}); its texts are computed again (the file is kept as "
             f"{shard.name}.rejected)"
@@ -265,8 +275,8 @@ class StatsCache:
 def open_cache(
     directory: str | os.PathLike, setting: str | None = None, log: Callable[[str], None] = lambda message: None
 ) -> StatsCache:
-    """The stats cache already in ``directory``: its only setting, or the one whose folder name starts with
-    ``setting``."""
+    """The stats cache already in ``directory``, opened to read only: its only setting, or the one whose folder name
+    starts with ``setting``."""
     folders = sorted(p.parent for p in Path(directory).glob("*/settings.json"))
     if not folders:
         raise MiaFastError(
@@ -280,7 +290,7 @@ def open_cache(
     settings = json.loads((chosen[0] / "settings.json").read_text())
     if settings.pop("format", None) != CACHE_FORMAT:
         raise MiaFastError(f"{chosen[0]}: not a stats cache of format {CACHE_FORMAT}")
-    cache = StatsCache(directory, settings, log)
+    cache = StatsCache(directory, settings, log, read_only=True)
     if cache.setting_id != chosen[0].name:
         raise MiaFastError(
             f"{chosen[0]}/settings.json does not match its folder: edited, or not a mia-fast stats cache"

@@ -332,3 +332,30 @@ def test_token_stats_of_another_number_of_texts_are_refused(tmp_path, capsys):
     args = ("rescore", tmp_path / "in.jsonl", "--stats", stats, "--methods", "loss", "--quiet")
     line = refused(capsys, *args, "--out", tmp_path / "r.jsonl", keep=[tmp_path])
     assert "holds the stats of 3 texts but the input has 2" in line
+
+
+def test_rescore_leaves_a_damaged_cache_shard_as_it_is_in_one_line(tiny_model_dir, labelled_jsonl, tmp_path, capsys):
+    """rescore has no model to compute a damaged shard's texts again: one line says how to mend the cache, and the
+    shard is neither moved nor changed (score --stats-cache, which can compute them, sets it aside)."""
+    cache, out = tmp_path / "cache", tmp_path / "scores.jsonl"
+    common = ["--methods", "loss", "--quiet"]
+    assert (
+        run_cli("score", labelled_jsonl, "--model", tiny_model_dir, *common, "--stats-cache", cache, "--out", out) == 0
+    )
+    (shard,) = cache.glob("*/*.arrow")
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    line = refused(
+        capsys,
+        "rescore",
+        labelled_jsonl,
+        "--stats-cache",
+        cache,
+        *common,
+        "--out",
+        tmp_path / "r.jsonl",
+        keep=[tmp_path],
+    )
+    assert f"{shard} is damaged (its checksum does not match" in line and "left as it is" in line
+    assert "computes its texts again" in line and "'mia-fast score --stats-cache'" in line
