@@ -45,6 +45,12 @@ _MANIFEST_WRITER = "a mia-fast scoring run"
 STAGE_FILES = ("manifest.json", "rows.jsonl", "rows.csv", "rows.parquet")
 
 
+def _stage_file(name: str) -> bool:
+    """Whether a stage's file of this name is this tool's: one of STAGE_FILES, or the temporary file a manifest is
+    written to before its rename (``artefacts.replacing``), left by a run killed in between."""
+    return name in STAGE_FILES or (name.startswith(".manifest.json.") and name.endswith(".tmp"))
+
+
 def output_format(path: Path) -> str:
     name = path.name.lower()
     for suffix in OUTPUT_SUFFIXES:
@@ -108,7 +114,7 @@ def check_side_files(out: Path, option: str = "--out") -> None:
                 f"{stage} is not a stage mia-fast can use (it holds no manifest of one, so what its rows were scored "
                 f"with is unknown); {leave}"
             )
-        foreign = sorted(p.name for p in stage.iterdir() if p.name not in STAGE_FILES)
+        foreign = sorted(p.name for p in stage.iterdir() if not _stage_file(p.name))
         if foreign:
             raise MiaFastError(f"{stage} holds files mia-fast did not write ({', '.join(foreign[:3])}); {leave}")
     manifest = manifest_path(out)
@@ -370,8 +376,9 @@ class ResultWriter:
 
     def _remove_stage(self) -> None:
         """Removes the stage file by file: only what a stage holds (a folder with anything else stays, refused)."""
-        for name in STAGE_FILES:
-            (self.stage / name).unlink(missing_ok=True)
+        for path in list(self.stage.iterdir()):
+            if _stage_file(path.name):
+                path.unlink()
         try:
             self.stage.rmdir()
         except OSError as exc:

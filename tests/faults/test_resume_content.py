@@ -93,3 +93,11 @@ def test_an_edited_complete_output_is_refused_on_resume(tiny_model_dir, labelled
     out.write_bytes(bytes(data))
     line = refused(capsys, *score(labelled_jsonl, tiny_model_dir, out), "--resume", keep=[tmp_path])
     assert "changed after" in line and "--overwrite" in line
+
+
+def test_a_manifest_write_cut_by_a_kill_is_no_foreign_file(interrupted, tiny_model_dir, labelled_jsonl, tmp_path):
+    """A run killed while writing its manifest leaves the temporary file the manifest is written to (then renamed):
+    that file is the tool's own, so --resume takes the stage and the completed output leaves no trace of it."""
+    (stage_path(interrupted) / ".manifest.json.k1ll3d.tmp").write_text('{"half": ')
+    assert run_cli(*score(labelled_jsonl, tiny_model_dir, interrupted), "--resume") == 0
+    assert len(read_jsonl(interrupted)) == 24 and not stage_path(interrupted).exists()
