@@ -37,12 +37,23 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _temporary_beside(path: Path) -> tuple[int, str]:
+    """A new temporary file beside ``path`` (open descriptor, name), named as :func:`is_temporary_of` knows."""
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
+def is_temporary_of(name: str, target: str) -> bool:
+    """Whether a file called ``name`` is a temporary file this module wrote on the way to ``target`` (a run killed
+    before its rename leaves one)."""
+    return name.startswith(f".{target}.") and name.endswith(".tmp")
+
+
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path beside ``path`` to write: renamed over ``path`` (durably) when the block ends without an
     error, removed otherwise, so ``path`` is either what it was or the complete new file."""
     path = Path(path)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, name = _temporary_beside(path)
     os.close(fd)
     temporary = Path(name)
     try:
@@ -110,12 +121,32 @@ def read_checked_json(path: str | os.PathLike, kind: str, writer: str) -> dict[s
 
 
 LOCK_MARK = "mia-fast output lock"
+_MARK_LINE = f"{LOCK_MARK}\n".encode()
 
 
 def lock_path(output: str | os.PathLike) -> Path:
     """The lock of an output: ``OUT.lock``."""
     output = Path(output)
     return output.with_name(output.name + ".lock")
+
+
+def holds_lock_mark(lock: Path) -> bool:
+    """Whether the file at ``lock`` is a lock of this tool (it starts with the tool's mark); a link is not."""
+    if lock.is_symlink() or not lock.is_file():
+        return False
+    try:
+        with open(lock, "rb") as f:
+            return f.read(len(_MARK_LINE)) == _MARK_LINE
+    except OSError:
+        return False
+
+
+def foreign_lock(lock: Path, option: str = "--out") -> MiaFastError:
+    """The one line refusing a file at an output's lock path that is not a lock of this tool."""
+    return MiaFastError(
+        f"{lock} is not a lock of mia-fast (it lacks the tool's mark); it was left as it is: move it away, or choose "
+        f"another {option}"
+    )
 
 
 class OutputLock:
@@ -143,9 +174,9 @@ class OutputLock:
                 return os.open(self.path, os.O_RDWR)
             except FileNotFoundError:
                 pass
-            fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+            fd, name = _temporary_beside(self.path)
             try:
-                os.write(fd, f"{LOCK_MARK}\n".encode())
+                os.write(fd, _MARK_LINE)
                 with contextlib.suppress(FileExistsError):
                     os.link(name, self.path)
             finally:
@@ -158,16 +189,12 @@ class OutputLock:
             fd = self._lock()
         except OSError as exc:
             raise MiaFastError(f"cannot write {self.output}: {exc.strerror or exc}") from None
-        mark = f"{LOCK_MARK}\n".encode()
-        if os.pread(fd, len(mark), 0) != mark:
+        if os.pread(fd, len(_MARK_LINE), 0) != _MARK_LINE:
             os.close(fd)
-            raise MiaFastError(
-                f"{self.path} is not a lock of mia-fast (it lacks the tool's mark); it was left as it is: move it "
-                "away, or choose another output"
-            )
+            raise foreign_lock(self.path, "output")
         # The mark stays in place: only the PID after it is rewritten.
-        os.ftruncate(fd, len(mark))
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), len(mark))
+        os.ftruncate(fd, len(_MARK_LINE))
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), len(_MARK_LINE))
         self._fd = fd
 
     def _lock(self) -> int:

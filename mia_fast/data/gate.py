@@ -35,6 +35,9 @@ class Output:
     staged: bool = False
     resumable: bool = False
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
 
 def check_outputs(
     outputs: Iterable[Output],
@@ -48,7 +51,6 @@ def check_outputs(
         raise MiaFastError("--resume and --overwrite exclude each other")
     inputs = list(inputs)
     for output in outputs:
-        output = Output(Path(output.path), output.option, output.folder, output.staged, output.resumable)
         _check_kind(output)
         refuse_inputs(output, inputs)
         if output.staged:
@@ -106,7 +108,7 @@ def _written_files(output: Output) -> list[tuple[str, Path]]:
 def refuse_inputs(output: Output, inputs: Iterable[str | os.PathLike | None]) -> None:
     """Refuses ``output`` where it would write over one of ``inputs`` (through links), replace a file inside an
     input folder, or, as a folder, hold an input file."""
-    option, output = output.option, Output(Path(output.path), output.option, output.folder, output.staged)
+    option = output.option
     existing = [Path(p) for p in inputs if p is not None and str(p) != "" and path_exists(Path(p))]
     for source in existing:
         for what, path in _written_files(output):

@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from mia_fast.data.artefacts import (
-    LOCK_MARK,
+    foreign_lock,
     fsync_directory,
+    holds_lock_mark,
+    is_temporary_of,
     lock_path,
     read_checked_json,
     sha256_file,
@@ -48,7 +50,7 @@ STAGE_FILES = ("manifest.json", "rows.jsonl", "rows.csv", "rows.parquet")
 def _stage_file(name: str) -> bool:
     """Whether a stage's file of this name is this tool's: one of STAGE_FILES, or the temporary file a manifest is
     written to before its rename (``artefacts.replacing``), left by a run killed in between."""
-    return name in STAGE_FILES or (name.startswith(".manifest.json.") and name.endswith(".tmp"))
+    return name in STAGE_FILES or is_temporary_of(name, "manifest.json")
 
 
 def output_format(path: Path) -> str:
@@ -103,8 +105,8 @@ def check_side_files(out: Path, option: str = "--out") -> None:
     it is."""
     leave = f"it was left as it is: move it away, or choose another {option}"
     lock = lock_path(out)
-    if path_exists(lock) and not _holds_mark(lock):
-        raise MiaFastError(f"{lock} is not a lock of mia-fast (it lacks the tool's mark); {leave}")
+    if path_exists(lock) and not holds_lock_mark(lock):
+        raise foreign_lock(lock, option)
     stage = stage_path(out)
     if path_exists(stage):
         if stage.is_symlink() or not stage.is_dir():
@@ -120,16 +122,6 @@ def check_side_files(out: Path, option: str = "--out") -> None:
     manifest = manifest_path(out)
     if path_exists(manifest) and not _is_manifest(manifest):
         raise MiaFastError(f"{manifest} is not a manifest of mia-fast; {leave}")
-
-
-def _holds_mark(lock: Path) -> bool:
-    if lock.is_symlink() or not lock.is_file():
-        return False
-    try:
-        with open(lock, "rb") as f:
-            return f.read(len(LOCK_MARK)) == LOCK_MARK.encode()
-    except OSError:
-        return False
 
 
 def _is_manifest(path: Path) -> bool:
@@ -188,7 +180,6 @@ class ResultWriter:
         self._written = 0  # blocks this run has finished
         self._pending: list[bytes] = []
         self._next_block = 0
-        self._output_digest: str | None = None
         if resume and overwrite:
             raise MiaFastError("--resume and --overwrite exclude each other")
         check_side_files(self.path)
@@ -204,13 +195,13 @@ class ResultWriter:
         self.state = "new"
         if resume and staged:
             self._adopt(self.stage / "manifest.json", f"{self.stage} holds no manifest")
-            self._check_rows(self.rows_path, staged=True)
+            self._check_rows(self.rows_path, staged=True, output_sha256=None)
             self.state = "staged"
         elif resume and complete:
-            self._adopt(
+            recorded = self._adopt(
                 manifest_path(self.path), f"{self.path} has no manifest beside it ({manifest_path(self.path).name})"
             )
-            self._check_rows(self.path, staged=False)
+            self._check_rows(self.path, staged=False, output_sha256=recorded.get("output_sha256"))
             self.state = "complete"
 
     @property
@@ -237,7 +228,7 @@ class ResultWriter:
             os.replace(staged, manifest_path(self.path))
             self._remove_stage()
 
-    def _adopt(self, manifest: Path, missing: str) -> None:
+    def _adopt(self, manifest: Path, missing: str) -> dict[str, Any]:
         if not manifest.is_file():
             raise MiaFastError(f"{missing}; cannot tell what it was scored with: pass --overwrite to score again")
         recorded = read_checked_json(manifest, MANIFEST_KIND, _MANIFEST_WRITER)
@@ -254,26 +245,28 @@ class ResultWriter:
             )
         self.engines = recorded.get("engines")
         self.blocks = [WrittenBlock(**block) for block in recorded.get("blocks", [])]
-        self._output_digest = recorded.get("output_sha256")
+        return recorded
 
-    def _check_rows(self, rows: Path, staged: bool) -> None:
+    def _check_rows(self, rows: Path, staged: bool, output_sha256: str | None) -> None:
         """The rows a resumed run keeps are those its manifest records, byte for byte: a staged rows file may run on
-        past its last block (a block cut short by a kill, cut off again), a complete one may not."""
+        past its last block (a block cut short by a kill, cut off again), a complete one may not; a complete parquet
+        output is checked by its own digest (``output_sha256``)."""
         again = "pass --overwrite to score again"
         if self.format == "parquet" and not staged:
-            if self._output_digest is not None and sha256_file(rows) != self._output_digest:
+            if output_sha256 is not None and sha256_file(rows) != output_sha256:
                 raise MiaFastError(f"{rows} was changed after it was written (its digest differs); {again}")
             return
         if not rows.is_file():
             raise MiaFastError(f"{rows} is missing from its stage; {again}")
-        size, kept = rows.stat().st_size, self.blocks[-1].bytes if self.blocks else len(self._header())
+        header = self._header()
+        size, kept = rows.stat().st_size, self.blocks[-1].bytes if self.blocks else len(header)
         if size < kept or (not staged and size != kept):
             raise MiaFastError(
                 f"{rows} is {'shorter than' if size < kept else 'longer than'} its manifest says ({size:,} bytes, not "
                 f"{kept:,}): it was changed after it was written; {again}"
             )
         with open(rows, "rb") as f:
-            if f.read(len(self._header())) != self._header():
+            if f.read(len(header)) != header:
                 raise MiaFastError(f"{rows} has another header than its columns: it was changed after it was written")
             start, first_row = f.tell(), 1
             for block in self.blocks:

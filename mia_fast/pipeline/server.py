@@ -157,7 +157,7 @@ class ServerEngine(TextRows):
         self.client = ServerClient(config, log)
         self._unmatched: str | None = None
         entry = self._served_entry()
-        self.loaded, self.tokenizer_source = load_served_model(config), config.tokenizer
+        self.loaded = load_served_model(config)
         if self.loaded is None:
             self._take_served_tokenizer(entry, prepend_start, log)
         # Without a tokenizer here the server tokenizes, and no start token is added to its ids.
@@ -201,8 +201,8 @@ class ServerEngine(TextRows):
             root = json_text(root, "a model root") if root is not None else None
         found = find_served_tokenizer(self.config.model, [root, self.config.model])
         if found is not None:
-            self.loaded, self.tokenizer_source = found
-            log(f"tokenizer: the served model's own, found here at {self.tokenizer_source}")
+            self.loaded, source = found
+            log(f"tokenizer: the served model's own, found here at {source}")
         elif prepend_start:
             self._unmatched = (
                 f"the tokenizer of the served model {self.config.model!r} is not here (neither "
