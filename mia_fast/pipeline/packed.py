@@ -10,6 +10,10 @@ than ``F.linear`` on the same weights). In bf16 the residual stream, the norms a
 stay in fp32 and only the products' inputs are rounded to bf16, so bf16 scores stay closer to fp32
 than the model's own bf16 forward (whose residual stream is bf16). The attention runs in fp32 too: on CPU,
 torch's fp32 flash attention is faster than its bf16 one at these sizes, and exact.
+
+A sequence may follow a shared context (a pass's prefix, the same before every text): its keys and values are
+computed once (:meth:`PackedDecoder.context`) and every sequence after it attends to them, its own positions
+starting where the context ends.
 """
 
 from __future__ import annotations
@@ -83,36 +87,59 @@ def _interleaved_halves(heads: int, head_dim: int) -> torch.Tensor:
 
 # Sequences are padded to their length rounded up to this for the attention.
 ATTENTION_WIDTH_STEP = 64
+# Prefixes whose keys and values a decoder keeps (at most max_length / 2 ids each; 46 KB per id for SmolLM2-135M).
+KEPT_CONTEXTS = 8
+
+
+@dataclass(frozen=True, eq=False)
+class SharedContext:
+    """A prefix's keys (rotated) and values at every layer, each fp32 [1, kv_heads, length, head_dim]: computed once
+    by :meth:`PackedDecoder.context`, then attended to by every sequence placed after it, whatever its batch."""
+
+    length: int
+    keys: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]
 
 
 @dataclass(frozen=True)
 class _AttentionGroup:
-    """Sequences whose lengths round up to the same ``width``: one padded [rows, width] attention call.
-    ``gather`` picks each padded slot's packed token (padding repeats one; a causal mask never reads it),
-    ``slots`` each real token's padded slot, ``tokens`` the packed positions of those tokens."""
+    """Sequences whose lengths round up to the same ``width`` and that follow the same ``context`` (None: none): one
+    padded [rows, width] attention call. ``gather`` picks each padded slot's packed token (padding repeats one; a
+    causal mask never reads it), ``slots`` each real token's padded slot, ``tokens`` the packed positions of those
+    tokens; ``mask`` lets a slot see the whole context and the slots up to its own (None: plain causal)."""
 
     rows: int
     width: int
     gather: torch.Tensor
     slots: torch.Tensor
     tokens: torch.Tensor
+    context: SharedContext | None
+    mask: torch.Tensor | None
 
 
-def _attention_groups(lengths: Sequence[int], device: torch.device) -> list[_AttentionGroup]:
+def _attention_groups(
+    lengths: Sequence[int], contexts: Sequence[SharedContext | None], device: torch.device
+) -> list[_AttentionGroup]:
     """A sequence's padded width depends on its own length only, and the attention kernel computes each
     sequence of a call alone: so its attention, like the products, does not depend on the batch by a bit."""
     starts = [0, *itertools.accumulate(lengths)][:-1]
-    by_width: dict[int, list[int]] = {}
+    by_key: dict[tuple[int, int], list[int]] = {}
     for i, n in enumerate(lengths):
-        by_width.setdefault(-(-n // ATTENTION_WIDTH_STEP) * ATTENTION_WIDTH_STEP, []).append(i)
+        by_key.setdefault((id(contexts[i]), -(-n // ATTENTION_WIDTH_STEP) * ATTENTION_WIDTH_STEP), []).append(i)
     groups = []
-    for width, members in by_width.items():
+    for (_, width), members in by_key.items():
         gather = torch.full((len(members), width), starts[members[0]], dtype=torch.long)
         slots, tokens = [], []
         for row, i in enumerate(members):
             gather[row, : lengths[i]] = torch.arange(starts[i], starts[i] + lengths[i])
             slots.append(torch.arange(lengths[i]) + row * width)
             tokens.append(torch.arange(starts[i], starts[i] + lengths[i]))
+        context = contexts[members[0]]
+        mask = None
+        if context is not None:
+            mask = torch.ones(width, context.length + width, dtype=torch.bool)
+            mask[:, context.length :] = torch.ones(width, width, dtype=torch.bool).tril()
+            mask = mask.to(device)
         groups.append(
             _AttentionGroup(
                 len(members),
@@ -120,6 +147,8 @@ def _attention_groups(lengths: Sequence[int], device: torch.device) -> list[_Att
                 gather.reshape(-1).to(device),
                 torch.cat(slots).to(device),
                 torch.cat(tokens).to(device),
+                context,
+                mask,
             )
         )
     return groups
@@ -155,6 +184,7 @@ class PackedDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.eps = config.rms_norm_eps
         self.final_norm = base.norm.weight.detach().float()
+        self._contexts: dict[tuple[int, ...], SharedContext] = {}
         self.layers = [
             _Layer(
                 input_norm=layer.input_layernorm.weight.detach().float(),
@@ -201,37 +231,79 @@ class PackedDecoder:
         return (x * self._inverse_rms(x)).mul_(weight).to(self.dtype)
 
     @torch.inference_mode()
-    def hidden(self, ids: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
+    def hidden(
+        self, ids: torch.Tensor, lengths: Sequence[int], contexts: Sequence[SharedContext | None] | None = None
+    ) -> torch.Tensor:
+        """The final-normed hidden states [ids, H] of the packed sequences, each after ``contexts[i]`` (None: none)."""
+        x, _ = self._forward(ids, lengths, contexts or [None] * len(lengths), keep=False)
+        return x.mul_(self._inverse_rms(x)).mul_(self.final_norm)
+
+    def context(self, ids: Sequence[int]) -> SharedContext:
+        """The keys and values of a prefix's ``ids``, computed the first time and kept (the latest
+        ``KEPT_CONTEXTS``) for every later sequence placed after the same ids."""
+        key = tuple(ids)
+        found = self._contexts.pop(key, None)
+        if found is None:
+            with torch.inference_mode():
+                _, kept = self._forward(torch.tensor(key, device=self.final_norm.device), [len(key)], [None], keep=True)
+            found = SharedContext(len(key), tuple(k for k, _ in kept), tuple(v for _, v in kept))
+        self._contexts[key] = found
+        while len(self._contexts) > KEPT_CONTEXTS:
+            del self._contexts[next(iter(self._contexts))]
+        return found
+
+    def _forward(
+        self, ids: torch.Tensor, lengths: Sequence[int], contexts: Sequence[SharedContext | None], keep: bool
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The residual stream after the last layer, and (``keep``) each layer's keys and values of the one sequence
+        run, shaped as a :class:`SharedContext` holds them."""
         device, total = ids.device, int(ids.shape[0])
-        positions = torch.cat([torch.arange(n, device=device) for n in lengths])
-        groups = _attention_groups(lengths, device)
+        positions = torch.cat(
+            [torch.arange(n, device=device) + (c.length if c is not None else 0) for n, c in zip(lengths, contexts)]
+        )
+        groups = _attention_groups(lengths, contexts, device)
         x = self.embed(ids).float()
         half = self.head_dim // 2
         cos, sin = self.rotary(x, positions.unsqueeze(0))
         turn = torch.complex(cos[0, :, :half].float(), sin[0, :, :half].float()).unsqueeze(1)
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         attended = torch.empty(total, q_size, device=device)
+        kept: list[tuple[torch.Tensor, torch.Tensor]] = []
 
         def rotate(t: torch.Tensor) -> torch.Tensor:
             pairs = torch.view_as_complex(t.float().unflatten(-1, (half, 2)))
             return torch.view_as_real(pairs * turn).flatten(-2)
 
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
             qkv = layer.qkv(self._norm(x, layer.input_norm))
             q = rotate(qkv[:, :q_size].view(total, self.heads, self.head_dim))
             k = rotate(qkv[:, q_size : q_size + kv_size].view(total, self.kv_heads, self.head_dim))
             v = qkv[:, q_size + kv_size :].float().view(total, self.kv_heads, self.head_dim)
+            if keep:
+                kept.append((k.transpose(0, 1).unsqueeze(0).contiguous(), v.transpose(0, 1).unsqueeze(0).contiguous()))
             for group in groups:
-                padded = [
+                padded_q, padded_k, padded_v = (
                     t.index_select(0, group.gather).view(group.rows, group.width, -1, self.head_dim).transpose(1, 2)
                     for t in (q, k, v)
-                ]
-                out = F.scaled_dot_product_attention(*padded, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+                )
+                if group.context is None:
+                    out = F.scaled_dot_product_attention(
+                        padded_q, padded_k, padded_v, is_causal=True, enable_gqa=self.kv_heads != self.heads
+                    )
+                else:
+                    shared = group.context
+                    out = F.scaled_dot_product_attention(
+                        padded_q,
+                        torch.cat([shared.keys[index].expand(group.rows, -1, -1, -1), padded_k], dim=2),
+                        torch.cat([shared.values[index].expand(group.rows, -1, -1, -1), padded_v], dim=2),
+                        attn_mask=group.mask,
+                        enable_gqa=self.kv_heads != self.heads,
+                    )
                 attended[group.tokens] = out.transpose(1, 2).reshape(-1, q_size).index_select(0, group.slots)
             x.add_(layer.out(attended.to(self.dtype)))
             gate, up = layer.gate_up(self._norm(x, layer.post_norm)).chunk(2, dim=-1)
             x.add_(layer.down(F.silu(gate).mul_(up)))
-        return x.mul_(self._inverse_rms(x)).mul_(self.final_norm)
+        return x, kept
 
     @torch.inference_mode()
     def token_stats(

@@ -1,20 +1,28 @@
-"""Sampled continuations whose draws do not depend on the batch.
+"""Sampled continuations whose draws do not depend on the batch, each prompt run forward once for all its samples.
 
 Top-k (and top-p) sampling at temperature 1 is the argmax of the kept logits plus Gumbel noise. The noise of a
 row is a counter-based hash of (the row's key, the step, the token id), so a text's samples are the
 same whichever texts share its batch, whatever the batch size, and on CPU or GPU alike, up to the
-rounding of the logits themselves; and it costs a few integer passes over the logits, drawn on the
-device. Generation itself is the model's own ``generate`` with its cache and left padding.
+rounding of the logits themselves; and it costs a few integer passes over the kept tokens only (the top k, or
+the nucleus), drawn on the device.
+
+Decoding is a loop of our own through the model's forward. The batch's distinct prompts run once, left-padded
+to the longest, computing the logits of their last position only; their keys and values are copied into the
+slots of their samples in a cache allocated once for the batch (prompt slots, then one slot per step), and the
+first token of each sample is drawn from its prompt's logits. Then each step feeds every live row its last
+token at its own position, the model building its masks (padding, sliding windows) from an attention mask over
+the filled slots. A row stops at an end token (dropped) or at its own budget; once a quarter of the batch has
+stopped, those rows leave it (the cache is compacted in place).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Sequence
 
-import numpy as np
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 _UINT32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -40,64 +48,226 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def gumbel_noise(keys: torch.Tensor, step: int, vocab: int) -> torch.Tensor:
-    """Gumbel(0, 1) noise float32 [rows, vocab] from the rows' keys (int64 [rows, 2]) at ``step``."""
-    tokens = torch.arange(vocab, device=keys.device, dtype=torch.int64)
-    x = _mix(tokens[None, :] ^ keys[:, :1])
+def _noise_at(keys: torch.Tensor, step: int, tokens: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) noise float32 of the rows' keys (int64 [rows, 2]) at ``step`` for ``tokens`` (int64 [rows or 1,
+    n]): the entries of :func:`gumbel_noise` at those token ids."""
+    x = _mix(tokens ^ keys[:, :1])
     x = _mix(x ^ ((keys[:, 1:] + step * _GOLDEN) & _UINT32))
     uniform = ((x >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))  # in (0, 1), never 0 or 1
     return -torch.log(-torch.log(uniform))
 
 
-class _KeyedGumbelNoise(LogitsProcessor):
-    def __init__(self, keys: torch.Tensor) -> None:
-        self.keys = keys
-        self.step = 0
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        noise = gumbel_noise(self.keys, self.step, scores.shape[-1])
-        self.step += 1
-        return scores.float() + noise
+def gumbel_noise(keys: torch.Tensor, step: int, vocab: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise float32 [rows, vocab] from the rows' keys (int64 [rows, 2]) at ``step``."""
+    return _noise_at(keys, step, torch.arange(vocab, device=keys.device, dtype=torch.int64)[None, :])
 
 
+def _kept(logits: torch.Tensor, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float32 logits and the ids [rows, width] of the tokens each row keeps (-inf past a row's own) of
+    ``logits`` (any float dtype): transformers' TopKLogitsWarper (the ``top_k`` highest logits and any tied with the
+    k-th; 0: all), then its TopPLogitsWarper (the fewest of those, in its ascending sort, holding ``top_p`` of the
+    probability), on float32 logits as its ``generate`` passes them."""
+    rows, vocab = logits.shape
+    if top_k:
+        k = min(top_k, vocab)
+        # 2k candidates hold every token tied with the k-th unless the 2k-th ties too: then all of them are taken.
+        values, ids = logits.topk(min(2 * k, vocab))
+        threshold = values[:, k - 1 : k]
+        if values.shape[1] < vocab and bool((values[:, -1:] == threshold).any()):
+            values, ids = logits.topk(int((logits >= threshold).sum(-1).max()))
+        values = values.float().masked_fill(values < threshold, -torch.inf)
+        if top_p >= 1:
+            return values, ids
+        scores = torch.full((rows, vocab), -torch.inf, device=logits.device).scatter_(1, ids, values)
+    else:
+        scores = logits.float()
+        if top_p >= 1:
+            return scores, torch.arange(vocab, device=logits.device).expand(rows, vocab)
+    values, ids = scores.sort()
+    removed = values.softmax(-1).cumsum(-1) <= 1 - top_p
+    removed[:, -1] = False
+    kept = int((~removed).sum(-1).max())
+    return values[:, -kept:].masked_fill(removed[:, -kept:], -torch.inf), ids[:, -kept:]
+
+
+def _draw(logits: torch.Tensor, keys: torch.Tensor, step: int, top_k: int, top_p: float) -> torch.Tensor:
+    """The token of each row at ``step``: the argmax over its kept tokens of their logits, in float32, plus their
+    noise; the lowest id among equal maxima."""
+    values, ids = _kept(logits, top_k, top_p)
+    # The noise is +inf where its uniform rounds to 1 (once in 2^24 draws): -inf + inf would be NaN, the maximum of
+    # an argmax, drawing a token the warpers removed.
+    totals = (values + _noise_at(keys, step, ids)).masked_fill(values == -torch.inf, -torch.inf)
+    best = totals.max(-1, keepdim=True).values
+    return ids.masked_fill(totals < best, logits.shape[-1]).min(-1).values
+
+
+class _RowsLayer(CacheLayerMixin):
+    """One layer's keys and values of every row of the batch, in buffers of the cache's capacity."""
+
+    def __init__(self, cache: _RowsCache) -> None:
+        super().__init__()
+        self.cache = cache
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        rows, capacity = sum(self.cache.samples), self.cache.capacity
+        self.keys = key_states.new_empty((rows, key_states.shape[1], capacity, key_states.shape[3]))
+        self.values = value_states.new_empty((rows, value_states.shape[1], capacity, value_states.shape[3]))
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys is None:  # the prefill, a row per prompt: the rows of its samples get a copy
+            self.lazy_initialization(key_states, value_states)
+            width, first = key_states.shape[2], 0
+            for prompt, samples in enumerate(self.cache.samples):
+                self.keys[first : first + samples, :, :width] = key_states[prompt]
+                self.values[first : first + samples, :, :width] = value_states[prompt]
+                first += samples
+            return key_states, value_states
+        start = self.cache.filled
+        end = start + key_states.shape[2]
+        self.keys[:, :, start:end] = key_states
+        self.values[:, :, start:end] = value_states
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        count, filled = rows.numel(), self.cache.filled
+        self.keys[:count, :, :filled] = self.keys[rows, :, :filled]
+        self.values[:count, :, :filled] = self.values[rows, :, :filled]
+        self.keys, self.values = self.keys[:count], self.values[:count]
+
+    def get_mask_sizes(self, query: int | torch.Tensor) -> tuple[int, int]:
+        # transformers 5 passes the query's length, 4.x its cache positions.
+        return self.cache.filled + (query if isinstance(query, int) else len(query)), 0
+
+    def get_seq_length(self) -> int:
+        return self.cache.filled
+
+    def get_max_length(self) -> int:
+        return self.cache.capacity
+
+    get_max_cache_shape = get_max_length  # its name in transformers 4.x
+
+
+class _RowsCache(Cache):
+    """The cache of a batch of sampled rows, ``samples[p]`` consecutive rows for prompt p; ``filled`` slots of
+    ``capacity`` hold keys and values, the same slot of every row filled at each step."""
+
+    def __init__(self, layers: int, samples: list[int], capacity: int) -> None:
+        self.samples = samples
+        self.capacity = capacity
+        self.filled = 0
+        super().__init__(layers=[_RowsLayer(self) for _ in range(layers)])
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Keeps the rows ``rows`` (int64, increasing) of the batch, in that order, in place."""
+        for layer in self.layers:
+            layer.keep_rows(rows)
+
+
+def plan_prompt_batches(row_lengths: Sequence[int], rows: Sequence[int], budget: int) -> list[list[int]]:
+    """Groups prompts, each with ``rows[i]`` samples of ``row_lengths[i]`` tokens (prompt and continuation), longest
+    first, so that a batch's rows x its longest row stays within ``budget``; a prompt beyond it gets a batch of its
+    own."""
+    batches: list[list[int]] = []
+    used = 0
+    for i in sorted(range(len(row_lengths)), key=lambda i: -row_lengths[i]):
+        if batches and (used + rows[i]) * row_lengths[batches[-1][0]] <= budget:
+            batches[-1].append(i)
+            used += rows[i]
+        else:
+            batches.append([i])
+            used = rows[i]
+    return batches
+
+
+def _cache_argument(model: torch.nn.Module) -> str:
+    """The name under which the model's forward takes its cache (``past_key_values`` before transformers 5)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _prefill(
+    model: torch.nn.Module, prompts: Sequence[list[int]], cache: _RowsCache
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Runs the prompts, left-padded to the longest, into ``cache``: their last logits [prompts, vocab], which of the
+    cache's slots hold a token (int64 [prompts, capacity]) and the position of each one's next token."""
+    device = next(model.parameters()).device
+    width = max(map(len, prompts))
+    ids = torch.zeros((len(prompts), width), dtype=torch.int64)
+    slots = torch.zeros((len(prompts), cache.capacity), dtype=torch.int64)
+    for p, prompt in enumerate(prompts):
+        ids[p, width - len(prompt) :] = torch.tensor(prompt)
+        slots[p, width - len(prompt) : width] = 1
+    positions = (slots[:, :width].cumsum(-1) - 1).clamp(min=0)
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    logits = model(
+        input_ids=ids.to(device),
+        attention_mask=slots[:, :width].to(device),
+        position_ids=positions.to(device),
+        use_cache=True,
+        **{_cache_argument(model): cache},
+        **last_only,
+    ).logits[:, -1]
+    cache.filled = width
+    return logits, slots.to(device), positions[:, -1].to(device) + 1
+
+
+@torch.inference_mode()
 def generate(
     model: torch.nn.Module,
     prompts: Sequence[list[int]],
-    keys: Sequence[tuple[int, int]],
+    keys: Sequence[Sequence[tuple[int, int]]],
     new_tokens: Sequence[int],
     top_k: int,
-    pad_id: int,
     end_ids: Sequence[int],
     top_p: float = 1.0,
-) -> list[list[int]]:
-    """Samples ``new_tokens[r]`` ids after each prompt (fewer where an end token comes first; the end
-    token is dropped) among the ``top_k`` likeliest tokens (0: all), then the fewest of those holding ``top_p`` of
-    the probability, the rows drawn with ``keys``. One left-padded ``generate`` call for all rows."""
+) -> list[list[list[int]]]:
+    """``len(keys[p])`` samples of each prompt ``prompts[p]`` (ids, not empty), sample s drawn with ``keys[p][s]``:
+    ``new_tokens[p]`` ids (fewer where an end token comes first; the end token is dropped) among the ``top_k``
+    likeliest tokens (0: all), then the fewest of those holding ``top_p`` of the probability. Each prompt runs
+    forward once."""
     device = next(model.parameters()).device
-    width = max(map(len, prompts))
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        attention_mask[row, width - len(ids) :] = 1
-    config = GenerationConfig(
-        max_new_tokens=max(new_tokens),
-        do_sample=False,
-        pad_token_id=pad_id,
-        eos_token_id=list(end_ids) or None,
-    )
-    warpers = ([TopKLogitsWarper(top_k)] if top_k else []) + ([TopPLogitsWarper(top_p)] if top_p < 1 else [])
-    noise = _KeyedGumbelNoise(torch.tensor(np.asarray(keys, dtype=np.int64), device=device))
-    processors = LogitsProcessorList([*warpers, noise])
-    output = model.generate(
-        input_ids=input_ids.to(device),
-        attention_mask=attention_mask.to(device),
-        generation_config=config,
-        logits_processor=processors,
-    )
-    continuations = []
-    for row, budget in zip(output[:, width:].tolist(), new_tokens):
+    samples = [len(sample_keys) for sample_keys in keys]
+    row_prompt = torch.repeat_interleave(torch.arange(len(prompts)), torch.tensor(samples)).to(device)
+    row_budgets = [new for new, count in zip(new_tokens, samples) for _ in range(count)]
+    row_keys = torch.tensor([key for sample_keys in keys for key in sample_keys], dtype=torch.int64, device=device)
+    longest = max(new_tokens)
+    capacity = max(map(len, prompts)) + longest
+    cache = _RowsCache(model.config.get_text_config().num_hidden_layers, samples, capacity)
+    logits, slots, positions = (t.index_select(0, row_prompt) for t in _prefill(model, prompts, cache))
+    cache_argument = _cache_argument(model)
+    ends = torch.tensor(list(end_ids), dtype=torch.int64, device=device)
+    generated = torch.zeros((len(row_budgets), longest), dtype=torch.int64, device=device)
+    rows = torch.arange(len(row_budgets), device=device)  # the original index of each row of the batch
+    budgets, stopped = row_budgets, [False] * len(row_budgets)
+    for step in range(longest):
+        tokens = _draw(logits, row_keys, step, top_k, top_p)
+        generated[rows, step] = tokens
+        ended = torch.isin(tokens, ends).tolist() if end_ids else [False] * len(stopped)
+        stopped = [s or e or step + 1 >= b for s, e, b in zip(stopped, ended, budgets)]
+        if all(stopped):
+            break
+        if 4 * sum(stopped) >= len(stopped):
+            live = [i for i, s in enumerate(stopped) if not s]
+            keep = torch.tensor(live, device=device)
+            cache.keep_rows(keep)
+            rows, row_keys, tokens = rows[keep], row_keys[keep], tokens[keep]
+            slots, positions = slots[keep], positions[keep]
+            budgets, stopped = [budgets[i] for i in live], [False] * len(live)
+        slots[:, cache.filled] = 1
+        logits = model(
+            input_ids=tokens[:, None],
+            attention_mask=slots[:, : cache.filled + 1],
+            position_ids=positions[:, None],
+            use_cache=True,
+            **{cache_argument: cache},
+        ).logits[:, -1]
+        cache.filled += 1
+        positions = positions + 1
+    continuations: list[list[list[int]]] = [[] for _ in prompts]
+    for p, budget, row in zip(row_prompt.tolist(), row_budgets, generated.tolist()):
         row = row[:budget]
-        ends = [i for i, token in enumerate(row) if token in end_ids]
-        continuations.append(row[: ends[0]] if ends else row)
+        end = next((i for i, token in enumerate(row) if token in end_ids), len(row))
+        continuations[p].append(row[:end])
     return continuations

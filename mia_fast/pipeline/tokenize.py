@@ -104,11 +104,13 @@ def split_windows(text_index: int, n_ids: int, max_length: int) -> list[Window]:
 
 @dataclass(frozen=True)
 class Row:
-    """One row an engine runs: ``ids`` (context + a window of text ``text_index``), scoring ids[first_scored:]."""
+    """One row an engine runs: ``ids`` (context + a window of text ``text_index``), scoring ids[first_scored:]; the
+    first ``context`` ids are the pass's prefix, the same for every text (an engine may run them once)."""
 
     text_index: int
     ids: list[int]
     first_scored: int
+    context: int = 0
 
 
 class TextRows:
@@ -160,7 +162,9 @@ class TextRows:
         for i, (ids, prefix) in enumerate(zip(self.tokenize(texts), prefixes)):
             context = self.context_ids(prefix)
             for w in split_windows(i, len(ids), self.max_length - len(context)):
-                rows.append(Row(i, context + ids[w.begin : w.end], len(context) + w.first_target - w.begin))
+                rows.append(
+                    Row(i, context + ids[w.begin : w.end], len(context) + w.first_target - w.begin, len(context))
+                )
         return rows
 
 

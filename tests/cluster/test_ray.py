@@ -331,3 +331,18 @@ def test_freq_build_on_ray_equals_one_process(ray_cluster, tiny_model_dir, tmp_p
     np.testing.assert_array_equal(on_ray.counts, single.counts)
     assert on_ray.header() == single.header()
     assert not (tmp_path / "ray.freq.partial").exists()
+
+
+def test_prefix_passes_on_ray_equal_one_process(ray_cluster, tiny_model_dir, labelled_jsonl, tmp_path):
+    """Each model actor computes a prefix's keys and values once and its shards' rows attend to them: the rows equal
+    one process's, byte for byte."""
+    nonmembers, members = tmp_path / "nonmembers.txt", tmp_path / "members.txt"
+    nonmembers.write_text("the harbour lights\nno one came back\n")
+    members.write_text("a quiet road\n")
+    flags = ["--methods", "loss,recall,conrecall", "--prefix-nonmembers", nonmembers, "--prefix-members", members]
+    single = score(labelled_jsonl, tiny_model_dir, tmp_path / "single.jsonl", "--block-rows", "4", *flags)
+    on_ray = score(
+        labelled_jsonl, tiny_model_dir, tmp_path / "ray.jsonl", "--ray", "--ray-workers", "2", *SHARDING, *flags
+    )
+    assert on_ray.read_bytes() == single.read_bytes()
+    assert all(json.loads(line)["recall"] is not None for line in single.read_text().splitlines())

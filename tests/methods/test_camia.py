@@ -4,6 +4,8 @@ scored with it."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -178,3 +180,30 @@ def test_a_score_depends_neither_on_the_batches_nor_on_the_other_texts(tiny_eos_
     np.testing.assert_array_equal(small.score(TEXTS, methods=["camia"])["camia"], whole)
     alone = [small.score([text], methods=["camia"])["camia"][0] for text in reversed(TEXTS)]
     np.testing.assert_array_equal(alone[::-1], whole)
+
+
+def test_the_nonmembers_features_are_computed_once_for_the_passes_the_detector_keeps(monkeypatch):
+    from mia_fast.methods import camia
+
+    rng = np.random.default_rng(3)
+    names = tuple(f"non-member {i}" for i in range(6))
+    known = hand_built([-rng.gamma(2.0, 1.5, size=30) for _ in range(6)])
+    blocks = [hand_built([-rng.gamma(2.0, 1.0, size=30) for _ in range(2)], names) for _ in range(3)]
+    blocks = [ScoringInputs(**{**block.__dict__, "calibration": {names: known}}) for block in blocks]
+    expected = [camia.combined_pvalues(camia_features(b), camia_features(known)) for b in blocks]
+    computed = []
+    monkeypatch.setattr(camia, "camia_features", lambda inputs: computed.append(inputs) or camia_features(inputs))
+    for block, scores in zip(blocks, expected):
+        np.testing.assert_array_equal(score(block, resolve_methods(["camia"]))["camia"], scores)
+    assert sum(inputs is known for inputs in computed) == 1 and len(computed) == 4
+    # Other results of the same texts' passes (another detector, another model) are computed again.
+    other = hand_built([-rng.gamma(2.0, 1.5, size=30) for _ in range(6)])
+    np.testing.assert_array_equal(camia.known_features(other), camia_features(other))
+    assert computed[-1] is other
+    # Results no longer held are forgotten.
+    key = (id(other.stats), id(other.of(REPEATED)))
+    assert key in camia._KNOWN_FEATURES
+    del other
+    computed.clear()
+    gc.collect()
+    assert key not in camia._KNOWN_FEATURES

@@ -98,16 +98,20 @@ def test_samia_and_samia_zlib_share_one_generation_as_long_as_each_first_half(ti
         sampling,
         "generate",
         lambda model, prompts, keys, new_tokens, *rest: (
-            calls.append((prompts, new_tokens)) or original(model, prompts, keys, new_tokens, *rest)
+            calls.append((prompts, keys, new_tokens)) or original(model, prompts, keys, new_tokens, *rest)
         ),
     )
     detector = Detector(str(tiny_model_dir), [SamiaSettings(samples=4)])
     detector.score(TEXTS, methods=["samia", "samia_zlib"])
-    rows = [(prompt, new) for prompts, new_tokens in calls for prompt, new in zip(prompts, new_tokens)]
-    assert len(rows) == len(TEXTS) * 4
+    rows = [
+        (prompt, len(prompt_keys), new)
+        for prompts, keys, new_tokens in calls
+        for prompt, prompt_keys, new in zip(prompts, keys, new_tokens)
+    ]
+    assert len(rows) == len(TEXTS) and all(samples == 4 for _, samples, _ in rows)  # each prompt once, 4 samples
     halves = {tuple(ids) for ids in detector.target.tokenize([FirstHalf()(t) for t in TEXTS])}
-    assert {tuple(prompt) for prompt, _ in rows} == halves
-    assert all(new == len(prompt) - 1 for prompt, new in rows)  # as many tokens as the prompt, bar its start token
+    assert {tuple(prompt) for prompt, _, _ in rows} == halves
+    assert all(new == len(prompt) - 1 for prompt, _, new in rows)  # as many tokens as the prompt, bar its start token
 
 
 # ---- PAC ----

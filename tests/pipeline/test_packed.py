@@ -9,14 +9,16 @@ import numpy as np
 import pytest
 import torch
 from conftest import random_sentence
+from helpers import recomputing_prefixes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mia_fast import ComputeConfig, ConRecallSettings, Detector, ModelConfig, RecallSettings
 from mia_fast.ops.token_stats import StreamedTokenStats, token_stats_torch
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.models import load_model
-from mia_fast.pipeline.packed import PackedDecoder, packed_unsupported
+from mia_fast.pipeline.packed import KEPT_CONTEXTS, PackedDecoder, packed_unsupported
 
 ARCHITECTURES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
@@ -158,6 +160,98 @@ def test_a_text_scores_the_same_bits_whatever_it_is_batched_with(tiny_model_dir,
     for position, i in enumerate(order):
         for name in ("logp", "mu", "var"):
             np.testing.assert_array_equal(together.text(position)[name], _ENGINES["alone"][i].text(0)[name])
+
+
+# ---- a shared prefix, computed once ----
+
+
+@pytest.fixture(scope="module")
+def prefixed_texts():
+    """Texts after two prefixes and none; some texts run past the tiny model's 64-id window after their prefix."""
+    rng = random.Random(11)
+    texts = ["", "a", *(random_sentence(rng, rng.randint(2, 50)) for _ in range(14))]
+    prefixes = [random_sentence(rng, 12), random_sentence(rng, 5)]
+    return texts, [prefixes[i % 3] if i % 3 < 2 else "" for i in range(len(texts))]
+
+
+def test_a_shared_prefix_scores_as_the_prefix_recomputed_in_every_row(tiny_model_dir, prefixed_texts):
+    texts, prefixes = prefixed_texts
+    loaded = load_model(str(tiny_model_dir))
+    shared = StatsEngine(loaded, batch_tokens=120)
+    recomputed = recomputing_prefixes(StatsEngine(loaded, batch_tokens=120))
+    padded = StatsEngine(loaded, batch_tokens=120)
+    padded.packs = False
+    assert max(len(r.ids) for r in shared.rows(texts, prefixes)) > 40  # windows after a prefix, not just short rows
+    a, b, c = (engine.compute(texts, prefixes=prefixes) for engine in (shared, recomputed, padded))
+    for other in (b, c):
+        np.testing.assert_array_equal(a.offsets, other.offsets)
+        np.testing.assert_array_equal(a.target_ids, other.target_ids)
+        for name in ("logp", "mu", "var", "max_logp"):
+            np.testing.assert_allclose(getattr(a, name), getattr(other, name), rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_each_prefix_runs_once_whatever_the_batches_and_passes(tiny_model_dir, prefixed_texts, tmp_path):
+    texts, _ = prefixed_texts
+    texts = [t for t in texts if t]
+    nonmembers, members = ("one two three four", "five six seven"), ("alpha beta", "gamma delta epsilon")
+    detector = Detector(
+        ModelConfig(str(tiny_model_dir)),
+        [RecallSettings(prefix_nonmembers=nonmembers), ConRecallSettings(prefix_members=members)],
+        ComputeConfig(batch_tokens=40),
+    )
+    engine = detector.engines["target"]
+    run_ids: list[int] = []
+    forward = PackedDecoder._forward
+
+    def counting(decoder, ids, lengths, contexts, keep):
+        run_ids.append(int(ids.shape[0]) if keep else 0)
+        return forward(decoder, ids, lengths, contexts, keep)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PackedDecoder, "_forward", counting)
+        scores = detector.score(texts, methods=["recall", "conrecall"])
+    prefix_ids = [len(engine.context_ids(p)) for p in ("".join(nonmembers), "".join(members))]
+    assert sorted(n for n in run_ids if n) == sorted(prefix_ids)  # two prefixes, each run once
+    assert sum(1 for n in run_ids if not n) > 3  # over many batches
+    recomputed = Detector(
+        ModelConfig(str(tiny_model_dir)),
+        [RecallSettings(prefix_nonmembers=nonmembers), ConRecallSettings(prefix_members=members)],
+        ComputeConfig(batch_tokens=40),
+    )
+    recomputing_prefixes(recomputed.engines["target"])
+    expected = recomputed.score(texts, methods=["recall", "conrecall"])
+    for column in ("recall", "conrecall"):
+        np.testing.assert_allclose(scores[column], expected[column], rtol=0, atol=1e-5, err_msg=column)
+
+
+_PREFIXED: dict = {}
+
+
+@settings(max_examples=10, deadline=None)
+@given(budget=st.integers(1, 400), order=st.permutations(range(16)))
+def test_a_text_after_a_prefix_scores_the_same_bits_whatever_it_is_batched_with(
+    tiny_model_dir, prefixed_texts, budget, order
+):
+    texts, prefixes = prefixed_texts
+    if "engine" not in _PREFIXED:
+        _PREFIXED["engine"] = StatsEngine(load_model(str(tiny_model_dir)))
+        _PREFIXED["alone"] = [_PREFIXED["engine"].compute([t], prefixes=[p]) for t, p in zip(texts, prefixes)]
+    engine = _PREFIXED["engine"]
+    engine.batch_tokens = budget
+    together = engine.compute([texts[i] for i in order], prefixes=[prefixes[i] for i in order])
+    for position, i in enumerate(order):
+        for name in ("logp", "mu", "var"):
+            np.testing.assert_array_equal(together.text(position)[name], _PREFIXED["alone"][i].text(0)[name])
+
+
+def test_the_decoder_keeps_the_latest_prefixes_only():
+    decoder = PackedDecoder(tiny_decoder("llama"))
+    first = decoder.context([1, 2, 3])
+    assert decoder.context([1, 2, 3]) is first
+    for n in range(KEPT_CONTEXTS):
+        decoder.context([5, n])
+    assert decoder.context([1, 2, 3]) is not first  # pushed out, computed again
+    torch.testing.assert_close(decoder.context([1, 2, 3]).keys[1], first.keys[1], rtol=0, atol=0)
 
 
 @settings(max_examples=25, deadline=None)
