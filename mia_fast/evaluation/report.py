@@ -220,7 +220,15 @@ def plot_histograms(
         values = scores[finite]
         bins = np.histogram_bin_edges(values, bins=30) if values.size and np.ptp(values) > 0 else 10
         for label, colour, legend in ((1, "tab:red", "members"), (0, "tab:blue", "non-members")):
-            ax.hist(scores[finite & (labels == label)], bins=bins, alpha=0.55, color=colour, label=legend, density=True)
+            ax.hist(
+                scores[finite & (labels == label)],
+                bins=bins,
+                histtype="stepfilled",  # one polygon, not a patch per bar: the figure draws several times faster
+                alpha=0.55,
+                color=colour,
+                label=legend,
+                density=True,
+            )
         ax.set_title(f"{display_name(name)}  (AUROC {result.auroc:.3f})", fontsize=9)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(order) :]:
