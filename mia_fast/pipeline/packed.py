@@ -87,7 +87,7 @@ class _Product:
     def added_to(self, x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
         """total + (x @ weight.T + bias): a new tensor where the sum runs in the epilogue, else ``total`` itself,
         added to in place (a bf16 product onto the fp32 residual stream)."""
-        if self.epilogues and total.dtype == x.dtype:
+        if self.epilogues:
             return torch.ops.mkldnn._linear_pointwise.binary(x, total, self.weight, self.bias, "add")
         return total.add_(self(x))
 

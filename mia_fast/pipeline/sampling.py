@@ -188,7 +188,7 @@ def _cache_argument(model: torch.nn.Module) -> str:
 
 
 def _prefill(
-    model: torch.nn.Module, prompts: Sequence[list[int]], cache: _RowsCache
+    model: torch.nn.Module, prompts: Sequence[list[int]], cache: _RowsCache, cache_argument: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Runs the prompts, left-padded to the longest, into ``cache``: their last logits [prompts, vocab], which of the
     cache's slots hold a token (int64 [prompts, capacity]) and the position of each one's next token."""
@@ -206,7 +206,7 @@ def _prefill(
         attention_mask=slots[:, :width].to(device),
         position_ids=positions.to(device),
         use_cache=True,
-        **{_cache_argument(model): cache},
+        **{cache_argument: cache},
         **last_only,
     ).logits[:, -1]
     cache.filled = width
@@ -235,8 +235,8 @@ def generate(
     longest = max(new_tokens)
     capacity = max(map(len, prompts)) + longest
     cache = _RowsCache(model.config.get_text_config().num_hidden_layers, samples, capacity)
-    logits, slots, positions = (t.index_select(0, row_prompt) for t in _prefill(model, prompts, cache))
     cache_argument = _cache_argument(model)
+    logits, slots, positions = (t.index_select(0, row_prompt) for t in _prefill(model, prompts, cache, cache_argument))
     ends = torch.tensor(list(end_ids), dtype=torch.int64, device=device)
     generated = torch.zeros((len(row_budgets), longest), dtype=torch.int64, device=device)
     rows = torch.arange(len(row_budgets), device=device)  # the original index of each row of the batch
