@@ -50,9 +50,10 @@ DEFAULT_CHUNK_BYTES = {"cpu": 4 << 20, "cuda": 512 << 20}
 # The projection buffer is then at most MIN_HEAD_ROWS x V floats.
 MIN_HEAD_ROWS = 512
 # Sampling decodes one token per row per step, so a batch holds this many times the forward budget: more rows
-# share each read of the weights (on CPU, SmolLM2-135M's samples ran 1.9x the tokens/s at 16 as at 4). Their
-# cache, rows x (longest prompt + continuation) slots, must still fit in memory.
-SAMPLE_BUDGET_FACTOR = {"cpu": 16, "cuda": 4}
+# share each read of the weights (on CPU, SmolLM2-135M's samples ran 1.9x the tokens/s at 16 as at 4, and in bf16
+# 1.25-1.35x at 32 as at 16, where its 160 rows fit one batch). Their cache must still fit in memory: rows x
+# (longest prompt + continuation) slots, or packed, a slot per prompt id once and rows x continuation slots.
+SAMPLE_BUDGET_FACTOR = {"cpu": 32, "cuda": 4}
 
 
 def default_for(table: dict[str, int], device: torch.device) -> int:
@@ -261,9 +262,8 @@ class StatsEngine(TextRows):
     def _run_packed(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
         """:meth:`_run_batch` with the rows packed end to end through the :class:`PackedDecoder`, each row's prefix
         computed once and attended to by every row after it."""
-        if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
-            self._packed = PackedDecoder(self.loaded.model)
-        contexts = [self._packed.context(r.ids[: r.context]) if r.context else None for r in rows]
+        packed = self._packed_decoder()
+        contexts = [packed.context(r.ids[: r.context]) if r.context else None for r in rows]
         lengths = [len(r.ids) - r.context for r in rows]
         starts = np.cumsum([0, *lengths[:-1]])
         index = np.concatenate(
@@ -272,9 +272,15 @@ class StatsEngine(TextRows):
                 for start, r in zip(starts, rows)
             ]
         )
-        hidden = self._packed.hidden(torch.tensor([t for r in rows for t in r.ids[r.context :]]), lengths, contexts)
+        hidden = packed.hidden(torch.tensor([t for r in rows for t in r.ids[r.context :]]), lengths, contexts)
         targets = torch.tensor([t for r in rows for t in r.ids[r.first_scored :]], dtype=torch.long)
-        return self._packed.token_stats(hidden.index_select(0, torch.from_numpy(index)), targets)
+        return packed.token_stats(hidden.index_select(0, torch.from_numpy(index)), targets)
+
+    def _packed_decoder(self) -> PackedDecoder:
+        """The model's packed decoder, made again whenever the model's weights have changed since."""
+        if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
+            self._packed = PackedDecoder(self.loaded.model)
+        return self._packed
 
     def _reduce_logits(
         self, rows: torch.Tensor, index: torch.Tensor, targets: torch.Tensor
@@ -404,7 +410,9 @@ class StatsEngine(TextRows):
                 continue
             new_tokens = min(readout.new_tokens or max(len(ids) - 1, 1), self.max_length // 2)
             prompt = (self.context_ids(prefix) + ids)[-(self.max_length - new_tokens) :]
-            per_batch = max(budget // (len(prompt) + new_tokens), 1)
+            # Packed, a prompt's keys and values are kept once for all its samples, not once per sample.
+            per_sample = new_tokens if self.packs else len(prompt) + new_tokens
+            per_batch = max((budget - len(prompt) * self.packs) // per_sample, 1)
             jobs.extend(
                 (i, first, min(per_batch, readout.count - first), prompt, new_tokens)
                 for first in range(0, readout.count, per_batch)
@@ -415,10 +423,12 @@ class StatsEngine(TextRows):
         if on_tokenized is not None:
             on_tokenized(sum(costs))
         end_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        for batch in plan_prompt_batches(row_lengths, counts, budget):
+        # A row's share of its batch's cache: its prompt's slots, shared by the prompt's samples when packed.
+        shares = [new + (-(-len(prompt) // count) if self.packs else len(prompt)) for _, _, count, prompt, new in jobs]
+        for batch in plan_prompt_batches(shares, counts, budget):
             chosen = [jobs[b] for b in batch]
             continuations = generate(
-                self.loaded.model,
+                self._packed_decoder() if self.packs else self.loaded.model,
                 [prompt for *_, prompt, _ in chosen],
                 [
                     [row_key(readout.seed, j, f"{prefixes[i]}\0{texts[i]}") for j in range(first, first + count)]

@@ -6,13 +6,15 @@ same whichever texts share its batch, whatever the batch size, and on CPU or GPU
 rounding of the logits themselves; and it costs a few integer passes over the kept tokens only (the top k, or
 the nucleus), drawn on the device.
 
-Decoding is a loop of our own through the model's forward. The batch's distinct prompts run once, left-padded
-to the longest, computing the logits of their last position only; their keys and values are copied into the
-slots of their samples in a cache allocated once for the batch (prompt slots, then one slot per step), and the
-first token of each sample is drawn from its prompt's logits. Then each step feeds every live row its last
-token at its own position, the model building its masks (padding, sliding windows) from an attention mask over
-the filled slots. A row stops at an end token (dropped) or at its own budget; once a quarter of the batch has
-stopped, those rows leave it (the cache is compacted in place).
+Decoding is a loop of our own. Where the engine packs (a Llama-family model on CPU), it runs through the
+packed decoder (:class:`~mia_fast.pipeline.packed.PackedDecoding`): its oneDNN weights, each prompt's keys and
+values kept once for all its samples. Elsewhere it runs through the model's own forward: the batch's distinct
+prompts run once, left-padded to the longest, computing the logits of their last position only; their keys and
+values are copied into the slots of their samples in a cache allocated once for the batch (prompt slots, then one
+slot per step), and each step feeds every live row its last token at its own position, the model building its
+masks (padding, sliding windows) from an attention mask over the filled slots. Either way the first token of each
+sample is drawn from its prompt's logits, a row stops at an end token (dropped) or at its own budget, and once a
+quarter of the batch has stopped, those rows leave it (the cache is compacted in place).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections.abc import Sequence
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
+
+from mia_fast.pipeline.packed import PackedDecoder, PackedDecoding
 
 _UINT32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -187,35 +191,64 @@ def _cache_argument(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _prefill(
-    model: torch.nn.Module, prompts: Sequence[list[int]], cache: _RowsCache, cache_argument: str
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Runs the prompts, left-padded to the longest, into ``cache``: their last logits [prompts, vocab], which of the
-    cache's slots hold a token (int64 [prompts, capacity]) and the position of each one's next token."""
-    device = next(model.parameters()).device
-    width = max(map(len, prompts))
-    ids = torch.zeros((len(prompts), width), dtype=torch.int64)
-    slots = torch.zeros((len(prompts), cache.capacity), dtype=torch.int64)
-    for p, prompt in enumerate(prompts):
-        ids[p, width - len(prompt) :] = torch.tensor(prompt)
-        slots[p, width - len(prompt) : width] = 1
-    positions = (slots[:, :width].cumsum(-1) - 1).clamp(min=0)
-    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    logits = model(
-        input_ids=ids.to(device),
-        attention_mask=slots[:, :width].to(device),
-        position_ids=positions.to(device),
-        use_cache=True,
-        **{cache_argument: cache},
-        **last_only,
-    ).logits[:, -1]
-    cache.filled = width
-    return logits, slots.to(device), positions[:, -1].to(device) + 1
+class _ModelDecoding:
+    """Rows sampled after prompts, decoded a token a step through the model's own forward (any decoder transformers
+    runs), as :class:`~mia_fast.pipeline.packed.PackedDecoding` decodes them through the packed one: the prompts
+    run once, left-padded to the longest, their last logits giving each row's first draw (:attr:`logits`)."""
+
+    def __init__(
+        self, model: torch.nn.Module, prompts: Sequence[list[int]], samples: Sequence[int], capacity: int
+    ) -> None:
+        self.model = model
+        device = next(model.parameters()).device
+        self.cache = _RowsCache(model.config.get_text_config().num_hidden_layers, list(samples), capacity)
+        self.cache_argument = _cache_argument(model)
+        width = max(map(len, prompts))
+        ids = torch.zeros((len(prompts), width), dtype=torch.int64)
+        slots = torch.zeros((len(prompts), capacity), dtype=torch.int64)
+        for p, prompt in enumerate(prompts):
+            ids[p, width - len(prompt) :] = torch.tensor(prompt)
+            slots[p, width - len(prompt) : width] = 1
+        positions = (slots[:, :width].cumsum(-1) - 1).clamp(min=0)
+        last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+        logits = model(
+            input_ids=ids.to(device),
+            attention_mask=slots[:, :width].to(device),
+            position_ids=positions.to(device),
+            use_cache=True,
+            **{self.cache_argument: self.cache},
+            **last_only,
+        ).logits[:, -1]
+        self.cache.filled = width
+        row_prompt = torch.repeat_interleave(torch.arange(len(prompts)), torch.tensor(samples)).to(device)
+        self.logits = logits.index_select(0, row_prompt)
+        # Which of the cache's slots hold a token, and the position of each row's next token.
+        self.slots = slots.to(device).index_select(0, row_prompt)
+        self.positions = (positions[:, -1].to(device) + 1).index_select(0, row_prompt)
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Keeps the rows ``rows`` (int64, increasing) of the batch, in that order, in place."""
+        self.cache.keep_rows(rows)
+        self.slots, self.positions = self.slots[rows], self.positions[rows]
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The logits [rows, vocab] after each row's next token ``tokens`` [rows]."""
+        self.slots[:, self.cache.filled] = 1
+        logits = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.slots[:, : self.cache.filled + 1],
+            position_ids=self.positions[:, None],
+            use_cache=True,
+            **{self.cache_argument: self.cache},
+        ).logits[:, -1]
+        self.cache.filled += 1
+        self.positions = self.positions + 1
+        return logits
 
 
 @torch.inference_mode()
 def generate(
-    model: torch.nn.Module,
+    model: torch.nn.Module | PackedDecoder,
     prompts: Sequence[list[int]],
     keys: Sequence[Sequence[tuple[int, int]]],
     new_tokens: Sequence[int],
@@ -226,22 +259,22 @@ def generate(
     """``len(keys[p])`` samples of each prompt ``prompts[p]`` (ids, not empty), sample s drawn with ``keys[p][s]``:
     ``new_tokens[p]`` ids (fewer where an end token comes first; the end token is dropped) among the ``top_k``
     likeliest tokens (0: all), then the fewest of those holding ``top_p`` of the probability. Each prompt runs
-    forward once."""
-    device = next(model.parameters()).device
+    forward once, through the packed decoder if ``model`` is one, else through the model's own forward."""
     samples = [len(sample_keys) for sample_keys in keys]
-    row_prompt = torch.repeat_interleave(torch.arange(len(prompts)), torch.tensor(samples)).to(device)
+    if isinstance(model, PackedDecoder):
+        decoding: PackedDecoding | _ModelDecoding = model.decoding(prompts, samples, max(new_tokens))
+    else:
+        decoding = _ModelDecoding(model, prompts, samples, max(map(len, prompts)) + max(new_tokens))
+    logits = decoding.logits
+    device = logits.device
+    row_prompt = torch.repeat_interleave(torch.arange(len(prompts)), torch.tensor(samples))
     row_budgets = [new for new, count in zip(new_tokens, samples) for _ in range(count)]
     row_keys = torch.tensor([key for sample_keys in keys for key in sample_keys], dtype=torch.int64, device=device)
-    longest = max(new_tokens)
-    capacity = max(map(len, prompts)) + longest
-    cache = _RowsCache(model.config.get_text_config().num_hidden_layers, samples, capacity)
-    cache_argument = _cache_argument(model)
-    logits, slots, positions = (t.index_select(0, row_prompt) for t in _prefill(model, prompts, cache, cache_argument))
     ends = torch.tensor(list(end_ids), dtype=torch.int64, device=device)
-    generated = torch.zeros((len(row_budgets), longest), dtype=torch.int64, device=device)
+    generated = torch.zeros((len(row_budgets), max(new_tokens)), dtype=torch.int64, device=device)
     rows = torch.arange(len(row_budgets), device=device)  # the original index of each row of the batch
     budgets, stopped = row_budgets, [False] * len(row_budgets)
-    for step in range(longest):
+    for step in range(max(new_tokens)):
         tokens = _draw(logits, row_keys, step, top_k, top_p)
         generated[rows, step] = tokens
         ended = torch.isin(tokens, ends).tolist() if end_ids else [False] * len(stopped)
@@ -251,20 +284,10 @@ def generate(
         if 4 * sum(stopped) >= len(stopped):
             live = [i for i, s in enumerate(stopped) if not s]
             keep = torch.tensor(live, device=device)
-            cache.keep_rows(keep)
+            decoding.keep_rows(keep)
             rows, row_keys, tokens = rows[keep], row_keys[keep], tokens[keep]
-            slots, positions = slots[keep], positions[keep]
             budgets, stopped = [budgets[i] for i in live], [False] * len(live)
-        slots[:, cache.filled] = 1
-        logits = model(
-            input_ids=tokens[:, None],
-            attention_mask=slots[:, : cache.filled + 1],
-            position_ids=positions[:, None],
-            use_cache=True,
-            **{cache_argument: cache},
-        ).logits[:, -1]
-        cache.filled += 1
-        positions = positions + 1
+        logits = decoding.step(tokens)
     continuations: list[list[list[int]]] = [[] for _ in prompts]
     for p, budget, row in zip(row_prompt.tolist(), row_budgets, generated.tolist()):
         row = row[:budget]

@@ -1,5 +1,6 @@
 """The sampling decoder (pipeline.sampling): each prompt prefilled once for all its samples, the same tokens as
-transformers' own ``generate`` with the same warpers and keyed noise, and samples that do not depend on the batch."""
+transformers' own ``generate`` with the same warpers and keyed noise, through the model's forward or the packed
+decoder, and samples that do not depend on the batch."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 
 from mia_fast import ComputeConfig, Detector, SamiaSettings
 from mia_fast.methods.samia import samia_pass
-from mia_fast.pipeline.sampling import _draw, generate, gumbel_noise, plan_prompt_batches
+from mia_fast.pipeline.packed import PackedDecoder, PackedDecoding
+from mia_fast.pipeline.sampling import _draw, _ModelDecoding, generate, gumbel_noise, plan_prompt_batches
 from mia_fast.scoring.planner import run_passes
 
 VOCAB = 97
@@ -21,14 +23,15 @@ SETTINGS = [(5, 1.0), (0, 0.8), (10, 0.9), (0, 1.0)]  # (top_k, top_p)
 
 
 def tiny(kind: str) -> torch.nn.Module:
-    """A random decoder: Llama (rotary, grouped heads), GPT-2 (learned positions), Mistral with a sliding window
-    shorter than the rows, Gemma 2 (alternating windows, soft-capped logits, eager attention)."""
+    """A random decoder: Llama (rotary, grouped heads), Qwen2 (biased q, k and v), GPT-2 (learned positions), Mistral
+    with a sliding window shorter than the rows, Gemma 2 (alternating windows, soft-capped logits, eager attention)."""
     # An output head of its own: tied to the input embeddings, the scaled-up head makes each row repeat its token.
     head = {"vocab_size": VOCAB, "bos_token_id": None, "eos_token_id": None, "tie_word_embeddings": False}
     common = {**head, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
     heads = {"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
     configs = {
         "llama": lambda: transformers.LlamaConfig(**common, **heads),
+        "qwen2": lambda: transformers.Qwen2Config(**common, **heads),
         "gpt2": lambda: transformers.GPT2Config(**head, n_embd=32, n_layer=2, n_head=4, n_positions=64),
         "mistral": lambda: transformers.MistralConfig(**common, **heads, sliding_window=5),
         "gemma2": lambda: transformers.Gemma2Config(**common, **heads, head_dim=8, sliding_window=5),
@@ -43,6 +46,12 @@ def tiny(kind: str) -> torch.nn.Module:
 @pytest.fixture(scope="module")
 def llama() -> torch.nn.Module:
     return tiny("llama")
+
+
+@pytest.fixture(scope="module", params=["model", "packed"])
+def llama_decoder(request, llama) -> torch.nn.Module | PackedDecoder:
+    """The tiny Llama, decoded through its own forward or through the packed decoder."""
+    return llama if request.param == "model" else PackedDecoder(llama)
 
 
 def random_prompts(lengths: list[int], samples: int, seed: int = 1):
@@ -107,6 +116,41 @@ def test_the_decoder_draws_what_transformers_generate_draws(kind, top_k, top_p):
     assert generate(model, prompts, keys, new_tokens, top_k, [second], top_p) == expected
 
 
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize(("top_k", "top_p"), SETTINGS)
+def test_the_packed_decoder_draws_what_the_models_forward_draws(kind, top_k, top_p):
+    model = tiny(kind)
+    packed = PackedDecoder(model)
+    prompts, keys = random_prompts([3, 7, 12, 5], samples=3)
+    new_tokens = [6, 9, 4, 2]  # the batch is compacted twice, the last prompts' rows leaving it
+    endless = generate(model, prompts, keys, new_tokens, top_k, [], top_p)
+    assert generate(packed, prompts, keys, new_tokens, top_k, [], top_p) == endless
+    # An end token that a sample draws second and not first: the rows that draw it leave the batch there.
+    end = next(sample[1] for samples in endless for sample in samples if sample[1:2] not in ([], sample[:1]))
+    assert generate(packed, prompts, keys, new_tokens, top_k, [end], top_p) == generate(
+        model, prompts, keys, new_tokens, top_k, [end], top_p
+    )
+
+
+def test_packed_decoding_gives_the_models_logits_at_every_step(llama):
+    prompts, _ = random_prompts([3, 7, 12], samples=1)
+    samples = [2, 3, 1]  # rows 0-1 follow prompt 0, rows 2-4 prompt 1, row 5 prompt 2
+    by_model = _ModelDecoding(llama, prompts, samples, 12 + 6)
+    packed = PackedDecoder(llama).decoding(prompts, samples, 6)
+    logits = by_model.logits
+    torch.testing.assert_close(packed.logits, logits, rtol=0, atol=1e-5)
+    for step in range(5):
+        tokens = logits.argmax(-1)
+        if step == 2:  # prompt 2 loses its only row, prompts 0 and 1 one row each
+            keep = torch.tensor([1, 3, 4])
+            by_model.keep_rows(keep)
+            packed.keep_rows(keep)
+            tokens = tokens[keep]
+        logits = by_model.step(tokens)
+        torch.testing.assert_close(packed.step(tokens), logits, rtol=0, atol=1e-5)
+    assert len(packed.prompt_bias) == 2
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_kept_tokens_are_the_warpers_with_ties_at_the_boundary(dtype):
     # Logits with many ties, more than twice k at the k-th: top-k keeps every token tied with the k-th, top-p cuts
@@ -164,28 +208,58 @@ def test_each_prompt_is_prefilled_once_for_all_its_samples():
     assert fed == [(3, 9, 4 + 9 + 6)] + [(12, 1, 12)] * 2
 
 
-def test_the_engine_prefills_each_text_once(tiny_model_dir):
+def record_packed(monkeypatch) -> list[tuple[list[int], int]]:
+    """(the prompts' lengths, rows) of each packed decoding from now on, and a (``[]``, rows) per step."""
+    fed = []
+    start, step = PackedDecoding.__init__, PackedDecoding.step
+
+    def recorded_start(self, decoder, prompts, samples, new_tokens):
+        fed.append(([len(p) for p in prompts], sum(samples)))
+        start(self, decoder, prompts, samples, new_tokens)
+
+    def recorded_step(self, tokens):
+        fed.append(([], len(tokens)))
+        return step(self, tokens)
+
+    monkeypatch.setattr(PackedDecoding, "__init__", recorded_start)
+    monkeypatch.setattr(PackedDecoding, "step", recorded_step)
+    return fed
+
+
+def test_the_engine_prefills_each_text_once(tiny_model_dir, monkeypatch):
     texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be that is the question", "all that"]
     detector = Detector(str(tiny_model_dir), [SamiaSettings(samples=10)])
-    fed = record_forwards(detector.target.loaded.model)
+    fed = record_packed(monkeypatch)
     samia = samia_pass(detector.settings)
     samples = run_passes(detector.engines, texts, [samia])[samia]
     prompts = detector.target.tokenize([samia.transform(t) for t in texts])
     assert samples.shape == (3, 10)
-    assert sum(real for _, positions, real in fed if positions > 1) == sum(map(len, prompts))
+    assert sorted(n for lengths, _ in fed for n in lengths) == sorted(map(len, prompts))
+    assert fed[0][1] == 30  # every sample in one batch, a step decoding a token of each
 
 
-def test_the_samples_of_a_text_beyond_the_budget_are_split_across_batches(tiny_model_dir):
+def test_the_samples_of_a_text_beyond_the_budget_are_split_across_batches(tiny_model_dir, monkeypatch):
     texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be that is the question"]
     samples, widest = [], []
-    for budget in (1, None):  # one row per batch; all 12 rows in one
+    for budget in (1, None):  # a cache of 32 slots, fewer than a text's samples need; all 12 rows in one
         detector = Detector(str(tiny_model_dir), [SamiaSettings(samples=6)], compute=ComputeConfig(batch_tokens=budget))
-        fed = record_forwards(detector.target.loaded.model)
+        fed = record_packed(monkeypatch)
         samia = samia_pass(detector.settings)
         samples.append(run_passes(detector.engines, texts, [samia])[samia])
-        widest.append(max(rows for rows, _, _ in fed))
+        widest.append(max(rows for _, rows in fed))
     np.testing.assert_array_equal(samples[0], samples[1])
-    assert widest == [1, 12]
+    assert widest[0] < 6 and widest[1] == 12
+
+
+def test_the_engine_samples_through_the_models_forward_where_it_cannot_pack(tiny_model_dir, monkeypatch):
+    texts = ["the quick brown fox jumps over the lazy dog", "all that"]
+    detector = Detector(str(tiny_model_dir), [SamiaSettings(samples=4)])
+    samia = samia_pass(detector.settings)
+    packed = run_passes(detector.engines, texts, [samia])[samia]
+    detector.target.packs = False
+    fed = record_forwards(detector.target.loaded.model)
+    np.testing.assert_array_equal(run_passes(detector.engines, texts, [samia])[samia], packed)
+    assert fed and fed[0][0] == 2  # the two prompts, once
 
 
 @settings(max_examples=12, deadline=None)
@@ -196,7 +270,8 @@ def test_the_samples_of_a_text_beyond_the_budget_are_split_across_batches(tiny_m
     top_k=st.sampled_from([0, 4]),
     seed=st.integers(0, 1000),
 )
-def test_samples_do_not_depend_on_the_batch(llama, lengths, samples, splits, top_k, seed):
+def test_samples_do_not_depend_on_the_batch(llama_decoder, lengths, samples, splits, top_k, seed):
+    llama = llama_decoder
     prompts, keys = random_prompts(lengths, samples, seed)
     new_tokens = [1 + (length * 7 + seed) % 8 for length in lengths]
     together = generate(llama, prompts, keys, new_tokens, top_k, [3], 1.0)
