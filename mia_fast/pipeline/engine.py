@@ -412,7 +412,7 @@ class StatsEngine(TextRows):
             prompt = (self.context_ids(prefix) + ids)[-(self.max_length - new_tokens) :]
             # Packed, a prompt's keys and values are kept once for all its samples, not once per sample.
             per_sample = new_tokens if self.packs else len(prompt) + new_tokens
-            per_batch = max((budget - len(prompt) * self.packs) // per_sample, 1)
+            per_batch = max((budget - (len(prompt) if self.packs else 0)) // per_sample, 1)
             jobs.extend(
                 (i, first, min(per_batch, readout.count - first), prompt, new_tokens)
                 for first in range(0, readout.count, per_batch)
