@@ -267,7 +267,6 @@ def generate(
         decoding = _ModelDecoding(model, prompts, samples, max(map(len, prompts)) + max(new_tokens))
     logits = decoding.logits
     device = logits.device
-    row_prompt = torch.repeat_interleave(torch.arange(len(prompts)), torch.tensor(samples))
     row_budgets = [new for new, count in zip(new_tokens, samples) for _ in range(count)]
     row_keys = torch.tensor([key for sample_keys in keys for key in sample_keys], dtype=torch.int64, device=device)
     ends = torch.tensor(list(end_ids), dtype=torch.int64, device=device)
@@ -289,7 +288,8 @@ def generate(
             budgets, stopped = [budgets[i] for i in live], [False] * len(live)
         logits = decoding.step(tokens)
     continuations: list[list[list[int]]] = [[] for _ in prompts]
-    for p, budget, row in zip(row_prompt.tolist(), row_budgets, generated.tolist()):
+    row_prompt = [p for p, count in enumerate(samples) for _ in range(count)]
+    for p, budget, row in zip(row_prompt, row_budgets, generated.tolist()):
         row = row[:budget]
         end = next((i for i, token in enumerate(row) if token in end_ids), len(row))
         continuations[p].append(row[:end])
