@@ -43,8 +43,9 @@ struct Segment {
 
 [[gnu::always_inline]] inline Segment segment_stats_of(const float* row, int64_t cols, float* weights) {
   float max = -std::numeric_limits<float>::infinity();
+  // std::max's form, spelt out: GCC vectorises this compare-and-select as a max reduction, not std::max's call.
 #pragma omp simd reduction(max : max)
-  for (int64_t i = 0; i < cols; ++i) max = std::max(max, row[i]);
+  for (int64_t i = 0; i < cols; ++i) max = max < row[i] ? row[i] : max;
   if (!(max > -std::numeric_limits<float>::infinity())) return {max, 0.0, 0.0, 0.0};
   double weight = 0.0, first = 0.0;
   for (int64_t start = 0; start < cols; start += kBlock) {

@@ -207,3 +207,43 @@ def test_blind_permutations_caps_the_refit_shuffles_and_the_report_says_what_tha
     assert "--blind-permutations: must be a whole number in [1, 100000], got '0'" in fail(
         capsys, *args, "--blind-permutations", "0"
     )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_date_classifier_is_scikit_learns_logistic_regression_solved_to_the_end(seed):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from mia_fast.evaluation.blind import _standardise, logistic_regression
+
+    rng = np.random.default_rng(seed)
+    x = np.c_[rng.normal(size=(40, 3)) * [1, 10, 0.1], np.full(40, 0.24), rng.integers(0, 2, 40)]
+    y = (x[:, 0] + rng.normal(size=40) > 0).astype(float)
+    if seed == 3:
+        y = (x[:, 0] > 0).astype(float)  # separable: only the penalty bounds the weights
+    train, held_out = np.arange(30), np.arange(30, 40)
+    standardised = _standardise(x, train)
+    weights = logistic_regression(standardised[train], y[train])
+    ours = standardised[held_out] @ weights[:-1] + weights[-1]
+    exact = make_pipeline(StandardScaler(), LogisticRegression(solver="newton-cg", tol=1e-13, max_iter=10_000))
+    theirs = exact.fit(x[train], y[train]).decision_function(x[held_out])
+    assert np.abs(ours - theirs).max() < 1e-8
+    assert np.all(standardised[:, 3] == 0)  # a constant column is centred on its value exactly
+
+
+def test_the_word_classifiers_tf_idf_is_scikit_learns():
+    from scipy import sparse
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    from mia_fast.evaluation.blind import _tf_idf
+
+    rng = np.random.default_rng(0)
+    dense = rng.integers(1, 5, (12, 30)) * (rng.random((12, 30)) < 0.3)
+    dense[4] = 0  # a text without a word
+    counts = sparse.csr_matrix(dense.astype(np.float64))
+    before = counts.copy()
+    train = np.array([0, 2, 3, 4, 5, 7, 8, 11])
+    theirs = TfidfTransformer(sublinear_tf=True).fit(counts[train]).transform(counts)
+    assert abs(_tf_idf(counts, train) - theirs).max() < 1e-15
+    assert (counts != before).nnz == 0  # the counts are left as they were
