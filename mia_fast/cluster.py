@@ -574,8 +574,6 @@ def build_on_ray(
     own (``threads`` tokenizer threads and as many CPUs each), the tables added in file order: the same
     table and report. Finished files are kept in ``checkpoint_dir`` as they come back, so a rerun skips them.
     The files must be at paths every node can read; the tables come back to this process."""
-    from tqdm.auto import tqdm
-
     from mia_fast.frequency.sources import (
         BAD_EXAMPLES,
         BuildReport,
@@ -601,16 +599,7 @@ def build_on_ray(
     todo = [index for index, table in enumerate(tables) if table is None]
     sizes = [path.stat().st_size for path in files]
     if todo:
-        bar = tqdm(
-            total=sum(sizes),
-            initial=sum(sizes) - sum(sizes[i] for i in todo),
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc="files",
-            dynamic_ncols=True,
-            disable=not progress,
-        )
+        bar = _bytes_bar(sum(sizes), sum(sizes) - sum(sizes[i] for i in todo), progress)
         with ray_session(address) as ray:
             count = ray.remote(num_cpus=threads)(_count_file)
             shared_tokenizer = ray.put(tokenizer)
@@ -643,3 +632,19 @@ def build_on_ray(
         raise MiaFastError(f"the corpus ({len(files)} file(s)) holds no tokens to count")
     first_examples = [example for found in examples for example in found][:BAD_EXAMPLES]
     return BuildReport(table, sum(bad_counts), first_examples, resumed, time.perf_counter() - started, sum(sizes))
+
+
+def _bytes_bar(total: int, done: int, progress: bool) -> Any:
+    """A progress bar over the corpus's bytes, the files already counted done."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        initial=done,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc="files",
+        dynamic_ncols=True,
+        disable=not progress,
+    )

@@ -246,3 +246,66 @@ def test_the_signature_check_catches_wide_functions_kwargs_and_dataclasses():
 def test_the_api_module_is_a_thin_front_door():
     lines = (ROOT / "mia_fast" / "api.py").read_text().count("\n")
     assert lines <= API_MAX_LINES, f"mia_fast/api.py has {lines} lines (at most {API_MAX_LINES})"
+
+
+def flag_declarations(source: str, flags: set[str]) -> list[str]:
+    """Each of ``flags`` that ``source`` declares: named in a call to ``setting`` or ``Flag``, or spelt as an option
+    (``--flag``)."""
+    declared = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value[2:] in flags:
+            declared += [node.value[2:]] if node.value.startswith("--") else []
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("setting", "Flag"):
+            arguments = [*node.args, *(k.value for k in node.keywords)]
+            declared += [a.value for a in arguments if isinstance(a, ast.Constant) and a.value in flags]
+    return declared
+
+
+def test_a_flag_that_several_settings_classes_share_is_declared_once():
+    """Fields of several settings classes that share a flag are one option and must agree: one declaration
+    (``methods/settings.py``) serves them all, and no other module declares or spells the option again."""
+    from mia_fast.methods.registry import setting_options
+
+    shared = {option.flag.name for option in setting_options() if len({f.owner for f in option.fields}) > 1}
+    assert {"method-seed", "nonmembers"} <= shared
+    declared = [
+        (name, flag) for name, path in source_files().items() for flag in flag_declarations(path.read_text(), shared)
+    ]
+    assert sorted(declared) == sorted(("mia_fast.methods.settings", flag) for flag in shared)
+
+
+def test_the_declaration_check_finds_a_flag_declared_twice():
+    source = (
+        'a = setting(0, "seed", "method-seed")\nb = Flag("nonmembers", metavar="FILE")\n'
+        'parser.add_argument("--method-seed")\nc = {"nonmembers": 1, "method-seed": 2}\n'
+    )
+    assert sorted(flag_declarations(source, {"method-seed", "nonmembers"})) == [
+        "method-seed",
+        "method-seed",
+        "nonmembers",
+    ]
+
+
+LONGEST_FUNCTION = 80
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    """Each function of ``source`` longer than LONGEST_FUNCTION lines (from its ``def`` to its last line), with its
+    length."""
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION
+    ]
+
+
+def test_no_function_is_longer_than_eighty_lines():
+    found = {name: long for name, path in source_files().items() if (long := long_functions(path.read_text()))}
+    assert found == {}
+
+
+def test_the_length_check_counts_a_functions_lines():
+    body = "".join(f"    x{i} = {i}\n" for i in range(LONGEST_FUNCTION))
+    assert long_functions(f"def short():\n{body[: -len('    x79 = 79') - 1]}") == []
+    assert long_functions(f"def long():\n{body}\nasync def also():\n{body}") == [("long", 81), ("also", 81)]

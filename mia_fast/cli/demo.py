@@ -6,6 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mia_fast.cli.options import (
     add_blind_permutations_option,
@@ -24,7 +25,8 @@ from mia_fast.cli.options import (
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
-from mia_fast.evaluation.experiments import DEMO_METHODS, MIN_TEXTS, PREFIX_SHOTS, PROBE_TEXTS, FineTuning
+from mia_fast.evaluation.assessment import Assessment
+from mia_fast.evaluation.experiments import DEMO_METHODS, MIN_TEXTS, PREFIX_SHOTS, PROBE_TEXTS, Experiment, FineTuning
 from mia_fast.evaluation.probe import ProbeTraining
 from mia_fast.methods.settings import Range
 from mia_fast.pipeline.finetune import TrainingDiverged
@@ -107,9 +109,38 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     demo.set_defaults(handler=command_demo)
 
 
-def command_demo(args: argparse.Namespace) -> None:
-    from tqdm.auto import tqdm
+class _DemoBars:
+    """The demo's progress: a bar over the fine-tuning's steps, then one over the scored tokens."""
 
+    def __init__(self, steps: int, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bars = [self._bar(steps, "fine-tuning on the members", "step")]
+
+    def _bar(self, total: int, desc: str, unit: str) -> Any:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, disable=self.quiet, file=sys.stderr, dynamic_ncols=True)
+
+    def on_step(self, step: int, loss: float) -> None:
+        self.bars[-1].set_postfix_str(f"loss {loss:.3f}")
+        self.bars[-1].update(1)
+
+    def on_tokenized(self, tokens: int) -> None:
+        if len(self.bars) == 1:
+            self.bars[0].close()
+            self.bars.append(self._bar(0, "scoring members and non-members", "tok"))
+        self.bars[-1].total += tokens
+        self.bars[-1].refresh()
+
+    def on_progress(self, tokens: int) -> None:
+        self.bars[-1].update(tokens)
+
+    def close(self) -> None:
+        for bar in self.bars:
+            bar.close()
+
+
+def command_demo(args: argparse.Namespace) -> None:
     from mia_fast.evaluation.assessment import BlindSettings
     from mia_fast.evaluation.experiments import (
         ExperimentDesign,
@@ -118,7 +149,6 @@ def command_demo(args: argparse.Namespace) -> None:
         run_experiment,
         stdlib_corpus,
     )
-    from mia_fast.evaluation.report import format_table
     from mia_fast.methods.neighbor import NeighborSettings
     from mia_fast.pipeline.models import load_model
     from mia_fast.scoring.config import ScoringConfig
@@ -137,38 +167,7 @@ def command_demo(args: argparse.Namespace) -> None:
     # Fine-tuning wants fp32 weights; the dtype option still wins if given.
     loaded = load_model(args.model, gguf=args.gguf, device=args.device, dtype=args.dtype or "fp32")
     tuning = FineTuning(args.epochs, args.lr, args.batch_size, args.max_tokens, args.seed)
-    steps = args.epochs * -(-(args.texts // 2) // args.batch_size)
-    bars = [
-        tqdm(
-            total=steps,
-            desc="fine-tuning on the members",
-            unit="step",
-            disable=args.quiet,
-            file=sys.stderr,
-            dynamic_ncols=True,
-        )
-    ]
-
-    def on_step(step: int, loss: float) -> None:
-        bars[-1].set_postfix_str(f"loss {loss:.3f}")
-        bars[-1].update(1)
-
-    def on_tokenized(tokens: int) -> None:
-        if len(bars) == 1:
-            bars[0].close()
-            bars.append(
-                tqdm(
-                    total=0,
-                    desc="scoring members and non-members",
-                    unit="tok",
-                    disable=args.quiet,
-                    file=sys.stderr,
-                    dynamic_ncols=True,
-                )
-            )
-        bars[-1].total += tokens
-        bars[-1].refresh()
-
+    bars = _DemoBars(args.epochs * -(-(args.texts // 2) // args.batch_size), args.quiet)
     try:
         design = ExperimentDesign(
             tuning=tuning,
@@ -183,13 +182,18 @@ def command_demo(args: argparse.Namespace) -> None:
         scoring = ScoringConfig(methods=tuple(methods), settings=settings)
         if args.k:
             scoring = replace(scoring, k=tuple(args.k))
-        progress = ExperimentProgress(on_step, on_tokenized, lambda tokens: bars[-1].update(tokens))
+        progress = ExperimentProgress(bars.on_step, bars.on_tokenized, bars.on_progress)
         experiment, assessed = run_experiment(loaded, corpus, report, design, scoring, corpus_name, progress)
     except TrainingDiverged as diverged:
         raise MiaFastError(f"{diverged} (--lr {args.lr:g}); nothing was scored, the losses are in {report}") from None
     finally:
-        for bar in bars:
-            bar.close()
+        bars.close()
+    _print_summary(args, experiment, assessed, report)
+
+
+def _print_summary(args: argparse.Namespace, experiment: Experiment, assessed: Assessment, report: Path) -> None:
+    from mia_fast.evaluation.report import format_table
+
     print(
         f"{len(experiment.trained)} members fine-tuned for {args.epochs} epoch(s) at lr {args.lr:g}: "
         f"loss {experiment.losses[0]:.3f} -> {experiment.losses[-1]:.3f}; "

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,23 +36,40 @@ MOST_THREADS = 1024
 
 def add_command(name: str, freq: argparse.ArgumentParser) -> None:
     actions = freq.add_subparsers(dest="freq_command", required=True)
+    _add_build(actions)
+    _add_build_tokens(actions)
+    info = actions.add_parser("info", help="print a table's header and its most frequent ids")
+    info.set_defaults(handler=command_info)
+    info.add_argument("table")
+    info.add_argument("--top", type=bounded(VOCABULARY_SIZE), default=10)
+    info.add_argument("--tokenizer", help="show the most frequent ids as tokens of this tokenizer")
 
-    def counting_options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--out", required=True, help="the table file to write")
-        parser.add_argument(
-            "--mode",
-            choices=MODES,
-            default="occurrence",
-            help="count every occurrence (default) or each id once per document",
-        )
-        parser.add_argument(
-            "--max-tokens-per-doc",
-            type=bounded(Range(1, 2**30, whole=True)),
-            help="count only each document's first N tokens (the DC-PDD code used 1024)",
-        )
-        parser.add_argument("--overwrite", action="store_true", help="replace an existing table")
-        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    merge = actions.add_parser("merge", help="add tables built with the same tokenizer and settings")
+    merge.set_defaults(handler=command_merge)
+    merge.add_argument("tables", nargs="+")
+    merge.add_argument("--out", required=True)
+    merge.add_argument("--overwrite", action="store_true")
 
+
+def _counting_options(parser: argparse.ArgumentParser) -> None:
+    """The options of both counting commands: the table written and what is counted."""
+    parser.add_argument("--out", required=True, help="the table file to write")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="occurrence",
+        help="count every occurrence (default) or each id once per document",
+    )
+    parser.add_argument(
+        "--max-tokens-per-doc",
+        type=bounded(Range(1, 2**30, whole=True)),
+        help="count only each document's first N tokens (the DC-PDD code used 1024)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing table")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_build(actions: Any) -> None:
     build = actions.add_parser("build", help="tokenize text corpora with a model's tokenizer and count the tokens")
     build.set_defaults(handler=command_build)
     build.add_argument(
@@ -86,8 +104,10 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
         help="count each file in a Ray task of its own (--workers threads each, default 1) "
         "on a Ray started here or the cluster at ADDRESS (pip install 'mia-fast[ray]')",
     )
-    counting_options(build)
+    _counting_options(build)
 
+
+def _add_build_tokens(actions: Any) -> None:
     tokens = actions.add_parser(
         "build-tokens", help="count pre-tokenized files: raw uint16/uint32 streams, .npy, Megatron .bin/.idx"
     )
@@ -109,19 +129,7 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
         default=0,
         help="counting threads (default: one per core)",
     )
-    counting_options(tokens)
-
-    info = actions.add_parser("info", help="print a table's header and its most frequent ids")
-    info.set_defaults(handler=command_info)
-    info.add_argument("table")
-    info.add_argument("--top", type=bounded(VOCABULARY_SIZE), default=10)
-    info.add_argument("--tokenizer", help="show the most frequent ids as tokens of this tokenizer")
-
-    merge = actions.add_parser("merge", help="add tables built with the same tokenizer and settings")
-    merge.set_defaults(handler=command_merge)
-    merge.add_argument("tables", nargs="+")
-    merge.add_argument("--out", required=True)
-    merge.add_argument("--overwrite", action="store_true")
+    _counting_options(tokens)
 
 
 def _check_output(args: argparse.Namespace, path: Path, inputs: Sequence[Path] = ()) -> None:

@@ -23,7 +23,6 @@ from mia_fast.pipeline.neighbors import WORD_DROP
 FEATURE_METHODS = "loss,zlib,mink,minkpp,lowercase,neighbor"
 FEATURE_KS = "0.05,0.1,0.2,0.3,0.4,0.5,0.6"
 FEATURE_NEIGHBORS = 5
-SUSPECT, VALIDATION = 1, 0
 
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
@@ -61,17 +60,9 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 def command_dataset_inference(args: argparse.Namespace) -> None:
     from mia_fast.cli.options import run_config, stderr
-    from mia_fast.data import Dataset, read_dataset, read_scores
-    from mia_fast.errors import MiaFastError
-    from mia_fast.evaluation.dataset_inference import (
-        MIN_TEXTS,
-        check_disjoint_texts,
-        check_distinct_files,
-        dataset_inference,
-        write_dataset_inference,
-    )
-    from mia_fast.methods import resolve_methods
-    from mia_fast.scoring.runner import score_file
+    from mia_fast.data import read_dataset
+    from mia_fast.evaluation.dataset_inference import check_distinct_files
+    from mia_fast.evaluation.workflows import DatasetInferenceRun, infer_dataset, suspect_and_validation
 
     report = Path(args.report)
     check_command_outputs(
@@ -83,44 +74,13 @@ def command_dataset_inference(args: argparse.Namespace) -> None:
     sets = [
         read_dataset(path, args.text_field, id_field=None, label_field=None) for path in (args.suspect, args.validation)
     ]
-    for dataset, what in zip(sets, ("suspect", "validation")):
-        if len(dataset.texts) < MIN_TEXTS:
-            raise MiaFastError(
-                f"the {what} set has {len(dataset.texts)} texts; dataset inference needs at least {MIN_TEXTS}"
-            )
-    check_disjoint_texts(sets[0].texts, sets[1].texts)
+    combined = suspect_and_validation(*sets)
     methods = args.methods.split(",") + (["ref"] if args.ref_model and "ref" not in args.methods.split(",") else [])
-    features = [c for r in resolve_methods(methods, args.k) for c in r.columns]
-    combined = Dataset(
-        texts=sets[0].texts + sets[1].texts,
-        ids=None,
-        labels=[SUSPECT] * len(sets[0].texts) + [VALIDATION] * len(sets[1].texts),
-    )
-    scores_path = report / "scores.jsonl"
-    config = run_config(args, combined, scores_path)
+    config = run_config(args, combined, report / "scores.jsonl")
     output = replace(config.output, label_field="suspect")
     config = replace(config, output=output, scoring=replace(config.scoring, methods=tuple(methods)))
-    score_file(combined, config, log=stderr, data_name=f"{args.suspect} + {args.validation}")
-    columns = read_scores(scores_path, features)
-    suspect_rows = slice(0, len(sets[0].texts))
-    validation_rows = slice(len(sets[0].texts), None)
-    result = dataset_inference(
-        {f: v[suspect_rows] for f, v in columns.items()},
-        {f: v[validation_rows] for f, v in columns.items()},
-        features,
-        seed=args.seed,
-    )
-    meta = {
-        "suspect": args.suspect,
-        "validation": args.validation,
-        "model": config.model.name,
-        "ref_model": args.ref_model,
-        "features": ",".join(methods),
-        "k": args.k,
-        "seed": args.seed,
-        "scores": str(scores_path),
-    }
-    written = write_dataset_inference(report, result, meta)
+    run = DatasetInferenceRun(args.suspect, args.validation, args.seed, args.ref_model)
+    result, written = infer_dataset(combined, config, run, report, log=stderr)
     print(result.summary())
     print(
         "held-out texts per set: "

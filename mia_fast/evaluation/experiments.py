@@ -35,6 +35,7 @@ from mia_fast.api import (
     ProbeSettings,
     RecallSettings,
     SamiaSettings,
+    Scores,
     ScoringConfig,
 )
 from mia_fast.data.files import Dataset
@@ -45,7 +46,8 @@ from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
 from mia_fast.evaluation.report import write_report
 from mia_fast.frequency.sources import BadRecords, expand_sources, iter_documents
-from mia_fast.methods.registry import passes_of, resolve_methods, settings_classes
+from mia_fast.methods.probe import Probe
+from mia_fast.methods.registry import MethodRequest, passes_of, resolve_methods, settings_classes
 from mia_fast.methods.settings import recorded, setting_fields
 from mia_fast.pipeline.finetune import FineTuning, TrainingDiverged, fine_tune
 from mia_fast.pipeline.models import LoadedModel
@@ -305,14 +307,52 @@ def run_experiment(
     design = design or ExperimentDesign()
     scoring = scoring or ScoringConfig(methods=DEMO_METHODS)
     progress = progress or ExperimentProgress()
-    tuning, texts, methods, prefix_shots = design.tuning, design.texts, scoring.methods, design.prefix_shots
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    requests = resolve_methods(scoring.methods)
+    drawn = _draw(loaded, corpus, design, scoring.methods, requests, corpus_name)
+    experiment = drawn.experiment
+    reference = None
+    if any(p.model == REFERENCE for p in passes_of(requests, MethodSettings())):
+        reference = LoadedModel(
+            copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (untouched)", loaded.device, loaded.dtype
+        )
+    figures = [_fine_tune(loaded, experiment, design.tuning, report_dir, progress, started)]
+    probe = None
+    if "probe" in scoring.methods:
+        probe, figure = _train_probe(loaded, experiment, drawn.probe_pool, design, report_dir)
+        figures.append(figure)
+    scores = _score(loaded, reference, drawn, probe, scoring, design.tuning.seed, progress)
+    return experiment, _report(report_dir, experiment, scores, design, figures)
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """What an experiment draws from its corpus beside its members and non-members (each never scored): the known
+    non-member prefix of ReCaLL and Con-ReCall, the probe's training pool, the known non-members of the methods that
+    read some, and the (settings class, field) pairs that take those."""
+
+    experiment: Experiment
+    prefix: list[str]
+    probe_pool: list[str]
+    known_nonmembers: list[str]
+    nonmember_settings: list[tuple[type, str]]
+
+
+def _draw(
+    loaded: LoadedModel,
+    corpus: Sequence[str],
+    design: ExperimentDesign,
+    methods: Sequence[str],
+    requests: Sequence[MethodRequest],
+    corpus_name: str,
+) -> _Drawn:
+    """The experiment's texts, drawn and split, and the settings it records of them."""
+    tuning, texts, prefix_shots = design.tuning, design.texts, design.prefix_shots
     shots = prefix_shots if {"recall", "conrecall"} & set(methods) else 0
     member_shots = prefix_shots if "conrecall" in methods else 0
     with_probe = "probe" in methods
-    requests = resolve_methods(methods)
     nonmember_settings = [
         (cls, f.name)
         for cls in settings_classes(r.method for r in requests)
@@ -326,7 +366,6 @@ def run_experiment(
     drawn = prepare_texts(corpus, loaded.tokenizer, texts + extra, tuning.max_tokens, tuning.seed)
     prepared, prefix, rest = drawn[:texts], drawn[texts : texts + shots], drawn[texts + shots :]
     member_prefix, probe_pool = rest[:member_shots], rest[member_shots : member_shots + probe_texts]
-    known_nonmembers = rest[member_shots + probe_texts :]
     members, nonmembers = split_members(prepared, tuning.seed)
     held = max(2, int(len(members) * PROBE_DEV_SHARE)) if with_probe else 0
     settings = {
@@ -339,12 +378,8 @@ def run_experiment(
         "device": str(loaded.device),
         "python": platform.python_version(),
     }
-    if shots:
-        settings["prefix_nonmember_shots"] = shots
-    if member_shots:
-        settings["prefix_member_shots"] = member_shots
-    if known_count:
-        settings["known_nonmembers"] = known_count
+    extras = {"prefix_nonmember_shots": shots, "prefix_member_shots": member_shots, "known_nonmembers": known_count}
+    settings.update({key: count for key, count in extras.items() if count})
     if with_probe:
         settings.update(
             probe_texts=len(probe_pool),
@@ -360,11 +395,19 @@ def run_experiment(
         dev_nonmembers=nonmembers[:held],
         prefix_members=member_prefix,
     )
-    reference = None
-    if any(p.model == REFERENCE for p in passes_of(requests, MethodSettings())):
-        reference = LoadedModel(
-            copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (untouched)", loaded.device, loaded.dtype
-        )
+    return _Drawn(experiment, prefix, probe_pool, rest[member_shots + probe_texts :], nonmember_settings)
+
+
+def _fine_tune(
+    loaded: LoadedModel,
+    experiment: Experiment,
+    tuning: FineTuning,
+    report_dir: Path,
+    progress: ExperimentProgress,
+    started: float,
+) -> tuple[str, Path]:
+    """Fine-tunes ``loaded`` in place on the experiment's trained texts; the figure of its losses. On a diverging
+    fine-tuning, writes the report saying so and raises TrainingDiverged."""
     steps_per_epoch = math.ceil(len(experiment.trained) / tuning.batch_size)
     try:
         experiment.losses = fine_tune(loaded, experiment.trained, tuning, on_step=progress.on_step)
@@ -373,31 +416,46 @@ def run_experiment(
         _write_diverged_report(report_dir, experiment, diverged, steps_per_epoch)
         raise
     experiment.seconds["fine_tune"] = time.perf_counter() - started
-    figures = [
-        (
-            "Fine-tuning loss on the members",
-            plot_losses(report_dir / "training_loss.png", experiment.losses, steps_per_epoch),
-        )
-    ]
+    return (
+        "Fine-tuning loss on the members",
+        plot_losses(report_dir / "training_loss.png", experiment.losses, steps_per_epoch),
+    )
 
-    probe = None
-    if with_probe:
-        probe_started = time.perf_counter()
-        proxy_members, proxy_nonmembers = split_members(probe_pool, tuning.seed + 7)
-        probe_train = Dataset(
-            proxy_members + proxy_nonmembers, None, [1] * len(proxy_members) + [0] * len(proxy_nonmembers)
-        )
-        dev = Dataset(experiment.dev_members + experiment.dev_nonmembers, None, [1] * held + [0] * held)
-        trained_probe = train_probe(loaded, probe_train, dev, design.probe_training)
-        probe = trained_probe.probe
-        settings.update(probe_layer=probe.layer, probe_normalization=probe.normalization)
-        figures.append(("Probe: dev AUROC by layer", plot_dev_auroc(report_dir / "probe_dev_auroc.png", trained_probe)))
-        experiment.seconds["probe_train"] = time.perf_counter() - probe_started
 
-    scoring_started = time.perf_counter()
-    method_settings = MethodSettings(SamiaSettings(seed=tuning.seed), PacSettings(seed=tuning.seed))
-    method_settings = method_settings.replace(*scoring.settings)
-    settings.update(
+def _train_probe(
+    loaded: LoadedModel, experiment: Experiment, probe_pool: list[str], design: ExperimentDesign, report_dir: Path
+) -> tuple[Probe, tuple[str, Path]]:
+    """The probe trained on its proxy split of ``probe_pool`` (dev: the held-out members and non-members), and the
+    figure of its dev AUROC by layer."""
+    started = time.perf_counter()
+    proxy_members, proxy_nonmembers = split_members(probe_pool, design.tuning.seed + 7)
+    probe_train = Dataset(
+        proxy_members + proxy_nonmembers, None, [1] * len(proxy_members) + [0] * len(proxy_nonmembers)
+    )
+    held = len(experiment.dev_members)
+    dev = Dataset(experiment.dev_members + experiment.dev_nonmembers, None, [1] * held + [0] * held)
+    trained_probe = train_probe(loaded, probe_train, dev, design.probe_training)
+    probe = trained_probe.probe
+    experiment.settings.update(probe_layer=probe.layer, probe_normalization=probe.normalization)
+    figure = ("Probe: dev AUROC by layer", plot_dev_auroc(report_dir / "probe_dev_auroc.png", trained_probe))
+    experiment.seconds["probe_train"] = time.perf_counter() - started
+    return probe, figure
+
+
+def _score(
+    loaded: LoadedModel,
+    reference: LoadedModel | None,
+    drawn: _Drawn,
+    probe: Probe | None,
+    scoring: ScoringConfig,
+    seed: int,
+    progress: ExperimentProgress,
+) -> Scores:
+    """Every method's scores of the experiment's texts, each method's settings completed with what was drawn for it
+    (SaMIA and PAC seeded by the fine-tuning's seed unless given) and recorded in the experiment's settings."""
+    experiment, started = drawn.experiment, time.perf_counter()
+    method_settings = MethodSettings(SamiaSettings(seed=seed), PacSettings(seed=seed)).replace(*scoring.settings)
+    experiment.settings.update(
         {
             f.key: recorded(getattr(value, f.name))
             for value in scoring.settings
@@ -406,28 +464,42 @@ def run_experiment(
         }
     )
     neighbors = method_settings.of(NeighborSettings).neighbors
-    if "neighbor" in methods and neighbors is None:
-        neighbors = WordDropNeighbors(seed=tuning.seed)
+    if "neighbor" in scoring.methods and neighbors is None:
+        neighbors = WordDropNeighbors(seed=seed)
     if neighbors is not None:
-        settings["neighbors"] = type(neighbors).__name__ + (
+        experiment.settings["neighbors"] = type(neighbors).__name__ + (
             f" ({neighbors.model_name})" if isinstance(neighbors, MaskedLMNeighbors) else ""
         )
     method_settings = method_settings.replace(
-        RecallSettings(prefix_nonmembers=prefix),
-        replace(method_settings.of(ConRecallSettings), prefix_members=member_prefix),
+        RecallSettings(prefix_nonmembers=drawn.prefix),
+        replace(method_settings.of(ConRecallSettings), prefix_members=experiment.prefix_members),
         ProbeSettings(probe=probe),
         NeighborSettings(neighbors=neighbors),
-        *(replace(method_settings.of(cls), **{name: tuple(known_nonmembers)}) for cls, name in nonmember_settings),
+        *(
+            replace(method_settings.of(cls), **{name: tuple(drawn.known_nonmembers)})
+            for cls, name in drawn.nonmember_settings
+        ),
     )
     detector = Detector(ModelConfig(loaded, ref_model=reference), method_settings)
     scores = detector.score(
-        experiment.texts, methods, scoring.k, on_tokenized=progress.on_tokenized, on_progress=progress.on_progress
+        experiment.texts,
+        scoring.methods,
+        scoring.k,
+        on_tokenized=progress.on_tokenized,
+        on_progress=progress.on_progress,
     )
-    experiment.seconds["score"] = time.perf_counter() - scoring_started
-    assessed = assess(experiment.texts, experiment.labels, scores, design.bootstrap, tuning.seed, design.blind)
+    experiment.seconds["score"] = time.perf_counter() - started
+    return scores
+
+
+def _report(
+    report_dir: Path, experiment: Experiment, scores: Scores, design: ExperimentDesign, figures: list[tuple[str, Path]]
+) -> Assessment:
+    """The assessment of the scores, written with the experiment's settings and figures into ``report_dir``."""
+    assessed = assess(experiment.texts, experiment.labels, scores, design.bootstrap, design.tuning.seed, design.blind)
     columns, results = assessed.columns, assessed.results
     meta = {
-        **settings,
+        **experiment.settings,
         "first_loss": experiment.losses[0],
         "last_loss": experiment.losses[-1],
         "steps": len(experiment.losses),
@@ -435,7 +507,7 @@ def run_experiment(
     }
     write_report(report_dir, experiment.labels, columns, results, meta, assessed.verdicts, figures=figures)
     _write_scores(report_dir / "scores.jsonl", experiment, columns)
-    return experiment, assessed
+    return assessed
 
 
 def _write_scores(path: Path, experiment: Experiment, columns: dict[str, np.ndarray]) -> None:

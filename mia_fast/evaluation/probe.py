@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -131,19 +132,7 @@ def train_probe(
     prompt = ProbePrompt()
     seconds, started = {}, time.perf_counter()
 
-    proxy = LoadedModel(
-        copy.deepcopy(target.model), target.tokenizer, f"{target.name} (proxy)", target.device, target.dtype
-    )
-    torch.manual_seed(settings.seed)
-    tuning = FineTuning(
-        settings.epochs,
-        settings.learning_rate,
-        settings.batch_size or len(members),
-        max_tokens=None,
-        seed=settings.seed,
-        micro_batch=settings.micro_batch,
-    )
-    proxy_losses = fine_tune(proxy, [prompt(t) for t in members], tuning, on_step=on_step)
+    proxy, proxy_losses = _fine_tuned_proxy(target, [prompt(t) for t in members], settings, on_step)
     seconds["proxy_fine_tune"] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -175,14 +164,8 @@ def train_probe(
     best = int(np.argmax(dev_auroc[settings.normalization]))
     seconds["probes"] = time.perf_counter() - started
 
-    model = target.model
     card = {
-        "model": {
-            "name": target.name,
-            "weights_fingerprint": target.weights_fingerprint(),
-            "hidden_size": model.config.hidden_size,
-            "layers": model.config.num_hidden_layers,
-        },
+        "model": _model_card(target),
         "dev_auroc": dev_auroc,
         "best_layer": {name: int(np.argmax(values)) for name, values in dev_auroc.items()},
         "settings": asdict(settings),
@@ -191,15 +174,39 @@ def train_probe(
         "proxy_losses": proxy_losses,
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
     }
-    probe = Probe(
-        weights[best].astype(np.float32),
-        best,
-        settings.normalization,
-        train_mean[best, 0].astype(np.float32),
-        train_std[best, 0].astype(np.float32),
-        card,
-    )
+    mean, std = train_mean[best, 0].astype(np.float32), train_std[best, 0].astype(np.float32)
+    probe = Probe(weights[best].astype(np.float32), best, settings.normalization, mean, std, card)
     return ProbeReport(probe, dev_auroc, proxy_losses, losses[:, best].tolist(), seconds, proxy, weights)
+
+
+def _fine_tuned_proxy(
+    target: LoadedModel, members: list[str], settings: ProbeTraining, on_step: Callable[[int, float], None] | None
+) -> tuple[LoadedModel, list[float]]:
+    """A copy of ``target`` fine-tuned on the proxy's members (prompted), and its losses."""
+    proxy = LoadedModel(
+        copy.deepcopy(target.model), target.tokenizer, f"{target.name} (proxy)", target.device, target.dtype
+    )
+    torch.manual_seed(settings.seed)
+    tuning = FineTuning(
+        settings.epochs,
+        settings.learning_rate,
+        settings.batch_size or len(members),
+        max_tokens=None,
+        seed=settings.seed,
+        micro_batch=settings.micro_batch,
+    )
+    return proxy, fine_tune(proxy, members, tuning, on_step=on_step)
+
+
+def _model_card(target: LoadedModel) -> dict[str, Any]:
+    """What a probe's card records of the model it was trained for."""
+    config = target.model.config
+    return {
+        "name": target.name,
+        "weights_fingerprint": target.weights_fingerprint(),
+        "hidden_size": config.hidden_size,
+        "layers": config.num_hidden_layers,
+    }
 
 
 def plot_dev_auroc(path: Path, report: ProbeReport) -> Path:

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from mia_fast.evaluation.verdicts import KnownLeak, Verdict
 from mia_fast.methods.registry import resolve_methods
 from mia_fast.scoring.config import RunConfig
 from mia_fast.scoring.runner import score_file
+
+if TYPE_CHECKING:
+    from mia_fast.evaluation.dataset_inference import DatasetInference
 
 Log = Callable[[str], None]
 
@@ -229,3 +232,61 @@ __all__ = [
     "classify_file",
     "evaluate_file",
 ]
+
+
+SUSPECT, VALIDATION = 1, 0
+
+
+@dataclass(frozen=True)
+class DatasetInferenceRun:
+    """What a dataset-inference run records beside its result: where the two sets came from, the reference model
+    given (if any), and the seed of the halves and the draws."""
+
+    suspect: str
+    validation: str
+    seed: int = 0
+    ref_model: str | None = None
+
+
+def suspect_and_validation(suspect: Dataset, validation: Dataset) -> Dataset:
+    """Both sets as one dataset, the suspect texts first, labelled SUSPECT and VALIDATION; refuses a set of fewer
+    than ``MIN_TEXTS`` texts and a text in both."""
+    from mia_fast.evaluation.dataset_inference import MIN_TEXTS, check_disjoint_texts
+
+    for dataset, what in zip((suspect, validation), ("suspect", "validation")):
+        if len(dataset.texts) < MIN_TEXTS:
+            raise MiaFastError(
+                f"the {what} set has {len(dataset.texts)} texts; dataset inference needs at least {MIN_TEXTS}"
+            )
+    check_disjoint_texts(suspect.texts, validation.texts)
+    labels = [SUSPECT] * len(suspect.texts) + [VALIDATION] * len(validation.texts)
+    return Dataset(texts=suspect.texts + validation.texts, ids=None, labels=labels)
+
+
+def infer_dataset(
+    combined: Dataset, config: RunConfig, run: DatasetInferenceRun, report: str | os.PathLike, log: Log = _silent
+) -> tuple[DatasetInference, list[Path]]:
+    """Dataset inference (Maini et al. 2024) on :func:`suspect_and_validation`'s ``combined`` sets: scores them
+    (resumably, into ``config.output.out``) with every method of ``config`` as a feature, tests the suspect half
+    against the validation half, and writes the result into ``report``. Returns the result and the files written."""
+    from mia_fast.evaluation.dataset_inference import dataset_inference, write_dataset_inference
+
+    columns = scored_columns(combined, config, f"{run.suspect} + {run.validation}", log)
+    suspects = int(np.sum(np.asarray(combined.labels) == SUSPECT))
+    result = dataset_inference(
+        {f: v[:suspects] for f, v in columns.items()},
+        {f: v[suspects:] for f, v in columns.items()},
+        list(columns),
+        seed=run.seed,
+    )
+    meta = {
+        "suspect": run.suspect,
+        "validation": run.validation,
+        "model": config.model.name,
+        "ref_model": run.ref_model,
+        "features": ",".join(config.scoring.methods),
+        "k": list(config.scoring.k),
+        "seed": run.seed,
+        "scores": str(config.output.path),
+    }
+    return result, write_dataset_inference(report, result, meta)

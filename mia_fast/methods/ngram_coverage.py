@@ -56,11 +56,11 @@ from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.methods.settings import (
     FRACTION,
     PER_TEXT,
-    SEED,
     TOKENS,
     MethodSettings,
     Range,
     check_ranges,
+    method_seed,
     setting,
 )
 from mia_fast.pipeline.passes import Pass, SamplesReadout
@@ -131,7 +131,7 @@ class NgramCoverageSettings:
         "ngram-new-tokens",
         bounds=Range(0, TOKENS.maximum, whole=True),
     )
-    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed", bounds=SEED)
+    seed: int = method_seed()
 
     def __post_init__(self) -> None:
         check_ranges(self)

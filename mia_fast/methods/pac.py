@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import PER_TEXT, SEED, MethodSettings, check_ranges, setting
+from mia_fast.methods.settings import PER_TEXT, MethodSettings, check_ranges, method_seed, setting
 from mia_fast.ops.bottom_k import bottom_k_means
 from mia_fast.pipeline.passes import PLAIN, Pass
 from mia_fast.pipeline.stats import TokenStats
@@ -59,7 +59,7 @@ DEFAULT_COPIES = 5
 @dataclass(frozen=True)
 class PacSettings:
     copies: int = setting(DEFAULT_COPIES, "word-swapped copies per text", "pac-copies", bounds=PER_TEXT)
-    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed", bounds=SEED)
+    seed: int = method_seed()
 
     def __post_init__(self) -> None:
         check_ranges(self)

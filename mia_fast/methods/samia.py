@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import PER_TEXT, SEED, MethodSettings, check_ranges, setting
+from mia_fast.methods.settings import PER_TEXT, MethodSettings, check_ranges, method_seed, setting
 from mia_fast.pipeline.passes import Pass, SamplesReadout
 
 PREFIX_RATIO = 0.5
@@ -55,7 +55,7 @@ DEFAULT_SAMPLES = 10
 @dataclass(frozen=True)
 class SamiaSettings:
     samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "samia-samples", bounds=PER_TEXT)
-    seed: int = setting(0, "seed of samia's sampling and pac's word swaps", "method-seed", bounds=SEED)
+    seed: int = method_seed()
 
     def __post_init__(self) -> None:
         check_ranges(self)

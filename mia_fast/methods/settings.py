@@ -6,8 +6,8 @@ a method cannot run without it. The registry derives from these declarations the
 and the settings class's own check (:func:`check_ranges`, from its ``__post_init__``).
 
 A run's settings are one :class:`MethodSettings`: one object per settings class, the class's defaults for a
-class not given. Fields of two classes that share a flag are one CLI option (e.g. ``--method-seed`` for
-SaMIA and PAC); their declarations must agree.
+class not given. Fields of two classes that share a flag are one CLI option; their declarations must agree, so a
+shared field is declared once, here (:func:`known_nonmembers`, :func:`method_seed`).
 """
 
 from __future__ import annotations
@@ -161,6 +161,17 @@ def known_nonmembers() -> Any:
         Flag("nonmembers", metavar="FILE", texts_file=True),
         required=True,
         supply="known non-member texts (--nonmembers FILE)",
+    )
+
+
+def method_seed() -> Any:
+    """The seed of the methods that draw at random (``--method-seed``): one declaration, so that its readers agree and
+    its help names each of them."""
+    return setting(
+        0,
+        "seed of the methods' random draws: samia's and ngram_coverage's samples, pac's word swaps",
+        "method-seed",
+        bounds=SEED,
     )
 
 
