@@ -311,7 +311,7 @@ def run_experiment(
     report_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     requests = resolve_methods(scoring.methods)
-    drawn = _draw(loaded, corpus, design, scoring.methods, requests, corpus_name)
+    drawn = _draw(loaded, corpus, design, requests, corpus_name)
     experiment = drawn.experiment
     reference = None
     if any(p.model == REFERENCE for p in passes_of(requests, MethodSettings())):
@@ -344,13 +344,13 @@ def _draw(
     loaded: LoadedModel,
     corpus: Sequence[str],
     design: ExperimentDesign,
-    methods: Sequence[str],
     requests: Sequence[MethodRequest],
     corpus_name: str,
 ) -> _Drawn:
-    """The experiment's texts, drawn and split, and the settings it records of them."""
+    """The experiment's texts, drawn and split for the methods ``requests``, and the settings it records of them."""
     tuning, texts, prefix_shots = design.tuning, design.texts, design.prefix_shots
-    shots = prefix_shots if {"recall", "conrecall"} & set(methods) else 0
+    methods = {r.method.name for r in requests}
+    shots = prefix_shots if {"recall", "conrecall"} & methods else 0
     member_shots = prefix_shots if "conrecall" in methods else 0
     with_probe = "probe" in methods
     nonmember_settings = [

@@ -222,18 +222,6 @@ def audit_unlearning_file(
     return audit, write_audit_report(report, audit, dataset.ids, dataset.labels, data_name)
 
 
-__all__ = [
-    "CalibrationRule",
-    "Evaluation",
-    "EvaluationConfig",
-    "UnlearningModels",
-    "audit_unlearning_file",
-    "calibrate_file",
-    "classify_file",
-    "evaluate_file",
-]
-
-
 SUSPECT, VALIDATION = 1, 0
 
 
@@ -290,3 +278,18 @@ def infer_dataset(
         "scores": str(config.output.path),
     }
     return result, write_dataset_inference(report, result, meta)
+
+
+__all__ = [
+    "CalibrationRule",
+    "DatasetInferenceRun",
+    "Evaluation",
+    "EvaluationConfig",
+    "UnlearningModels",
+    "audit_unlearning_file",
+    "calibrate_file",
+    "classify_file",
+    "evaluate_file",
+    "infer_dataset",
+    "suspect_and_validation",
+]
