@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from mia_fast.data.artefacts import OutputLock, write_atomic
 from mia_fast.data.files import DataStream, RowPosition, row_positions
-from mia_fast.data.outputs import OUTPUT_SUFFIXES, PARQUET_CONVERSION_ROWS, ResultWriter, manifest_path
+from mia_fast.data.formats import PARQUET_CONVERSION_ROWS, output_format
+from mia_fast.data.outputs import ResultWriter, manifest_path
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.sources import CorpusFormat, Counting
 
@@ -199,7 +200,8 @@ class _ShardJob:
         from mia_fast.scoring.runner import score_file
 
         partial = self.directory / shard.partial_name
-        output = replace(self.config.output, out=partial, resume=True, overwrite=False)
+        # A shard is part of OUT: the run file goes beside OUT alone.
+        output = replace(self.config.output, out=partial, resume=True, overwrite=False, run_file=None)
         config = replace(self.config, output=output, compute=replace(self.config.compute, progress=False))
         score_file(self.stream(shard), config, detector, data_name=str(self.data.path))
         os.replace(partial, self.directory / shard.name)
@@ -407,7 +409,7 @@ def score_on_ray(
     cluster: RayConfig | None = None,
     log: Callable[[str], None] = lambda message: None,
 ) -> Path:
-    """Scores the data file of ``data`` into ``config.output.out`` (.jsonl, .csv or .parquet) on Ray, row for row
+    """Scores the data file of ``data`` into ``config.output.out`` (any registered output format) on Ray, row for row
     what :func:`mia_fast.api.score_file` writes in one process with the same ``config`` (a
     :class:`mia_fast.scoring.config.RunConfig`; see the module docstring). The input, OUT and the model must be
     at paths every node can read (and write, for OUT), or the model a hub name; each actor makes its own
@@ -417,8 +419,7 @@ def score_on_ray(
     out, block_rows = config.output.path, config.output.block_rows
     require_ray()
     check_address(cluster.address)
-    if not out.name.lower().endswith(OUTPUT_SUFFIXES):
-        raise MiaFastError(f"{out}: unsupported output format; use one of {', '.join(OUTPUT_SUFFIXES)}")
+    output_format(out)  # refuses a suffix no output format is registered for
     if block_rows < 1:
         raise MiaFastError("--block-rows must be positive")
     shard_rows = cluster.shard_rows or SHARD_BLOCKS * block_rows
@@ -458,7 +459,8 @@ def _score_shards_and_merge(
     missing = [shard.describe() for shard in shards if not manifest.finished(shard)]
     if missing:
         raise MiaFastError(f"the Ray run ended without {len(missing)} shard(s), e.g. {missing[0]}; rerun with --resume")
-    rows, unscorable = _merge_shards([directory / shard.name for shard in shards], out, run_record(config))
+    files = [directory / shard.name for shard in shards]
+    rows, unscorable = _merge_shards(files, out, run_record(config), config.output.run_file)
     manifest.content["merged"] = True
     manifest.save()
     if unscorable:
@@ -518,13 +520,13 @@ def _score_shards(
             bar.close()
 
 
-def _merge_shards(files: list[Path], out: Path, settings: dict[str, Any]) -> tuple[int, int]:
-    """Concatenates the shards into ``out`` in its own format, a few thousand rows at a time; returns the
-    rows written and how many carry a warning."""
+def _merge_shards(files: list[Path], out: Path, settings: dict[str, Any], run_file: str | None) -> tuple[int, int]:
+    """Concatenates the shards into ``out`` in its own format, a few thousand rows at a time, with its manifest's
+    ``settings`` and its ``run_file``; returns the rows written and how many carry a warning."""
     import pyarrow.parquet as pq
 
     columns = pq.read_schema(files[0]).names
-    writer = ResultWriter(out, columns, overwrite=True, settings=settings)
+    writer = ResultWriter(out, columns, overwrite=True, settings=settings, run_file=run_file)
     unscorable = 0
     for path in files:
         shard = pq.ParquetFile(path)

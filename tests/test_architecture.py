@@ -274,6 +274,24 @@ def test_a_flag_that_several_settings_classes_share_is_declared_once():
     assert sorted(declared) == sorted(("mia_fast.methods.settings", flag) for flag in shared)
 
 
+def test_every_method_setting_flag_is_declared_once_in_its_methods_module():
+    """A method owns its settings: its flags (``--neighbor-model``, ``--samia-samples``) are declared in its own
+    module (a shared one in ``methods/settings.py``), and no command spells them again."""
+    from mia_fast.methods.registry import setting_options
+
+    flags = {}
+    for option in setting_options():
+        owners = {f.owner.__module__ for f in option.fields}
+        flags[option.flag.name] = owners.pop() if len(owners) == 1 else "mia_fast.methods.settings"
+    assert {"neighbor-model", "neighbor-count", "method-seed"} <= set(flags)
+    declared = [
+        (name, flag)
+        for name, path in source_files().items()
+        for flag in flag_declarations(path.read_text(), set(flags))
+    ]
+    assert sorted(declared) == sorted((module, flag) for flag, module in flags.items())
+
+
 def test_the_declaration_check_finds_a_flag_declared_twice():
     source = (
         'a = setting(0, "seed", "method-seed")\nb = Flag("nonmembers", metavar="FILE")\n'
@@ -309,3 +327,46 @@ def test_the_length_check_counts_a_functions_lines():
     body = "".join(f"    x{i} = {i}\n" for i in range(LONGEST_FUNCTION))
     assert long_functions(f"def short():\n{body[: -len('    x79 = 79') - 1]}") == []
     assert long_functions(f"def long():\n{body}\nasync def also():\n{body}") == [("long", 81), ("also", 81)]
+
+
+# A method name spelt outside mia_fast/methods/ where it is not a method: the `probe` command, the stdlib's zlib module
+# among the demo's docstring corpus.
+NOT_A_METHOD = {("mia_fast.cli.main", "probe"), ("mia_fast.evaluation.experiments", "zlib")}
+
+
+def method_name_literals(source: str, names: set[str]) -> list[str]:
+    """Each string literal of ``source`` that is one of ``names``, docstrings aside."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings
+    ]
+
+
+def test_no_method_is_named_outside_the_methods():
+    """The rest of the package reads what the methods declare (their settings classes, passes, properties), never
+    their names: a method renamed or added changes only its own module."""
+    from mia_fast.methods import REGISTRY
+
+    names = set(REGISTRY)
+    spelt = {
+        (module, name)
+        for module, path in source_files().items()
+        if not module.startswith("mia_fast.methods")
+        for name in method_name_literals(path.read_text(), names)
+    }
+    assert spelt == NOT_A_METHOD
+
+
+def test_the_name_check_finds_a_method_named_in_code_but_not_in_a_docstring():
+    source = '"""loss"""\ndef f(methods):\n    """zlib"""\n    return "loss" in methods or methods == ("mink",)\n'
+    assert sorted(method_name_literals(source, {"loss", "zlib", "mink"})) == ["loss", "mink"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from mia_fast.cli.options import (
     add_blind_permutations_option,
+    add_method_settings,
     add_model_options,
     batch_texts,
     bounded,
@@ -17,27 +18,35 @@ from mia_fast.cli.options import (
     fractions,
     learning_rate,
     method_list,
-    per_text,
+    method_settings,
     resamples,
     seed,
     token_count,
 )
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.runfile import write_report_run_file
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.assessment import Assessment
-from mia_fast.evaluation.experiments import DEMO_METHODS, MIN_TEXTS, PREFIX_SHOTS, PROBE_TEXTS, Experiment, FineTuning
+from mia_fast.evaluation.experiments import (
+    DEMO_METHODS,
+    MIN_TEXTS,
+    PREFIX_SHOTS,
+    PROBE_TEXTS,
+    Experiment,
+    FineTuning,
+    supplied_by_experiment,
+)
 from mia_fast.evaluation.probe import ProbeTraining
 from mia_fast.methods.settings import Range
 from mia_fast.pipeline.finetune import TrainingDiverged
-from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP, neighbor_source
 
 
 def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     demo.description = (
         "Splits a corpus into members and non-members (seeded, i.i.d.), fine-tunes the model on the members, "
-        "scores both halves with the fine-tuned model (the untouched model is the reference for 'ref') and "
-        "writes the evaluation report. Default corpus: the Python standard library's docstrings."
+        "scores both halves with the fine-tuned model (the untouched model is the reference model of the methods "
+        "that read one) and writes the evaluation report. Default corpus: the Python standard library's docstrings."
     )
     add_model_options(demo, reference=False)  # the reference is the untouched model itself
     demo.add_argument("--report", default="report", help="report directory (default: report)")
@@ -85,17 +94,6 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
         default=ProbeTraining.learning_rate,
         help="for probe: its proxy's fine-tuning learning rate (default 1e-3)",
     )
-    demo.add_argument(
-        "--neighbor-model",
-        default=WORD_DROP,
-        help=f"for neighbor: a masked LM that makes the neighbours, or {WORD_DROP!r} (default; no model)",
-    )
-    demo.add_argument(
-        "--neighbor-count",
-        type=per_text,
-        default=DEFAULT_NEIGHBORS,
-        help=f"for neighbor: neighbours per text (default {DEFAULT_NEIGHBORS})",
-    )
     demo.add_argument("--bootstrap", type=resamples, default=1000)
     demo.add_argument(
         "--no-blind",
@@ -106,6 +104,8 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
     add_blind_permutations_option(demo)
     demo.add_argument("--overwrite", action="store_true", help="write into a report directory that is not empty")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    # The experiment draws the known texts and trains the probe itself; the other settings are the registry's.
+    add_method_settings(demo.add_argument_group("method settings"), supplied=supplied_by_experiment)
     demo.set_defaults(handler=command_demo)
 
 
@@ -149,7 +149,6 @@ def command_demo(args: argparse.Namespace) -> None:
         run_experiment,
         stdlib_corpus,
     )
-    from mia_fast.methods.neighbor import NeighborSettings
     from mia_fast.pipeline.models import load_model
     from mia_fast.scoring.config import ScoringConfig
 
@@ -158,12 +157,8 @@ def command_demo(args: argparse.Namespace) -> None:
     corpus = read_corpus(args.corpus, args.text_field) if args.corpus else stdlib_corpus()
     corpus_name = args.corpus or "Python standard library docstrings"
     methods = [m for m in args.methods.split(",") if m]
-    neighbors = None
-    if "neighbor" in methods:
-        neighbors = neighbor_source(
-            args.neighbor_model, args.neighbor_count, args.seed, device=args.device, progress=not args.quiet
-        )
-        neighbors.check_covers([])  # a masked LM that fails to load stops the demo before the fine-tuning
+    if args.method_seed is None:  # the methods' draws follow the demo's --seed unless given their own
+        args.method_seed = args.seed
     # Fine-tuning wants fp32 weights; the dtype option still wins if given.
     loaded = load_model(args.model, gguf=args.gguf, device=args.device, dtype=args.dtype or "fp32")
     tuning = FineTuning(args.epochs, args.lr, args.batch_size, args.max_tokens, args.seed)
@@ -178,8 +173,7 @@ def command_demo(args: argparse.Namespace) -> None:
             bootstrap=args.bootstrap,
             blind=BlindSettings(args.blind, args.blind_permutations),
         )
-        settings = [NeighborSettings(neighbors)] if neighbors is not None else []
-        scoring = ScoringConfig(methods=tuple(methods), settings=settings)
+        scoring = ScoringConfig(methods=tuple(methods), settings=method_settings(args))
         if args.k:
             scoring = replace(scoring, k=tuple(args.k))
         progress = ExperimentProgress(bars.on_step, bars.on_tokenized, bars.on_progress)
@@ -188,6 +182,7 @@ def command_demo(args: argparse.Namespace) -> None:
         raise MiaFastError(f"{diverged} (--lr {args.lr:g}); nothing was scored, the losses are in {report}") from None
     finally:
         bars.close()
+    write_report_run_file(report, args)
     _print_summary(args, experiment, assessed, report)
 
 
@@ -207,6 +202,7 @@ def _print_summary(args: argparse.Namespace, experiment: Experiment, assessed: A
         )
     print(format_table(assessed.results, assessed.verdicts))
     print(
-        f"report: {report / 'report.html'} (also report.md, roc.png, histograms.png, metrics.json, scores.jsonl)",
+        f"report: {report / 'report.html'} (also report.md, roc.png, histograms.png, metrics.json, scores.jsonl, "
+        "run.toml)",
         file=sys.stderr,
     )

@@ -15,7 +15,9 @@ from mia_fast.cli.options import (
     seed,
 )
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.runfile import write_report_run_file
 from mia_fast.data.gate import Output
+from mia_fast.methods.reference import REFERENCE_RATIO
 from mia_fast.pipeline.neighbors import WORD_DROP
 
 # Maini et al.'s features, as far as the engine has them: likelihoods, Min-K% and Min-K%++ over k,
@@ -75,12 +77,14 @@ def command_dataset_inference(args: argparse.Namespace) -> None:
         read_dataset(path, args.text_field, id_field=None, label_field=None) for path in (args.suspect, args.validation)
     ]
     combined = suspect_and_validation(*sets)
-    methods = args.methods.split(",") + (["ref"] if args.ref_model and "ref" not in args.methods.split(",") else [])
+    with_reference = [REFERENCE_RATIO] if args.ref_model and REFERENCE_RATIO not in args.methods.split(",") else []
+    methods = args.methods.split(",") + with_reference
     config = run_config(args, combined, report / "scores.jsonl")
     output = replace(config.output, label_field="suspect")
     config = replace(config, output=output, scoring=replace(config.scoring, methods=tuple(methods)))
     run = DatasetInferenceRun(args.suspect, args.validation, args.seed, args.ref_model)
     result, written = infer_dataset(combined, config, run, report, log=stderr)
+    written = [*written, write_report_run_file(report, args)]
     print(result.summary())
     print(
         "held-out texts per set: "

@@ -1,5 +1,5 @@
 """``mia-fast``: ``score``, ``rescore``, ``eval``, ``calibrate``, ``classify``, ``audit-unlearning``,
-``dataset-inference``, ``demo``, ``freq`` and ``probe``.
+``dataset-inference``, ``demo``, ``freq``, ``probe`` and ``run`` (a run file).
 
 Only the chosen command's module is imported, and each imports the heavy libraries (torch,
 transformers, matplotlib) only when it runs, so ``mia-fast --help`` and ``mia-fast freq ...`` start
@@ -19,6 +19,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 
+from mia_fast.cli.runfile import RUN_COMMANDS, RunFileLayout, command_parser, run_file_argv
 from mia_fast.errors import MiaFastError, MiaFastWarning
 
 # command: (help, module that adds its options and handler)
@@ -45,6 +46,7 @@ COMMANDS = {
         "mia_fast.cli.inference",
     ),
     "probe": ("train the white-box probe on a model's hidden states (for the probe method)", "mia_fast.cli.probe"),
+    "run": ("run what a run file (TOML) describes; flags after it override it", "mia_fast.cli.runfile"),
 }
 
 
@@ -78,6 +80,12 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
         command = subparsers.add_parser(name, help=help_text)
         if name in wanted:
             importlib.import_module(module).add_command(name, command)
+            if name in RUN_COMMANDS:
+                command.add_argument(
+                    "--print-config",
+                    action="store_true",
+                    help="print this run as a run file (TOML, for 'mia-fast run') and stop",
+                )
     return parser
 
 
@@ -138,9 +146,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     try:
-        args = build_parser([chosen] if chosen in COMMANDS else []).parse_args(argv)
+        if chosen == "run":
+            argv = run_file_argv(argv, build_parser)
+            chosen = argv[0]
+        parser = build_parser([chosen] if chosen in COMMANDS else [])
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad option (one line already printed)
         return int(exc.code or 0)
+    except MiaFastError as exc:
+        print(f"mia-fast: error: {exc}", file=sys.stderr)
+        return 2
+    if chosen in RUN_COMMANDS:
+        args.run_file = RunFileLayout(command_parser(parser, chosen), chosen).write(args)
+        if args.print_config:
+            print(args.run_file, end="")
+            return 0
     started = time.perf_counter()
     try:
         _quiet_transformers()

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import fields, replace
 from typing import Any
 
-from mia_fast.data import SUITES
+from mia_fast.data import SUITES, output_suffixes
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import (
     DEFAULT_KS,
@@ -29,7 +30,7 @@ from mia_fast.methods.settings import (
     TOKENS,
     Range,
 )
-from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP
+from mia_fast.pipeline.neighbors import Neighbors
 
 
 def bounded(bounds: Range) -> Callable[[str], int | float]:
@@ -102,6 +103,12 @@ def add_blind_permutations_option(parser: argparse.ArgumentParser) -> None:
         f"{blind.MOST_PERMUTATIONS} up to {blind.FULL_PERMUTATION_ROWS:,} texts, fewer in proportion above, at least "
         f"{blind.FEWEST_PERMUTATIONS}); with fewer than 59 no leak can reach Holm's level over the three",
     )
+
+
+def out_help() -> str:
+    """--out's help, listing the output formats registered when the parser is built."""
+    *others, last = output_suffixes()
+    return f"scores: {', '.join(others)} or {last} (one row per input row, in order)"
 
 
 def stderr(message: str) -> None:
@@ -222,10 +229,14 @@ def server_config(args: argparse.Namespace):
     return ServerConfig(args.server, args.server_model, args.api_key_env, args.tokenizer, args.insecure_http, requests)
 
 
-def add_method_settings(group: argparse._ArgumentGroup) -> None:
+def add_method_settings(
+    group: argparse._ArgumentGroup, supplied: Callable[[SettingOption], bool] = lambda option: False
+) -> None:
     """Every method setting's flag, as the registry derives them from the methods' settings classes (a value not
-    given is None: the setting's default)."""
+    given is None: the setting's default), but those the command ``supplied`` itself."""
     for option in setting_options():
+        if supplied(option):
+            continue
         flag = option.flag
         group.add_argument(
             f"--{flag.name}",
@@ -263,18 +274,6 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
             "--k", type=fractions, default=list(DEFAULT_KS), help="fractions for mink/minkpp (default 0.1,...,1.0)"
         )
     add_method_settings(parser.add_argument_group("method settings"))
-    scoring.add_argument(
-        "--neighbor-model",
-        metavar="MODEL",
-        help="for neighbor without --neighbor-field: a masked LM (BERT/RoBERTa family, hub name or directory) that "
-        f"makes each text's neighbours, or {WORD_DROP!r} (no model: one word left out)",
-    )
-    scoring.add_argument(
-        "--neighbor-count",
-        type=per_text,
-        default=DEFAULT_NEIGHBORS,
-        help=f"neighbours made per text (default {DEFAULT_NEIGHBORS})",
-    )
     scoring.add_argument(
         "--prepend-start",
         action=argparse.BooleanOptionalAction,
@@ -319,7 +318,7 @@ def add_output_options(parser: argparse.ArgumentParser, stats_cache: bool = Fals
 
 def method_settings(args: argparse.Namespace, dataset=None):
     """The methods' settings from their flags (a file of texts read with --text-field), with the neighbours of
-    --neighbor-field or --neighbor-model."""
+    --neighbor-field; a setting object's progress bar off with --quiet."""
     from mia_fast.data import read_texts
     from mia_fast.methods.neighbor import NeighborSettings
     from mia_fast.methods.registry import settings_from_values
@@ -329,18 +328,22 @@ def method_settings(args: argparse.Namespace, dataset=None):
         value = getattr(args, option.key, None)
         read = value is not None and option.flag.texts_file
         values[option.key] = read_texts(value, args.text_field) if read else value
-    settings = settings_from_values(values)
-    neighbors = neighbor_source(args, dataset) if dataset is not None else None
-    return settings.replace(NeighborSettings(neighbors)) if neighbors is not None else settings
+    settings = settings_from_values(values).map(lambda value: _quiet(value, args))
+    if getattr(args, "neighbor_field", None) and dataset is not None:
+        given = Neighbors.of_texts(dataset.texts, dataset.neighbors)
+        settings = settings.replace(replace(settings.of(NeighborSettings), neighbors=given))
+    return settings
 
 
 def model_config(args: argparse.Namespace, model: str | None = None):
-    """The ModelConfig of the model options; ``model`` in place of --model and --gguf where given."""
-    from mia_fast.scoring.config import ModelConfig
+    """The ModelConfig of the model options: the target of --server, --gguf (over --model, as ever) or --model;
+    ``model`` in place of them where given."""
+    from mia_fast.scoring.config import GgufFile, ModelConfig
 
+    if model is None:
+        model = server_config(args) or (GgufFile(args.gguf) if args.gguf is not None else args.model)
     return ModelConfig(
-        model=model if model is not None else (server_config(args) or args.model),
-        gguf=None if model is not None else args.gguf,
+        model=model,
         ref_model=getattr(args, "ref_model", None),
         device=args.device,
         dtype=args.dtype,
@@ -353,13 +356,14 @@ def model_config(args: argparse.Namespace, model: str | None = None):
 def run_config(args: argparse.Namespace, dataset, out, methods: str | None = None, model: str | None = None):
     """The RunConfig of the command's options, scoring into ``out``; ``methods`` (comma-separated, with no k
     list) in place of --methods and --k where given, ``model`` in place of --model."""
-    from mia_fast.scoring.config import ComputeConfig, OutputConfig, RunConfig, ScoringConfig, served_default_methods
+    from mia_fast.scoring.config import ComputeConfig, OutputConfig, RunConfig, ScoringConfig
+    from mia_fast.scoring.engines import engine_kind
 
     model_settings = model_config(args, model)
     chosen = methods or args.methods
-    if methods is None and chosen == ",".join(DEFAULT_METHODS) and model_settings.server is not None:
-        chosen = ",".join(served_default_methods(model_settings.server))
-        stderr(f"a served model: methods {chosen} by default (minkpp needs what no server returns)")
+    defaults = engine_kind(model_settings.model).defaults
+    if methods is None and chosen == ",".join(DEFAULT_METHODS) and defaults is not None:
+        chosen = ",".join(defaults(model_settings, stderr))
     scoring = ScoringConfig(
         methods=tuple(chosen.split(",")),
         k=() if methods else tuple(args.k),
@@ -367,7 +371,8 @@ def run_config(args: argparse.Namespace, dataset, out, methods: str | None = Non
         online=online_setting(args),
     )
     id_field, label_field = getattr(args, "id_field", "id"), getattr(args, "label_field", "label")
-    output = OutputConfig(out, args.resume, args.overwrite, args.block_rows, id_field, label_field)
+    run_file = getattr(args, "run_file", None)
+    output = OutputConfig(out, args.resume, args.overwrite, args.block_rows, id_field, label_field, run_file)
     compute = ComputeConfig(
         batch_tokens=getattr(args, "batch_tokens", None),
         stats_cache=getattr(args, "stats_cache", None),
@@ -442,17 +447,10 @@ def load_input(args: argparse.Namespace, require_labels: bool = False, stream: b
     return cut_to_words(dataset, args.max_words) if args.max_words is not None else dataset
 
 
-def neighbor_source(args: argparse.Namespace, dataset):
-    """The neighbours of --neighbor-field, or the generator of --neighbor-model (None without either)."""
-    from mia_fast.pipeline import neighbors
-
-    if args.neighbor_field:
-        return neighbors.Neighbors.of_texts(dataset.texts, dataset.neighbors)
-    if args.neighbor_model:
-        return neighbors.neighbor_source(
-            args.neighbor_model, args.neighbor_count, device=args.device, progress=not args.quiet
-        )
-    return None
+def _quiet(value: Any, args: argparse.Namespace) -> Any:
+    """A settings object with its progress bar off under --quiet (one that has one)."""
+    shows_progress = any(f.name == "progress" for f in fields(value))
+    return replace(value, progress=False) if shows_progress and getattr(args, "quiet", False) else value
 
 
 def online_setting(args: argparse.Namespace):

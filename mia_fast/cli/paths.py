@@ -31,7 +31,6 @@ INPUT_OPTIONS = (
     "before",
     "after",
     "tokenizer",
-    "neighbor_model",
 )
 
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mia_fast.cli.options import add_input_options, add_method_settings, add_output_options, fractions, method_list
+from mia_fast.cli.options import (
+    add_input_options,
+    add_method_settings,
+    add_output_options,
+    fractions,
+    method_list,
+    out_help,
+)
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
@@ -31,9 +38,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--setting", help="where the cache holds several model settings: the folder name (or its start) of one"
     )
-    parser.add_argument(
-        "--out", required=True, help="scores: .jsonl, .csv or .parquet (one row per input row, in order)"
-    )
+    parser.add_argument("--out", required=True, help=out_help())
     parser.add_argument(
         "--methods",
         type=method_list,
@@ -63,7 +68,9 @@ def command_rescore(args: argparse.Namespace) -> None:
         detector = Detector.from_token_stats(args.stats, dataset.texts, settings)
     else:
         detector = Detector.from_stats_cache(args.stats_cache, args.setting, settings)
-    output = OutputConfig(args.out, args.resume, args.overwrite, args.block_rows, args.id_field, args.label_field)
+    output = OutputConfig(
+        args.out, args.resume, args.overwrite, args.block_rows, args.id_field, args.label_field, args.run_file
+    )
     scoring = ScoringConfig(tuple(args.methods.split(",")), tuple(args.k))
     config = RunConfig(output, scoring=scoring, compute=ComputeConfig(progress=not args.quiet))
     score_file(dataset, config, detector, log=stderr, data_name=input_name(args))

@@ -17,6 +17,7 @@ from mia_fast.cli.options import (
     bounded_list,
     input_name,
     load_input,
+    out_help,
     resamples,
     run_config,
     score_into,
@@ -25,6 +26,7 @@ from mia_fast.cli.options import (
     token_count,
 )
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.runfile import write_report_run_file
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD
@@ -37,9 +39,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     add_server_options(parser)
     add_scoring_options(parser)
     if name == "score":
-        parser.add_argument(
-            "--out", required=True, help="scores: .jsonl, .csv or .parquet (one row per input row, in order)"
-        )
+        parser.add_argument("--out", required=True, help=out_help())
         online = parser.add_argument_group("online detection (Min-K%++ §4.4)")
         online.add_argument(
             "--online",
@@ -157,5 +157,6 @@ def command_eval(args: argparse.Namespace) -> None:
     evaluation = EvaluationConfig(args.report, args.bootstrap, args.seed, args.buckets, blind, args.suite)
     meta = {"data": input_name(args), "max_words": args.max_words}
     done = evaluate_file(dataset, run_config(args, dataset, out), evaluation, meta, log=stderr)
+    run_file = write_report_run_file(args.report, args)
     print(format_table(done.results, done.verdicts))
-    print("wrote " + ", ".join(str(p) for p in done.paths), file=sys.stderr)
+    print("wrote " + ", ".join(str(p) for p in [*done.paths, run_file]), file=sys.stderr)

@@ -18,6 +18,7 @@ from mia_fast.cli.options import (
     stderr,
 )
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.runfile import write_report_run_file
 from mia_fast.data.gate import Output
 from mia_fast.evaluation.unlearning import DEFAULT_RATIO
 
@@ -96,5 +97,6 @@ def command_audit_unlearning(args: argparse.Namespace) -> None:
     config = run_config(args, dataset, report, column, model=args.before)
     models = UnlearningModels(args.before, args.after, column)
     audit, paths = audit_unlearning_file(dataset, config, models, rule, report, input_name(args), log=stderr)
+    paths.append(write_report_run_file(report, args))
     print(format_table(audit))
     stderr("wrote " + ", ".join(str(p) for p in paths))

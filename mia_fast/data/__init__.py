@@ -1,30 +1,34 @@
 """Reading and writing data: labelled text files, the field's benchmark suites, and score outputs."""
 
 from mia_fast.data.files import (
-    INPUT_SUFFIXES,
     Dataset,
     DataStream,
+    input_suffixes,
     parse_label,
     read_dataset,
     read_rows,
     read_scores,
     read_texts,
 )
-from mia_fast.data.outputs import OUTPUT_SUFFIXES, ResultWriter
+from mia_fast.data.formats import OUTPUT_FORMATS, OutputFormat, output_suffixes, register_format
+from mia_fast.data.outputs import ResultWriter
 from mia_fast.data.suites import LEAKAGE, SUITES, load_suite
 
 __all__ = [
-    "INPUT_SUFFIXES",
     "LEAKAGE",
-    "OUTPUT_SUFFIXES",
+    "OUTPUT_FORMATS",
     "SUITES",
     "Dataset",
     "DataStream",
+    "OutputFormat",
     "ResultWriter",
+    "input_suffixes",
     "load_suite",
+    "output_suffixes",
     "parse_label",
     "read_dataset",
     "read_rows",
     "read_scores",
     "read_texts",
+    "register_format",
 ]

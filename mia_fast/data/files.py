@@ -1,4 +1,5 @@
-"""Reading texts (.jsonl[.gz], .json[.gz], .csv, .parquet), block by block or whole, and score columns back."""
+"""Reading texts (.jsonl[.gz], .json[.gz], .csv, .parquet, or any output format registered in ``formats``), block by
+block or whole, and score columns back."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from mia_fast.data.readers import BadRecord, decode_json_record, iter_lines, iter_parquet
+from mia_fast.data.formats import JSONL, OUTPUT_FORMATS
+from mia_fast.data.readers import RowPosition, iter_lines
 from mia_fast.data.text import replace_lone_surrogates, truncate_words
 from mia_fast.errors import MiaFastError, MiaFastWarning
 
-INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".csv", ".parquet")
+# A JSON array of objects, read whole: an input only, listed with JSON lines.
+JSON_ARRAY_SUFFIXES = (".json", ".json.gz")
 # Rows held at a time while a stream is checked before scoring.
 _CHECK_ROWS = 4096
 # Label encodings seen in the field's datasets, mapped to 1 = member, 0 = non-member.
@@ -92,6 +95,16 @@ class Dataset:
             yield block, done
 
 
+def input_suffixes() -> tuple[str, ...]:
+    """What a data file may end with: what each output format reads, and a JSON array's suffixes."""
+    suffixes: list[str] = []
+    for fmt in OUTPUT_FORMATS.values():
+        suffixes += fmt.read_suffixes
+        if fmt is JSONL:
+            suffixes += JSON_ARRAY_SUFFIXES
+    return tuple(suffixes)
+
+
 def _suffix(path: Path, allowed: Sequence[str], what: str) -> str:
     name = path.name.lower()
     for suffix in sorted(allowed, key=len, reverse=True):
@@ -100,19 +113,9 @@ def _suffix(path: Path, allowed: Sequence[str], what: str) -> str:
     raise MiaFastError(f"{path}: unsupported {what} format; use one of {', '.join(allowed)}")
 
 
-@dataclass(frozen=True)
-class RowPosition:
-    """Where a run of rows starts in a data file: the 0-based index of its first row, that row's line (or row)
-    number, and for plain .jsonl and .csv the byte offset of its first line (None: read from the start and skip)."""
-
-    row: int
-    number: int
-    offset: int | None = None
-
-
 def _input_path(path: str | os.PathLike) -> tuple[Path, str]:
     path = Path(path)
-    suffix = _suffix(path, INPUT_SUFFIXES, "input")
+    suffix = _suffix(path, input_suffixes(), "input")
     try:
         mode = path.stat().st_mode  # stat, not open: opening a FIFO with no writer would wait for one
     except FileNotFoundError:
@@ -158,61 +161,16 @@ def _guarded(path: Path, records: Iterator[tuple[int, dict, int]]) -> Iterator[t
 
 
 def _records(path: Path, suffix: str, start: RowPosition) -> Iterator[tuple[int, dict, int]]:
-    if suffix == ".parquet":
-        yield from iter_parquet(path, first_row=start.row)
-    elif suffix.startswith(".jsonl"):
-        yield from _skip(_jsonl_records(path, start), start)
-    elif suffix.startswith(".csv"):
-        yield from _skip(_csv_records(path, start), start)
-    else:
+    if suffix in JSON_ARRAY_SUFFIXES:
         opener = gzip.open if suffix.endswith(".gz") else open
         # utf-8-sig: a byte-order mark before the array is no JSON error.
         with opener(path, "rt", encoding="utf-8-sig") as f:
             records = _read_json(path, f)
         size = path.stat().st_size
         yield from ((number, record, size) for number, record in records[start.row :])
-
-
-def _skip(records: Iterator[tuple[int, dict, int]], start: RowPosition) -> Iterator[tuple[int, dict, int]]:
-    """The records from ``start.row`` on: reached by seeking where ``start`` has an offset, else by reading past
-    them."""
-    skip = 0 if start.offset is not None else start.row
-    for index, record in enumerate(records):
-        if index >= skip:
-            yield record
-
-
-def _jsonl_records(path: Path, start: RowPosition) -> Iterator[tuple[int, dict, int]]:
-    first_line = start.number if start.offset is not None else 1
-    for line_number, line, position in iter_lines(path, start.offset or 0, first_line):
-        if not line.strip():
-            continue
-        try:
-            yield line_number, decode_json_record(line), position
-        except BadRecord as bad:
-            reason = f"malformed JSON: {bad.detail}" if bad.kind == "json" else str(bad)
-            raise MiaFastError(f"{path}:{line_number}: {reason}") from None
-
-
-def _csv_records(path: Path, start: RowPosition) -> Iterator[tuple[int, dict, int]]:
-    """Rows numbered as a spreadsheet does (the header is row 1); a quoted field may span lines."""
-    position = 0
-
-    def decoded(lines: Iterator[tuple[int, bytes, int]]) -> Iterator[str]:
-        nonlocal position
-        for _, line, line_end in lines:
-            position = line_end
-            yield line.decode("utf-8")
-
-    header = next(csv.reader(decoded(iter_lines(path))), None)
-    if header is None:
-        return
-    if start.offset is None:
-        rows, first = csv.DictReader(decoded(iter_lines(path))), 2
     else:
-        rows, first = csv.DictReader(decoded(iter_lines(path, start.offset)), fieldnames=header), start.number
-    for number, record in enumerate(rows, start=first):
-        yield number, record, position
+        reader = next(fmt for fmt in OUTPUT_FORMATS.values() if suffix in fmt.read_suffixes)
+        yield from reader.read_back(path, start)
 
 
 def row_positions(path: str | os.PathLike, every: int) -> tuple[list[RowPosition], int]:

@@ -4,7 +4,8 @@ Rows are appended, a block at a time and fsync'ed, to a stage beside the output 
 and a manifest of the settings they were scored under and, for each block, its byte length, a digest of its bytes
 and a digest of the input rows it was scored from). A stage is made whole with its manifest (a temporary folder
 renamed into place), so every stage of this tool holds one. The output itself appears, or replaces an older one,
-only when complete: renamed into place with its manifest (``OUT.manifest.json``). A killed or failed run leaves the
+only when complete: renamed into place with its manifest (``OUT.manifest.json``) and, given one, the run file that
+reproduces it (``OUT.run.toml``). A killed or failed run leaves the
 older output as it was and its finished blocks in the stage, which ``resume`` continues once the manifest agrees:
 same columns, same settings, same input rows, and every block's bytes as they were written; anything else is
 refused, naming the difference.
@@ -13,11 +14,8 @@ refused, naming the difference.
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
-import io
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -34,31 +32,29 @@ from mia_fast.data.artefacts import (
     lock_path,
     read_checked_json,
     sha256_file,
+    write_atomic,
     write_checked_json,
 )
+from mia_fast.data.formats import OUTPUT_FORMATS, output_format
+from mia_fast.data.readers import RowPosition
 from mia_fast.errors import MiaFastError
 
-OUTPUT_SUFFIXES = (".jsonl", ".csv", ".parquet")
-# Rows of a staged .parquet output converted at a time, so that memory stays flat whatever the output's size.
-PARQUET_CONVERSION_ROWS = 8192
 MANIFEST_KIND = "mia-fast scores manifest v1"
+# The first line of every run file mia-fast writes, by which it knows one of its own beside an output.
+RUN_FILE_HEADER = "# mia-fast run file: `mia-fast run THIS_FILE` repeats the run (flags given after it override)."
 _MANIFEST_WRITER = "a mia-fast scoring run"
-# What a stage holds: its manifest and its rows (staged as .jsonl or .csv; converted to .parquet when complete).
-STAGE_FILES = ("manifest.json", "rows.jsonl", "rows.csv", "rows.parquet")
+
+
+def stage_files() -> tuple[str, ...]:
+    """What a stage holds: its manifest and its rows, ``rows`` with a registered format's suffix (the rows of a
+    format staged in another, in that one's, until they are converted into it when complete)."""
+    return ("manifest.json", *(f"rows{suffix}" for suffix in OUTPUT_FORMATS))
 
 
 def _stage_file(name: str) -> bool:
-    """Whether a stage's file of this name is this tool's: one of STAGE_FILES, or the temporary file a manifest is
-    written to before its rename (``artefacts.replacing``), left by a run killed in between."""
-    return name in STAGE_FILES or is_temporary_of(name, "manifest.json")
-
-
-def output_format(path: Path) -> str:
-    name = path.name.lower()
-    for suffix in OUTPUT_SUFFIXES:
-        if name.endswith(suffix):
-            return suffix.lstrip(".")
-    raise MiaFastError(f"{path}: unsupported output format; use one of {', '.join(OUTPUT_SUFFIXES)}")
+    """Whether a stage's file of this name is this tool's: one of :func:`stage_files`, or the temporary file a
+    manifest is written to before its rename (``artefacts.replacing``), left by a run killed in between."""
+    return name in stage_files() or is_temporary_of(name, "manifest.json")
 
 
 def stage_path(out: str | os.PathLike) -> Path:
@@ -67,16 +63,16 @@ def stage_path(out: str | os.PathLike) -> Path:
     return out.with_name(out.name + ".partial")
 
 
+def run_file_path(out: str | os.PathLike) -> Path:
+    """The run file that reproduces a complete output: ``OUT.run.toml`` (``mia-fast run``)."""
+    out = Path(out)
+    return out.with_name(out.name + ".run.toml")
+
+
 def manifest_path(out: str | os.PathLike) -> Path:
     """The manifest of a complete output: ``OUT.manifest.json``."""
     out = Path(out)
     return out.with_name(out.name + ".manifest.json")
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
 
 
 def differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
@@ -101,8 +97,8 @@ def path_exists(path: Path) -> bool:
 
 def check_side_files(out: Path, option: str = "--out") -> None:
     """Each side file of the output ``out`` there must be this tool's: a lock with its mark, a stage with its
-    manifest and nothing else, a manifest of its kind. Anything else is the user's, refused in one line and left as
-    it is."""
+    manifest and nothing else, a manifest of its kind, a run file with its first line. Anything else is the user's,
+    refused in one line and left as it is."""
     leave = f"it was left as it is: move it away, or choose another {option}"
     lock = lock_path(out)
     if path_exists(lock) and not holds_lock_mark(lock):
@@ -122,6 +118,16 @@ def check_side_files(out: Path, option: str = "--out") -> None:
     manifest = manifest_path(out)
     if path_exists(manifest) and not _is_manifest(manifest):
         raise MiaFastError(f"{manifest} is not a manifest of mia-fast; {leave}")
+    run_file = run_file_path(out)
+    if path_exists(run_file) and not _is_run_file(run_file):
+        raise MiaFastError(f"{run_file} is not a run file of mia-fast; {leave}")
+
+
+def _is_run_file(path: Path) -> bool:
+    if path.is_symlink() or not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.readline().rstrip(b"\n") == RUN_FILE_HEADER.encode()
 
 
 def _is_manifest(path: Path) -> bool:
@@ -151,7 +157,8 @@ def inputs_digest(fingerprints: Iterable[bytes]) -> str:
 
 
 class ResultWriter:
-    """Writes result rows to .jsonl / .csv / .parquet through a stage (see the module docstring).
+    """Writes result rows, in the registered format of the output's suffix (``mia_fast.data.formats``), through a
+    stage (see the module docstring).
 
     Opening only reads: an existing output (or stage) is refused unless ``resume`` (continue it, if its manifest
     matches ``columns`` and ``settings``) or ``overwrite`` (replace it, once the new one is complete) is given.
@@ -166,14 +173,17 @@ class ResultWriter:
         resume: bool = False,
         overwrite: bool = False,
         settings: Mapping[str, Any] | None = None,
+        run_file: str | None = None,
     ) -> None:
         self.path = Path(path)
+        self.run_file = run_file
         self.format = output_format(self.path)
+        self.staged_format = self.format.stage
         self.columns = list(columns)
         self.settings = dict(settings or {})
         self.engines: dict[str, Any] | None = None
         self.stage = stage_path(self.path)
-        self.rows_path = self.stage / ("rows.csv" if self.format == "csv" else "rows.jsonl")
+        self.rows_path = self.stage / f"rows{self.staged_format.suffix}"
         self.blocks: list[WrittenBlock] = []
         self._fd: int | None = None
         self._created_stage = False
@@ -217,7 +227,7 @@ class ResultWriter:
     def _finish_interrupted_completion(self) -> None:
         """A run killed between renaming its rows into place and its manifest beside them: finish that."""
         staged = self.stage / "manifest.json"
-        final = self.stage / ("rows.parquet" if self.format == "parquet" else self.rows_path.name)
+        final = self.stage / f"rows{self.format.suffix}"
         if not staged.is_file() or final.exists() or not self.path.exists():
             return
         try:
@@ -249,10 +259,10 @@ class ResultWriter:
 
     def _check_rows(self, rows: Path, staged: bool, output_sha256: str | None) -> None:
         """The rows a resumed run keeps are those its manifest records, byte for byte: a staged rows file may run on
-        past its last block (a block cut short by a kill, cut off again), a complete one may not; a complete parquet
-        output is checked by its own digest (``output_sha256``)."""
+        past its last block (a block cut short by a kill, cut off again), a complete one may not; a complete output
+        converted from its stage (parquet) is checked by its own digest (``output_sha256``)."""
         again = "pass --overwrite to score again"
-        if self.format == "parquet" and not staged:
+        if self.format.staged_in is not None and not staged:
             if output_sha256 is not None and sha256_file(rows) != output_sha256:
                 raise MiaFastError(f"{rows} was changed after it was written (its digest differs); {again}")
             return
@@ -312,22 +322,7 @@ class ResultWriter:
     # ---- writing ----
 
     def _header(self) -> bytes:
-        if self.format != "csv":
-            return b""
-        buffer = io.StringIO(newline="")
-        csv.writer(buffer).writerow(self.columns)
-        return buffer.getvalue().encode("utf-8")
-
-    def _encode(self, rows: Sequence[Mapping[str, Any]]) -> bytes:
-        if self.format == "csv":
-            buffer = io.StringIO(newline="")
-            writer = csv.writer(buffer)
-            for row in rows:
-                writer.writerow(["" if _json_value(row[c]) is None else row[c] for c in self.columns])
-            return buffer.getvalue().encode("utf-8")
-        return "".join(
-            json.dumps({c: _json_value(row[c]) for c in self.columns}, ensure_ascii=False) + "\n" for row in rows
-        ).encode("utf-8")
+        return self.staged_format.header(self.columns)
 
     def _begin(self) -> None:
         """Opens the stage for appending: a new one (an interrupted stage is replaced only now, with --overwrite),
@@ -337,10 +332,11 @@ class ResultWriter:
                 self._remove_stage()
             self._make_stage(None)
         elif self.state == "complete":
-            if self.format == "parquet":
+            if self.format.staged_in is not None:
+                # Its rows were converted when it completed: there is no staged file left to append to.
                 raise MiaFastError(
-                    f"{self.path} is a complete parquet output of {self.done_rows} rows and the input has more; "
-                    "score the new rows into another output"
+                    f"{self.path} is a complete {self.format.name} output of {self.done_rows} rows and the input has "
+                    "more; score the new rows into another output"
                 )
             self._make_stage(self.path)
         kept = self.blocks[-1].bytes if self.blocks else len(self._header())
@@ -382,7 +378,7 @@ class ResultWriter:
         scored from."""
         if self._fd is None:
             self._begin()
-        data = self._encode(rows)
+        data = self.staged_format.encode(rows, self.columns)
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
@@ -417,7 +413,8 @@ class ResultWriter:
                 self._remove_stage()
 
     def close(self) -> None:
-        """Finishes the output: the staged rows (converted, for parquet) renamed into place, then its manifest."""
+        """Finishes the output: the staged rows (converted, for a format staged in another) renamed into place, then
+        its manifest."""
         if self._fd is None:
             if self.state == "complete":
                 return
@@ -425,58 +422,21 @@ class ResultWriter:
         os.close(self._fd)
         self._fd = None
         final, digest = self.rows_path, None
-        if self.format == "parquet":
-            final = self.stage / "rows.parquet"
-            self._convert_to_parquet(final)
-            # Its blocks' digests are of the staged rows; the parquet file has one of its own.
+        if self.format.staged_in is not None:
+            final = self.stage / f"rows{self.format.suffix}"
+            self.format.finish(self.rows_path, final, self.columns)
+            # Its blocks' digests are of the staged rows; the converted file has one of its own.
             digest = sha256_file(final)
         self._save_manifest(complete=True, output_sha256=digest)
+        if self.run_file is not None:
+            write_atomic(run_file_path(self.path), self.run_file)
         os.replace(final, self.path)
         os.replace(self.stage / "manifest.json", manifest_path(self.path))
         self._remove_stage()
         fsync_directory(self.path.parent)
         self.state = "complete"
 
-    def _staged_tables(self, rows: int = PARQUET_CONVERSION_ROWS) -> Iterator[Any]:
-        import pyarrow as pa
-
-        with open(self.rows_path, encoding="utf-8") as f:
-            records: list[dict] = []
-            for line in f:
-                if line.strip():
-                    records.append(json.loads(line))
-                if len(records) == rows:
-                    yield pa.Table.from_pylist(records)
-                    records = []
-            if records:
-                yield pa.Table.from_pylist(records)
-
-    def _convert_to_parquet(self, target: Path) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        # Two passes over the staged rows, a few thousand at a time: one for the column types (a column that is
-        # empty in the first rows and text later is text), one to write.
-        schemas = [table.schema for table in self._staged_tables()]
-        schema = (
-            pa.unify_schemas(schemas, promote_options="permissive")
-            if schemas
-            else pa.table({c: [] for c in self.columns}).schema
-        )
-        with pq.ParquetWriter(target, schema) as parquet:
-            for table in self._staged_tables():
-                parquet.write_table(table.select(schema.names).cast(schema))
-
     def written_column(self, name: str) -> Iterator[Any]:
         """A column of the rows written so far, read lazily."""
-        if self.complete and self.format == "parquet":
-            import pyarrow.parquet as pq
-
-            yield from pq.read_table(self.path, columns=[name]).column(name).to_pylist()
-            return
-        source = self.path if self.complete else self.rows_path
-        with open(source, encoding="utf-8", newline="") as f:
-            if self.format == "csv":
-                yield from (row[name] for row in csv.DictReader(f))
-            else:
-                yield from (json.loads(line)[name] for line in f if line.strip())
+        source, fmt = (self.path, self.format) if self.complete else (self.rows_path, self.staged_format)
+        yield from (record[name] for _, record, _ in fmt.read_back(source, RowPosition(0, 0)))

@@ -11,6 +11,7 @@ import codecs
 import gzip
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,16 @@ class BadRecord(ValueError):
         super().__init__(reason)
         self.kind = kind
         self.detail = detail
+
+
+@dataclass(frozen=True)
+class RowPosition:
+    """Where a run of rows starts in a data file: the 0-based index of its first row, that row's line (or row)
+    number, and for plain .jsonl and .csv the byte offset of its first line (None: read from the start and skip)."""
+
+    row: int
+    number: int
+    offset: int | None = None
 
 
 def iter_lines(path: Path, offset: int = 0, first_line: int = 1) -> Iterator[tuple[int, bytes, int]]:

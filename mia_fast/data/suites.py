@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from mia_fast.data.files import INPUT_SUFFIXES, Dataset, parse_label, read_rows
+from mia_fast.data.files import Dataset, input_suffixes, parse_label, read_rows
 from mia_fast.data.readers import iter_lines
 from mia_fast.data.text import snippets
 from mia_fast.errors import MiaFastError
@@ -283,7 +283,7 @@ def _split_file(path: Path, split: str, config: str | None) -> Path:
     if not path.is_dir():
         raise MiaFastError(f"{path}: no such file or directory")
     base = path / config if config and (path / config).is_dir() else path
-    names = {f"{split}{suffix}" for suffix in INPUT_SUFFIXES}
+    names = {f"{split}{suffix}" for suffix in input_suffixes()}
     found = sorted(p for p in base.iterdir() if p.is_file() and p.name in names)
     if len(found) != 1:
         raise MiaFastError(f"{base}: expected one file named {split}.<jsonl|json|csv|parquet>, found {len(found)}")

@@ -47,14 +47,22 @@ from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
 from mia_fast.evaluation.report import write_report
 from mia_fast.frequency.sources import BadRecords, expand_sources, iter_documents
 from mia_fast.methods.probe import Probe
-from mia_fast.methods.registry import MethodRequest, passes_of, resolve_methods, settings_classes
+from mia_fast.methods.registry import (
+    DEMO_METHODS,
+    MethodRequest,
+    SettingOption,
+    call_settings_hook,
+    passes_of,
+    prepare_settings,
+    resolve_methods,
+    settings_classes,
+)
 from mia_fast.methods.settings import recorded, setting_fields
 from mia_fast.pipeline.finetune import FineTuning, TrainingDiverged, fine_tune
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.neighbors import MaskedLMNeighbors, WordDropNeighbors
+from mia_fast.pipeline.neighbors import WORD_DROP
 from mia_fast.pipeline.passes import REFERENCE
 
-DEMO_METHODS = ("loss", "zlib", "mink", "minkpp", "lowercase", "ref")
 MIN_TEXTS = 8
 # Texts drawn beside the experiment's for each prefix of ReCaLL and Con-ReCall, never scored: known
 # non-members (never trained on) and, for Con-ReCall, known members (trained on).
@@ -311,6 +319,9 @@ def run_experiment(
     report_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     requests = resolve_methods(scoring.methods)
+    # Ready, and checked, before the fine-tuning: a masked LM for neighbours that fails to load stops it first.
+    settings = prepare_settings(experiment_settings(scoring, design.tuning.seed), loaded)
+    call_settings_hook(settings, requests, "check_texts", [])
     drawn = _draw(loaded, corpus, design, requests, corpus_name)
     experiment = drawn.experiment
     reference = None
@@ -320,10 +331,10 @@ def run_experiment(
         )
     figures = [_fine_tune(loaded, experiment, design.tuning, report_dir, progress, started)]
     probe = None
-    if "probe" in scoring.methods:
+    if drawn.probe_pool:
         probe, figure = _train_probe(loaded, experiment, drawn.probe_pool, design, report_dir)
         figures.append(figure)
-    scores = _score(loaded, reference, drawn, probe, scoring, design.tuning.seed, progress)
+    scores = _score(loaded, reference, drawn, probe, replace(scoring, settings=settings), progress)
     return experiment, _report(report_dir, experiment, scores, design, figures)
 
 
@@ -349,10 +360,10 @@ def _draw(
 ) -> _Drawn:
     """The experiment's texts, drawn and split for the methods ``requests``, and the settings it records of them."""
     tuning, texts, prefix_shots = design.tuning, design.texts, design.prefix_shots
-    methods = {r.method.name for r in requests}
-    shots = prefix_shots if {"recall", "conrecall"} & methods else 0
-    member_shots = prefix_shots if "conrecall" in methods else 0
-    with_probe = "probe" in methods
+    classes = settings_classes(r.method for r in requests)
+    shots = prefix_shots if RecallSettings in classes else 0
+    member_shots = prefix_shots if ConRecallSettings in classes else 0
+    with_probe = ProbeSettings in classes
     nonmember_settings = [
         (cls, f.name)
         for cls in settings_classes(r.method for r in requests)
@@ -442,39 +453,47 @@ def _train_probe(
     return probe, figure
 
 
+def supplied_by_experiment(option: SettingOption) -> bool:
+    """Whether an experiment supplies this setting itself: the known texts it draws from its corpus, and the probe
+    it trains on its fine-tuned model."""
+    return option.flag.texts_file or (option.flag.path and ProbeSettings in {f.owner for f in option.fields})
+
+
+def experiment_settings(scoring: ScoringConfig, seed: int) -> MethodSettings:
+    """The methods' settings of an experiment: ``scoring``'s, with SaMIA and PAC seeded by the fine-tuning's
+    ``seed`` and neighbours made by word-drop from that seed (no second model) unless given."""
+    defaults = MethodSettings(
+        SamiaSettings(seed=seed), PacSettings(seed=seed), NeighborSettings(model=WORD_DROP, seed=seed)
+    )
+    settings = defaults.replace(*scoring.settings)
+    neighbors = settings.of(NeighborSettings)
+    if neighbors.neighbors is None and neighbors.model is None:
+        settings = settings.replace(replace(neighbors, model=WORD_DROP))
+    return settings
+
+
 def _score(
     loaded: LoadedModel,
     reference: LoadedModel | None,
     drawn: _Drawn,
     probe: Probe | None,
     scoring: ScoringConfig,
-    seed: int,
     progress: ExperimentProgress,
 ) -> Scores:
-    """Every method's scores of the experiment's texts, each method's settings completed with what was drawn for it
-    (SaMIA and PAC seeded by the fine-tuning's seed unless given) and recorded in the experiment's settings."""
+    """Every method's scores of the experiment's texts, each method's settings (``scoring``'s, made ready)
+    completed with what was drawn for it; those given a flag and not at their default are recorded in the
+    experiment's settings."""
     experiment, started = drawn.experiment, time.perf_counter()
-    method_settings = MethodSettings(SamiaSettings(seed=seed), PacSettings(seed=seed)).replace(*scoring.settings)
-    experiment.settings.update(
-        {
-            f.key: recorded(getattr(value, f.name))
-            for value in scoring.settings
-            for f in setting_fields(type(value))
-            if f.spec.flag
-        }
-    )
-    neighbors = method_settings.of(NeighborSettings).neighbors
-    if "neighbor" in scoring.methods and neighbors is None:
-        neighbors = WordDropNeighbors(seed=seed)
-    if neighbors is not None:
-        experiment.settings["neighbors"] = type(neighbors).__name__ + (
-            f" ({neighbors.model_name})" if isinstance(neighbors, MaskedLMNeighbors) else ""
-        )
+    method_settings = scoring.settings
+    for cls in settings_classes(r.method for r in resolve_methods(scoring.methods)):
+        for f in setting_fields(cls):
+            value = recorded(getattr(method_settings.of(cls), f.name))
+            if f.spec.flag and not f.spec.flag.texts_file and value != recorded(f.default):
+                experiment.settings[f.key] = value
     method_settings = method_settings.replace(
         RecallSettings(prefix_nonmembers=drawn.prefix),
         replace(method_settings.of(ConRecallSettings), prefix_members=experiment.prefix_members),
-        ProbeSettings(probe=probe),
-        NeighborSettings(neighbors=neighbors),
+        replace(method_settings.of(ProbeSettings), probe=probe),
         *(
             replace(method_settings.of(cls), **{name: tuple(drawn.known_nonmembers)})
             for cls, name in drawn.nonmember_settings

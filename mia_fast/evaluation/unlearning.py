@@ -30,6 +30,7 @@ import numpy as np
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.thresholds import Threshold, contamination_rates, flag
+from mia_fast.methods.registry import log_likelihood_column
 
 # A text still looks like a member when its mean negative log-likelihood rose by at most 1/0.9 - 1 = 11%.
 # In the benchmark (benchmarks/README.md, "Unlearning audit") gradient ascent left the texts it did not
@@ -58,7 +59,7 @@ class RatioRule:
     def __post_init__(self) -> None:
         if not 0 < self.ratio <= 1:
             raise MiaFastError(f"the kept ratio must be in (0, 1], got {self.ratio}")
-        if not (self.column in ("loss", "zlib") or self.column.startswith("mink_")):
+        if not log_likelihood_column(self.column):
             raise MiaFastError(
                 f"the ratio rule compares mean log-probabilities (loss, zlib, mink_K); {self.column} has no such "
                 "origin: "

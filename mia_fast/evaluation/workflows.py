@@ -214,7 +214,7 @@ def audit_unlearning_file(
     for role, model in zip(UNLEARNING_ROLES, (models.before, models.after)):
         log(f"scoring {column} under the model {role} unlearning ({model})")
         output = replace(config.output, out=unlearning_scores_path(report, role))
-        run = replace(_one_column(config, column), output=output, model=replace(config.model, model=model, gguf=None))
+        run = replace(_one_column(config, column), output=output, model=replace(config.model, model=model))
         scores[role] = scored_columns(dataset, run, data_name, log)[column]
     audit = audit_unlearning(
         column, scores["before"], scores["after"], rule, models.before, models.after, dataset.groups

@@ -9,13 +9,13 @@ import numpy as np
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
 
 
-@register("loss")
+@register("loss", log_likelihood=True)
 def loss_score(inputs: ScoringInputs) -> np.ndarray:
     """-loss: the mean log-likelihood of the scored tokens."""
     return -mean_loss(inputs.stats)
 
 
-@register("zlib")
+@register("zlib", log_likelihood=True)
 def zlib_score(inputs: ScoringInputs) -> np.ndarray:
     """-loss / zlib-compressed length of the UTF-8 text (nats per compressed byte)."""
     compressed = np.array([len(zlib.compress(t.encode("utf-8"))) for t in inputs.texts], dtype=np.float64)

@@ -14,7 +14,7 @@ from mia_fast.pipeline.stats import TokenStats
 VAR_FLOOR = 1e-12
 
 
-@register("mink", takes_k=True)
+@register("mink", takes_k=True, log_likelihood=True)
 def mink_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
     """Min-K% Prob: mean of the k-fraction lowest token log-probabilities."""
     stats = inputs.stats

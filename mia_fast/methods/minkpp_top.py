@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mia_fast.methods.mink import minkpp_of
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.registry import DEFAULT_METHODS, REGISTRY, ScoringInputs, register
 from mia_fast.methods.settings import MethodSettings
 from mia_fast.pipeline.passes import Pass, TopLogprobsReadout
 
@@ -38,3 +38,10 @@ def _register(top: int) -> None:
 
 for _top in TOP_KS:
     _register(_top)
+
+
+def served_defaults(vocabulary_size_known: bool) -> tuple[str, ...]:
+    """The default methods for a served model: those that read no statistic over the whole vocabulary, and Min-K%++
+    estimated from the most top log-probs a server returns by default where the vocabulary's size is known."""
+    kept = tuple(name for name in DEFAULT_METHODS if not REGISTRY[name].vocabulary)
+    return kept + ((f"minkpp_top{max(TOP_KS)}",) if vocabulary_size_known else ())

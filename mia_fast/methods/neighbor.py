@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.methods.settings import MethodSettings, setting
-from mia_fast.pipeline.neighbors import NeighborSource
+from mia_fast.methods.settings import PER_TEXT, Flag, MethodSettings, check_ranges, method_seed, setting
+from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP, NeighborSource, neighbor_source
 from mia_fast.pipeline.passes import PLAIN, Pass
 
 
@@ -45,6 +46,9 @@ class NthNeighbor:
 
 @dataclass(frozen=True)
 class NeighborSettings:
+    """The neighbours: given (``neighbors``: the data's own lists, or any source), or made by :meth:`prepare` from
+    ``model``, ``count`` a text, seeded by ``seed``."""
+
     neighbors: NeighborSource | None = setting(
         None,
         "the neighbour texts of every scored text, given or generated (mia_fast.pipeline.neighbors)",
@@ -52,6 +56,29 @@ class NeighborSettings:
         supply="the neighbour texts of every scored text (--neighbor-field FIELD, a list of texts per row, or "
         "--neighbor-model M)",
     )
+    model: str | None = setting(
+        None,
+        "a masked LM (BERT/RoBERTa family, hub name or directory) that makes each text's neighbours where "
+        f"--neighbor-field gives none, or {WORD_DROP!r} (no model: one word left out)",
+        Flag("neighbor-model", metavar="MODEL", path=True),
+    )
+    count: int = setting(
+        DEFAULT_NEIGHBORS, "neighbours made per text", Flag("neighbor-count", metavar="N"), bounds=PER_TEXT
+    )
+    seed: int = method_seed()
+    # How a run shows its work, never what it computes: not a setting.
+    progress: bool = field(default=True, compare=False)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+    def prepare(self, model: Any) -> NeighborSettings:
+        """The generator of ``model`` (its masked LM on the target's device), where no neighbours are given."""
+        if self.neighbors is not None or self.model is None:
+            return self
+        device = str(model.device) if model is not None else None
+        source = neighbor_source(self.model, self.count, self.seed, device=device, progress=self.progress)
+        return replace(self, neighbors=source)
 
     def check_texts(self, texts: Sequence[str]) -> None:
         self.neighbors.check_covers(texts)

@@ -8,9 +8,11 @@ from mia_fast.methods.registry import ScoringInputs, mean_loss, register
 from mia_fast.pipeline.passes import PLAIN, REFERENCE, Pass
 
 REFERENCE_PASS = Pass(model=REFERENCE)
+# The name other modules add it by (dataset inference, where a reference model is given).
+REFERENCE_RATIO = "ref"
 
 
-@register("ref", passes=lambda settings: (PLAIN, REFERENCE_PASS))
+@register(REFERENCE_RATIO, passes=lambda settings: (PLAIN, REFERENCE_PASS))
 def reference_score(inputs: ScoringInputs) -> np.ndarray:
     """loss under the reference model (its own tokenizer) minus loss under the target model."""
     return mean_loss(inputs.of(REFERENCE_PASS)) - mean_loss(inputs.stats)

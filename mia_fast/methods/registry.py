@@ -34,8 +34,14 @@ from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Pass
 from mia_fast.pipeline.stats import TokenStats
 
 DEFAULT_METHODS: tuple[str, ...] = ("loss", "zlib", "mink", "minkpp")
+# The controlled experiment's (``mia-fast demo``): the defaults, the lowercase ratio and the reference ratio (the
+# untouched model is its reference), each of which needs nothing but the model.
+DEMO_METHODS: tuple[str, ...] = (*DEFAULT_METHODS, "lowercase", "ref")
 DEFAULT_KS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
+# The methods whose score is a mean log-probability of the text's tokens under the target, times a positive factor
+# of the text alone (``register(log_likelihood=True)``): the ratio of two models' scores compares their likelihoods.
+LOG_LIKELIHOODS: set[str] = set()
 # How a user supplies a model a pass runs on, for the error that says it is missing.
 _MODEL_SUPPLY = {REFERENCE: "a reference model (--ref-model)"}
 
@@ -131,22 +137,41 @@ def register(
     pooled: Callable[[MethodSettings], bool] = _never,
     vocabulary: bool = False,
     calibration: Callable[[MethodSettings], tuple[str, ...]] = _no_texts,
+    log_likelihood: bool = False,
 ) -> Callable:
     """Registers ``fn(inputs)`` (or ``fn(inputs, ks)`` with ``takes_k``) under ``name``; ``settings`` are the
     settings classes it reads, ``passes`` gives the passes it reads (default: the plain target pass);
     ``pooled`` says whether its scores depend on which texts are scored together (then a file is scored in
     one block); ``vocabulary`` that it reads the plain pass's exact vocabulary mean and variance; ``calibration``
     gives known texts it compares each scored text with, which the detector runs through the same passes, once,
-    and hands it as ``inputs.calibration[texts]``. The function's docstring's first line is the method's summary
-    in the docs."""
+    and hands it as ``inputs.calibration[texts]``; ``log_likelihood`` that its score is a mean log-probability of
+    the text's tokens under the target, times a positive factor of the text alone (see :data:`LOG_LIKELIHOODS`).
+    The function's docstring's first line is the method's summary in the docs."""
     for cls in settings:
         setting_fields(cls)
 
     def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         REGISTRY[name] = Method(name, fn, passes, tuple(settings), takes_k, pooled, vocabulary, calibration)
+        if log_likelihood:
+            LOG_LIKELIHOODS.add(name)
         return fn
 
     return decorate
+
+
+def column_method(column: str) -> Method | None:
+    """The method that writes a score column (``mink_0.2`` is mink's), or None."""
+    if column in REGISTRY:
+        return REGISTRY[column]
+    method = REGISTRY.get(column.rpartition("_")[0])
+    return method if method is not None and method.takes_k else None
+
+
+def log_likelihood_column(column: str) -> bool:
+    """Whether a score column is a mean log-probability under the target up to a positive factor of the text
+    alone, so that two models' scores of a text compare by their ratio."""
+    method = column_method(column)
+    return method is not None and method.name in LOG_LIKELIHOODS
 
 
 def k_column(name: str, k: float) -> str:

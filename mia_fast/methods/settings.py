@@ -169,7 +169,8 @@ def method_seed() -> Any:
     its help names each of them."""
     return setting(
         0,
-        "seed of the methods' random draws: samia's and ngram_coverage's samples, pac's word swaps",
+        "seed of the methods' random draws: samia's and ngram_coverage's samples, pac's word swaps, the neighbours "
+        "made for neighbor",
         "method-seed",
         bounds=SEED,
     )
@@ -284,7 +285,10 @@ class MethodSettings:
 
 
 def recorded(value: Any) -> Any:
-    """A setting's value as JSON, to record and compare: long lists by their digest, objects by their fields."""
+    """A setting's value as JSON, to record and compare: long lists by their digest, objects by their fields, a number
+    JSON lacks (gradnorm's default norm, inf) as Python spells it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, os.PathLike):

@@ -33,6 +33,8 @@ from mia_fast.pipeline.passes import (
     Readout,
     SamplesReadout,
     TokenCallback,
+    TokenSpansReadout,
+    TokenStatsReadout,
     TopLogprobsReadout,
 )
 from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
@@ -64,6 +66,7 @@ class StatsEngine(TextRows):
     """Runs one model over texts; ``backend`` picks the Triton kernels or the torch reference."""
 
     vocabulary_stats = True
+    weights_here = True
 
     def __init__(
         self,
@@ -133,6 +136,23 @@ class StatsEngine(TextRows):
     def refusal(self, readout: Readout) -> str | None:
         return None
 
+    def order(self, readout: Readout) -> int:
+        return 0
+
+    def derive(self, loaded: LoadedModel) -> StatsEngine:
+        """An engine set up as this one (start token, batch budget, window, back end, stats cache) over ``loaded``,
+        a model made from this one's weights (``registry.DERIVED_MODELS``)."""
+        engine = StatsEngine(
+            loaded,
+            prepend_start=self.prepend_start,
+            batch_tokens=self.batch_tokens,
+            max_length=self.max_length,
+            backend=self.backend,
+        )
+        if self.cache is not None:
+            engine.use_cache(self.cache.base, log=self.cache.log)
+        return engine
+
     def use_cache(self, directory: str | os.PathLike, log: Callable[[str], None]) -> None:
         """Keeps every TokenStats pass of this engine in a stats cache under ``directory``."""
         self.cache = StatsCache(directory, self.cache_settings(), log)
@@ -160,7 +180,17 @@ class StatsEngine(TextRows):
     ) -> Any:
         """What ``readout`` reads out of ``texts`` (each after its prefix): TokenStats, or an array with a row per
         text."""
-        return readout.run(self, texts, prefixes, on_tokenized, on_progress)
+        if isinstance(readout, TokenStatsReadout):
+            return self.compute(texts, on_tokenized, on_progress, prefixes)
+        if isinstance(readout, TokenSpansReadout):
+            return self.token_spans(texts)
+        readers = {
+            HiddenStatesReadout: self.hidden_states,
+            SamplesReadout: self.sample,
+            GradientNormReadout: self.gradient_norms,
+            TopLogprobsReadout: self.top_logprobs,
+        }
+        return readers[type(readout)](texts, readout, prefixes, on_tokenized, on_progress)
 
     def compute(
         self,

@@ -21,17 +21,6 @@ REFERENCE = "reference"
 TokenCallback = Callable[[int], None]
 
 
-class ReadoutRunner(Protocol):
-    """The readouts a model-running engine serves (``mia_fast.pipeline.engine.StatsEngine``)."""
-
-    def compute(self, texts, on_tokenized=None, on_progress=None, prefixes=None) -> Any: ...
-    def hidden_states(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
-    def sample(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
-    def gradient_norms(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
-    def top_logprobs(self, texts, readout, prefixes=None, on_tokenized=None, on_progress=None) -> Any: ...
-    def token_spans(self, texts) -> Any: ...
-
-
 @dataclass(frozen=True)
 class Identity:
     """The text as given."""
@@ -46,9 +35,6 @@ class TokenStatsReadout:
 
     token_stats = True  # what a stats cache holds
 
-    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
-        return engine.compute(texts, on_tokenized, on_progress, prefixes)
-
 
 @dataclass(frozen=True)
 class HiddenStatesReadout:
@@ -58,9 +44,6 @@ class HiddenStatesReadout:
 
     layers: tuple[int, ...] | None = None
     token_stats = False
-
-    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
-        return engine.hidden_states(texts, self, prefixes, on_tokenized, on_progress)
 
 
 @dataclass(frozen=True)
@@ -77,9 +60,6 @@ class SamplesReadout:
     new_tokens: int | None = None
     token_stats = False
 
-    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
-        return engine.sample(texts, self, prefixes, on_tokenized, on_progress)
-
 
 @dataclass(frozen=True)
 class GradientNormReadout:
@@ -91,9 +71,6 @@ class GradientNormReadout:
     parameters: tuple[str, ...] = ()
     token_stats = False
 
-    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
-        return engine.gradient_norms(texts, self, prefixes, on_tokenized, on_progress)
-
 
 @dataclass(frozen=True)
 class TopLogprobsReadout:
@@ -104,9 +81,6 @@ class TopLogprobsReadout:
     k: int
     token_stats = False
 
-    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
-        return engine.top_logprobs(texts, self, prefixes, on_tokenized, on_progress)
-
 
 @dataclass(frozen=True)
 class TokenSpansReadout:
@@ -116,9 +90,6 @@ class TokenSpansReadout:
     models' tokens align them by these."""
 
     token_stats = False
-
-    def run(self, engine: ReadoutRunner, texts: Sequence[str], prefixes, on_tokenized, on_progress) -> Any:
-        return engine.token_spans(texts)
 
 
 TOKEN_STATS = TokenStatsReadout()
@@ -151,25 +122,41 @@ class Pass:
 PLAIN = Pass()
 
 
-class Engine(Protocol):
+class EngineLimits(Protocol):
+    """What an engine cannot give, known before any work: an engine kind's, before its engine is built
+    (``mia_fast.scoring.engines``), and every engine's own.
+
+    ``refusal`` says, in one line, why it cannot serve a readout (None: it can). ``vocabulary_stats`` says whether
+    its TokenStats hold the exact mean and variance over the vocabulary (a server gives none). ``weights_here``
+    says whether the model's weights are here, so that the models made from them (``registry.DERIVED_MODELS``,
+    e.g. FSD's fine-tuned copy) run too, on engines it makes (``WeightsEngine.derive``).
+    """
+
+    vocabulary_stats: bool
+    weights_here: bool
+
+    def refusal(self, readout: Readout) -> str | None:
+        """Why this engine cannot serve ``readout``, or None."""
+
+
+class Engine(EngineLimits, Protocol):
     """What scoring needs of an engine: one model's passes over texts, whatever serves them (a model run here,
-    a stats cache, saved TokenStats, a model behind a server).
+    a stats cache, saved TokenStats, a model behind a server). Everything the detector, the planner and the file
+    runner call is here.
 
     ``run`` returns what ``readout`` reads out of ``texts`` (each after its prefix): TokenStats, or an array
-    with a row per text; ``refusal`` says, in one line, why it cannot serve a readout (None: it can), before any
-    work. ``loaded`` is the model where the engine holds one (None otherwise: settings that need the model, such
-    as a frequency table mapped onto its vocabulary, are then refused). ``vocabulary_stats`` says whether its
-    TokenStats hold the exact mean and variance over the vocabulary (a server gives none). ``backend`` and
-    ``device`` say where the per-text reductions run.
+    with a row per text; the engine itself picks how, by the readout's type. ``loaded`` is the model where the
+    engine holds one (None otherwise: settings that need the model, such as a frequency table mapped onto its
+    vocabulary, are then refused). ``backend`` and ``device`` say where the per-text reductions run.
     """
 
     backend: str
     device: Any
     loaded: Any
-    vocabulary_stats: bool
 
-    def refusal(self, readout: Readout) -> str | None:
-        """Why this engine cannot serve ``readout``, or None."""
+    def order(self, readout: Readout) -> int:
+        """Where ``readout`` runs among this engine's readouts over the same texts, lowest first (a server fetches
+        the top log-probs first and serves the plain pass from the same answers)."""
 
     def run(
         self,
@@ -184,8 +171,19 @@ class Engine(Protocol):
         """What a scores file records of the model behind this engine (weights, tokenizer, dtype, device type, back
         end, windowing): a resumed file must come from the same."""
 
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of each text as its plain pass runs them (online detection decodes its best spans from them)."""
+
     def tokenize_ahead(self, texts: Sequence[str]) -> None:
         """Prepares texts about to be scored, on another thread than the scoring one (may do nothing)."""
 
     def scored_positions(self, texts: Sequence[str]) -> Any:
         """The positions the plain pass scores in each text (int64 [texts])."""
+
+
+class WeightsEngine(Engine, Protocol):
+    """An engine whose model's weights are here (``weights_here``)."""
+
+    def derive(self, loaded: Any) -> Engine:
+        """An engine set up as this one (start token, batch budget, window, back end, stats cache) over ``loaded``,
+        a model made from this one's weights."""

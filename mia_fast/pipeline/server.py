@@ -38,6 +38,7 @@ from mia_fast.pipeline.passes import (
     SamplesReadout,
     TokenCallback,
     TokenSpansReadout,
+    TokenStatsReadout,
     TopLogprobsReadout,
 )
 from mia_fast.pipeline.server_client import (
@@ -89,11 +90,12 @@ def served_refusal(readout: Readout, has_tokenizer: bool) -> str | None:
 
 @dataclass(frozen=True)
 class ServedLimits:
-    """What any served model cannot give, known before connecting: the ``vocabulary_stats`` and ``refusal`` of its
-    engine, for the checks made before a run starts."""
+    """What any served model cannot give, known before connecting: its engine's limits
+    (``mia_fast.pipeline.passes.EngineLimits``), for the checks made before a run starts."""
 
     has_tokenizer: bool
     vocabulary_stats = False
+    weights_here = False
 
     def refusal(self, readout: Readout) -> str | None:
         return served_refusal(readout, self.has_tokenizer)
@@ -144,6 +146,7 @@ class ServerEngine(TextRows):
     backend = "torch"
     device = None
     vocabulary_stats = False
+    weights_here = False
 
     def __init__(
         self,
@@ -262,6 +265,11 @@ class ServerEngine(TextRows):
     def refusal(self, readout: Readout) -> str | None:
         return served_refusal(readout, self.loaded is not None)
 
+    def order(self, readout: Readout) -> int:
+        """The top log-probs first: the plain pass of the same texts is then served from the answers just fetched
+        (``_fetched``), with no second request."""
+        return 0 if isinstance(readout, TopLogprobsReadout) else 1
+
     def use_cache(self, directory: str | os.PathLike, log: Callable[[str], None]) -> None:
         """Keeps every log-prob pass of this engine under ``directory``: a rerun sends no request for it."""
         self.cache = StatsCache(directory, self.cache_settings(), log)
@@ -309,7 +317,12 @@ class ServerEngine(TextRows):
         refusal = self.refusal(readout)
         if refusal is not None:
             raise MiaFastError(f"a method here needs {refusal}")
-        return readout.run(self, texts, prefixes, on_tokenized, on_progress)
+        if isinstance(readout, TokenStatsReadout):
+            return self.compute(texts, on_tokenized, on_progress, prefixes)
+        if isinstance(readout, TokenSpansReadout):
+            return self.token_spans(texts)
+        readers = {TopLogprobsReadout: self.top_logprobs, SamplesReadout: self.sample}
+        return readers[type(readout)](texts, readout, prefixes, on_tokenized, on_progress)
 
     def compute(
         self,
@@ -346,7 +359,7 @@ class ServerEngine(TextRows):
         on_progress: TokenCallback | None = None,
     ) -> TokenStats:
         """TokenStats whose mu and var are estimated from the top ``readout.k`` log-probs of each position. What
-        was fetched is kept for the plain pass of the same texts (the planner runs this readout first)."""
+        was fetched is kept for the plain pass of the same texts (``order`` puts this readout first)."""
 
         def fetch(missing_texts: Sequence[str], missing_prefixes: Sequence[str]) -> TokenStats:
             parts = self._logprobs(missing_texts, missing_prefixes, readout.k, on_tokenized, on_progress)

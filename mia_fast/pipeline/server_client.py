@@ -91,6 +91,11 @@ class ServerConfig:
             raise MiaFastError(hide_key(str(refused), self._key_in_environment())) from None
 
     @property
+    def name(self) -> str:
+        """The served model as a line names it: its name and where it is served."""
+        return f"{self.model} at {self.shown_url}"
+
+    @property
     def shown_url(self) -> str:
         """The URL as a line or a file may show it: without user, password or query, and the key hidden (some
         gateways take it in the path)."""

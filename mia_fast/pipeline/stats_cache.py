@@ -311,6 +311,7 @@ class _StatsOnlyEngine:
     device = None
     loaded = None
     vocabulary_stats = True
+    weights_here = False
 
     def refusal(self, readout: Readout) -> str | None:
         """Token spans need a tokenizer, which statistics alone lack; what else this engine holds is known only when
@@ -318,6 +319,9 @@ class _StatsOnlyEngine:
         if isinstance(readout, TokenSpansReadout):
             return "where each token lies in its text, which token statistics do not hold: use 'mia-fast score'"
         return None
+
+    def order(self, readout: Readout) -> int:
+        return 0
 
     def run(
         self,
@@ -341,6 +345,9 @@ class _StatsOnlyEngine:
 
     def _stats(self, texts: Sequence[str], prefixes: Sequence[str]) -> TokenStats:
         raise NotImplementedError
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        raise MiaFastError("token statistics hold no tokenizer to give a text's ids: use 'mia-fast score'")
 
     def tokenize_ahead(self, texts: Sequence[str]) -> None:
         """Nothing to prepare: stats need no tokenizer."""

@@ -10,28 +10,20 @@ output records and compares.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mia_fast.errors import MiaFastError
 from mia_fast.methods.online import OnlineSetting
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, recorded_settings, resolve_methods
 from mia_fast.methods.settings import MethodSettings, recorded
-from mia_fast.pipeline.server_client import ServerConfig
 
-if TYPE_CHECKING:  # the model's module imports torch, which a configuration does not need
+if TYPE_CHECKING:  # annotations only: the model's module imports torch, which a configuration does not need
     from mia_fast.pipeline.models import LoadedModel
+    from mia_fast.pipeline.server_client import ServerConfig
 
 DEFAULT_BLOCK_ROWS = 512
 DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
-
-
-def served_default_methods(server: ServerConfig) -> tuple[str, ...]:
-    """The default methods for a served model: the defaults, with Min-K%++ estimated from the top 20 log-probs
-    where a tokenizer here gives the vocabulary's size, and left out otherwise."""
-    top = ("minkpp_top20",) if server.tokenizer is not None else ()
-    return tuple(m for m in DEFAULT_METHODS if m != "minkpp") + top
 
 
 def _scores(default: Any, changes_scores: bool = True) -> Any:
@@ -44,25 +36,33 @@ def score_fields(config: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class GgufFile:
+    """A GGUF model file named as one (``--gguf``): loaded as GGUF whatever its name ends with, and recorded under
+    ``gguf`` as runs always have recorded it. A path ending in ``.gguf`` given as the model (``--model``) is a GGUF
+    file too, recorded by its name alone."""
+
+    path: str | os.PathLike
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return os.fspath(self.path)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
-    """The target model (a hub name, a local directory, or a LoadedModel in memory; None: the built-in
-    SmolLM2-135M) or a GGUF file, the reference model of ``ref``, where and in what precision they run
-    (``device``, ``dtype`` apply to models loaded here), whether the start token is prepended, the window
-    length for long texts (default: the model's context) and the back end of the token statistics and
-    reductions (``auto``, ``torch``, ``triton``). The model may be one reached over HTTP: a ``ServerConfig``
-    (URL, served name, key variable, tokenizer). Every field but the device and the back end changes scores."""
+    """The target model, the reference model of ``ref``, where and in what precision they run (``device``,
+    ``dtype`` apply to models loaded here), whether the start token is prepended, the window length for long texts
+    (default: the model's context) and the back end of the token statistics and reductions (``auto``, ``torch``,
+    ``triton``). Every field but the device and the back end changes scores.
 
-    def __post_init__(self) -> None:
-        if self.server is not None and self.gguf is not None:
-            raise MiaFastError("give the target model once: --server (with --server-model) or --model/--gguf")
+    ``model`` is the one source of the target: a hub name, a local directory, a GGUF file (a path ending in
+    ``.gguf``, or a :class:`GgufFile`), a LoadedModel in memory, a model reached over HTTP (a ``ServerConfig``:
+    URL, served name, key variable, tokenizer), or None for the built-in SmolLM2-135M. Which engine serves it is
+    the engine registry's choice (``mia_fast.scoring.engines``)."""
 
-    @property
-    def server(self) -> ServerConfig | None:
-        """The target model's server, where it is a served model."""
-        return self.model if isinstance(self.model, ServerConfig) else None
-
-    model: str | LoadedModel | ServerConfig | None = _scores(None)
-    gguf: str | os.PathLike | None = _scores(None)
+    model: str | os.PathLike | LoadedModel | ServerConfig | None = _scores(None)
     ref_model: str | LoadedModel | None = _scores(None)
     # Where the model runs and which kernels reduce its logits move a score only within floating-point error: a
     # threshold calibrated on one device applies on another.
@@ -75,11 +75,17 @@ class ModelConfig:
     @property
     def name(self) -> str:
         """The target model as a user named it."""
-        if self.server is not None:
-            return f"{self.server.model} at {self.server.shown_url}"
-        if self.model is not None and not isinstance(self.model, str):
-            return self.model.name
-        return str(self.gguf or self.model or DEFAULT_MODEL_NAME)
+        if self.model is None or isinstance(self.model, (str, os.PathLike)):
+            return str(self.model or DEFAULT_MODEL_NAME)
+        return self.model.name
+
+    def recorded_source(self) -> dict[str, Any]:
+        """The target model as a run records it: a source whose fields say they change scores (a ServerConfig: the
+        model served and its tokenizer) by those, any other by its name; and a GGUF file named as one under
+        ``gguf`` (None otherwise), so that a threshold or a Ray run recorded before still matches."""
+        marked = score_fields(self.model) if is_dataclass(self.model) else {}
+        gguf = recorded(self.model) if isinstance(self.model, GgufFile) else None
+        return {"model": marked or self.name, "gguf": gguf}
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,8 @@ class ScoringConfig:
 @dataclass(frozen=True)
 class OutputConfig:
     """Where scores go (.jsonl, .csv or .parquet), whether an existing output is continued or replaced, the rows
-    scored and written per block, and the input fields copied to the output (id and label)."""
+    scored and written per block, the input fields copied to the output (id and label), and the run file written
+    beside it."""
 
     out: str | os.PathLike = _scores(None, False)
     resume: bool = _scores(False, False)
@@ -131,6 +138,8 @@ class OutputConfig:
     block_rows: int = _scores(DEFAULT_BLOCK_ROWS, False)
     id_field: str = _scores("id", False)
     label_field: str = _scores("label", False)
+    # The run file (TOML) that reproduces the output, written beside it (OUT.run.toml); None: none.
+    run_file: str | None = _scores(None, False)
 
     @property
     def path(self) -> Path:
@@ -149,5 +158,5 @@ class RunConfig:
     def recorded(self) -> dict[str, Any]:
         """Every setting that changes a score of this run, as JSON."""
         model = score_fields(self.model)
-        model["model"] = score_fields(self.model.server) if self.model.server is not None else self.model.name
-        return {**model, **self.scoring.recorded()}
+        del model["model"]
+        return {**self.model.recorded_source(), **model, **self.scoring.recorded()}

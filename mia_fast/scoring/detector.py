@@ -1,5 +1,6 @@
 """The Detector: scores texts with every requested method, running each pass the methods need once, on the
-engines it holds (a model run here, a stats cache, saved TokenStats; ``mia_fast.pipeline.passes.Engine``)."""
+engines it holds (a model run here or behind a server, a stats cache, saved TokenStats, any engine of the registry
+``mia_fast.scoring.engines``; ``mia_fast.pipeline.passes.Engine``)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from mia_fast.methods import registry
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting, TextWindows, online_scores
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, MethodRequest, ScoringInputs
 from mia_fast.methods.settings import MethodSettings
-from mia_fast.pipeline.engine import StatsEngine
-from mia_fast.pipeline.models import LoadedModel, load_model
-from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Engine, Pass, TokenCallback
+from mia_fast.pipeline.models import LoadedModel
+from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Engine, EngineLimits, Pass, TokenCallback, WeightsEngine
+from mia_fast.pipeline.server_client import ServerConfig
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import CacheOnlyEngine, SavedStatsEngine, open_cache
 from mia_fast.pipeline.tokenize import encodable
 from mia_fast.scoring.config import ComputeConfig, ModelConfig
+from mia_fast.scoring.engines import engine_kind, weights_engine
 from mia_fast.scoring.planner import run_passes
 
 UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
@@ -88,37 +90,17 @@ class Scores(Mapping[str, np.ndarray]):
 
 
 def model_engines(config: ModelConfig, compute: ComputeConfig) -> dict[str, Engine]:
-    """The target's engine (a model served at ``config.server``, or loaded here unless given in memory) and the
-    reference's (with ``config.ref_model``), with the stats cache of ``compute`` where it names one."""
-
-    def engine(model: str | LoadedModel | None, gguf: str | os.PathLike | None, max_length: int | None) -> StatsEngine:
-        loaded = model if isinstance(model, LoadedModel) else load_model(model, gguf, config.device, config.dtype)
-        return StatsEngine(
-            loaded,
-            prepend_start=config.prepend_start,
-            batch_tokens=compute.batch_tokens,
-            max_length=max_length,
-            backend=config.backend,
-        )
-
-    if config.server is not None:
-        from mia_fast.pipeline.server import ServerEngine
-
-        target: Engine = ServerEngine(
-            config.server, prepend_start=config.prepend_start, max_length=config.max_length, log=_log
-        )
-    else:
-        target = engine(config.model, config.gguf, config.max_length)
-    engines = {TARGET: target}
+    """The target's engine, of the kind the engine registry gives its source, and the reference's (a model run
+    here, with ``config.ref_model``), each with the stats cache of ``compute`` where it names one."""
+    engines = {TARGET: engine_kind(config.model).build(config, compute, _log)}
     if config.ref_model is not None:
-        engines[REFERENCE] = engine(config.ref_model, None, None)
-    if compute.stats_cache is not None:
-        for built in engines.values():
-            built.use_cache(compute.stats_cache, log=_log)
+        engines[REFERENCE] = weights_engine(config.ref_model, config, compute, _log, None)
     return engines
 
 
-def engine_refusal(method: registry.Method, settings: MethodSettings, engines: Mapping[str, Any]) -> str | None:
+def engine_refusal(
+    method: registry.Method, settings: MethodSettings, engines: Mapping[str, EngineLimits]
+) -> str | None:
     """Why the engines cannot serve ``method`` (what it needs that they do not give), or None."""
     if method.vocabulary and not engines[TARGET].vocabulary_stats:
         return (
@@ -132,7 +114,9 @@ def engine_refusal(method: registry.Method, settings: MethodSettings, engines: M
     return None
 
 
-def check_served(requests: Sequence[MethodRequest], settings: MethodSettings, engines: Mapping[str, Any]) -> None:
+def check_served(
+    requests: Sequence[MethodRequest], settings: MethodSettings, engines: Mapping[str, EngineLimits]
+) -> None:
     """Refuses, in one line, the first requested method whose needs the engines do not give."""
     for request in requests:
         refusal = engine_refusal(request.method, settings, engines)
@@ -147,8 +131,9 @@ class Detector:
     >>> scores = detector.score(["some text"], methods=["loss", "mink", "minkpp"], k=[0.2])
     >>> scores["mink_0.2"]
 
-    ``model`` is a :class:`ModelConfig`, or its model alone (a hub name, a directory, a :class:`LoadedModel`
-    already in memory, e.g. one just fine-tuned), or an engine of its own (anything following
+    ``model`` is a :class:`ModelConfig`, or its model alone (a hub name, a directory, a GGUF file, a
+    :class:`LoadedModel` already in memory, e.g. one just fine-tuned, a ``ServerConfig``: any source an engine of
+    the registry takes), or an engine of its own (anything following
     :class:`mia_fast.pipeline.passes.Engine`, e.g. :meth:`from_stats_cache`'s). ``settings`` are the methods'
     settings (a :class:`MethodSettings` or settings objects, e.g. ``[RecallSettings(prefix_nonmembers=...)]``),
     made ready here: a probe loaded and checked against the model, a frequency table mapped onto its
@@ -158,7 +143,7 @@ class Detector:
 
     def __init__(
         self,
-        model: ModelConfig | str | LoadedModel | Engine | None = None,
+        model: ModelConfig | str | os.PathLike | LoadedModel | ServerConfig | Engine | None = None,
         settings: Settings = None,
         compute: ComputeConfig | None = None,
     ) -> None:
@@ -296,8 +281,8 @@ class Detector:
         return ScoringInputs(plain, results, cleaned, settings, self.backend, self.target.device)
 
     def _derivable(self) -> list[str]:
-        """The models this detector can make from its target's weights: none unless it runs the target here."""
-        return list(registry.DERIVED_MODELS) if isinstance(self.target, StatsEngine) else []
+        """The models this detector can make from its target's weights: none unless they are here."""
+        return list(registry.DERIVED_MODELS) if self.target.weights_here else []
 
     def _engines_for(self, passes: Sequence[Pass], settings: MethodSettings) -> dict[str, Engine]:
         """The engines ``passes`` run on: the detector's own, and an engine set up as the target's (start token,
@@ -309,17 +294,8 @@ class Detector:
                 continue
             value = settings.of(derived.settings)
             if model not in self._derived or self._derived[model][0] != value:
-                target = self.target
-                engine = StatsEngine(
-                    derived.make(target.loaded, value, _log),
-                    prepend_start=target.prepend_start,
-                    batch_tokens=target.batch_tokens,
-                    max_length=target.max_length,
-                    backend=target.backend,
-                )
-                if target.cache is not None:
-                    engine.use_cache(target.cache.base, log=_log)
-                self._derived[model] = (value, engine)
+                target: WeightsEngine = self.target  # its weights are here: _derivable
+                self._derived[model] = (value, target.derive(derived.make(target.loaded, value, _log)))
             engines[model] = self._derived[model][1]
         return engines
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import Engine, Pass, TokenCallback, TopLogprobsReadout
+from mia_fast.pipeline.passes import Engine, Pass, TokenCallback
 from mia_fast.pipeline.stats import TokenStats
 
 
@@ -20,7 +20,7 @@ def run_passes(
     """The result of every pass over ``texts``: TokenStats, or an array with a row per text for the other readouts.
 
     Each distinct (model, prefix, transformed text, readout) runs once, and all of a model's work for one
-    readout is batched together under its token budget.
+    readout is batched together under its token budget; each engine orders its own readouts (``Engine.order``).
     """
     groups: dict[tuple[str, Any], dict[tuple[str, str], int]] = {}
     positions: dict[Pass, list[int]] = {}
@@ -30,9 +30,7 @@ def run_passes(
         units = groups.setdefault((p.model, p.readout), {})
         positions[p] = [units.setdefault((p.prefix, p.transform(t)), len(units)) for t in texts]
     computed = {}
-    # A readout of the top log-probs runs before the plain pass: an engine that fetches both in one answer (a
-    # server) then serves the plain pass from what it just fetched.
-    ordered = sorted(groups.items(), key=lambda item: not isinstance(item[0][1], TopLogprobsReadout))
+    ordered = sorted(groups.items(), key=lambda item: engines[item[0][0]].order(item[0][1]))
     for (model, readout), units in ordered:
         prefixes, unit_texts = [u[0] for u in units], [u[1] for u in units]
         computed[model, readout] = engines[model].run(readout, unit_texts, prefixes, on_tokenized, on_progress)

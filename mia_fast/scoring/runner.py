@@ -20,10 +20,11 @@ from mia_fast.errors import MiaFastError
 from mia_fast.methods import registry
 from mia_fast.methods.registry import MethodRequest
 from mia_fast.methods.settings import MethodSettings
-from mia_fast.pipeline.models import LoadedModel, check_device, check_model_source
+from mia_fast.pipeline.models import check_device
 from mia_fast.pipeline.passes import REFERENCE, TARGET
 from mia_fast.scoring.config import ModelConfig, RunConfig, ScoringConfig
 from mia_fast.scoring.detector import Detector, OnlineScores, Scores, check_served
+from mia_fast.scoring.engines import check_weights, engine_kind
 
 ONLINE_COLUMNS = ("online_max", "online_start", "online_end", "online_text")
 # Rough characters per token, only to size the progress bar before a block is tokenized.
@@ -32,26 +33,23 @@ _CHARS_PER_TOKEN = 4
 
 def check_before_loading(model: ModelConfig, scoring: ScoringConfig) -> tuple[list[MethodRequest], MethodSettings]:
     """What can be refused before a model loads, for a run here or on Ray: unknown methods, bad k, methods whose
-    models or settings were not given, a device this machine lacks, a model that cannot load (a missing
-    directory or part of one, a corrupt GGUF file, a hub name neither cached nor reachable). Returns the requests
-    and the settings made ready without a model (a probe read from its directory)."""
+    models or settings were not given, methods the target's engine cannot serve (its kind's limits), a device this
+    machine lacks, a model that cannot load (its kind's check: a missing directory or part of one, a corrupt GGUF
+    file, a hub name neither cached nor reachable). Returns the requests and the settings made ready without a
+    model (a probe read from its directory)."""
     requests = registry.resolve_methods(scoring.methods, scoring.k)
     settings = registry.prepare_settings(scoring.settings, None)
+    kind = engine_kind(model.model)
+    limits = kind.limits(model)
     models = [REFERENCE] if model.ref_model is not None else []
-    if model.server is None:  # weights run here: the models made from them are available too
+    if limits.weights_here:  # the models made from them are available too
         models += list(registry.DERIVED_MODELS)
     registry.check_available(requests, settings, models=models)
     check_device(model.device, model.dtype)
-    if model.server is not None:
-        from mia_fast.pipeline.server import ServedLimits
-
-        check_served(requests, settings, {TARGET: ServedLimits(model.server.tokenizer is not None)})
-        if model.server.tokenizer is not None:
-            check_model_source(model.server.tokenizer)
-    elif not isinstance(model.model, LoadedModel):
-        check_model_source(model.model, model.gguf)
-    if model.ref_model is not None and not isinstance(model.ref_model, LoadedModel):
-        check_model_source(model.ref_model)
+    check_served(requests, settings, {TARGET: limits})
+    kind.check(model)
+    if model.ref_model is not None:
+        check_weights(model.ref_model)
     return requests, settings
 
 
@@ -246,7 +244,7 @@ def score_file(
     recorded = run_record(config)
     with OutputLock(out):
         columns = output_columns(first, requests, output.id_field, output.label_field, online is not None)
-        writer = ResultWriter(out, columns, output.resume, output.overwrite, recorded)
+        writer = ResultWriter(out, columns, output.resume, output.overwrite, recorded, output.run_file)
         writers = [writer]
         if online is not None:
             windows_columns = _windows_columns(first, output.id_field)

@@ -238,7 +238,7 @@ def test_a_bad_row_anywhere_in_a_stream_is_refused_before_anything_is_scored(det
 
 
 def test_parquet_output_columns_empty_at_first_take_their_later_type(tmp_path, monkeypatch):
-    monkeypatch.setattr("mia_fast.data.outputs.PARQUET_CONVERSION_ROWS", 3)
+    monkeypatch.setattr("mia_fast.data.formats.PARQUET_CONVERSION_ROWS", 3)
     writer = ResultWriter(tmp_path / "o.parquet", ["id", "score", "warning"])
     writer.write([{"id": i, "score": float(i), "warning": None} for i in range(5)])
     writer.write([{"id": 5, "score": float("nan"), "warning": "nothing to score"}])

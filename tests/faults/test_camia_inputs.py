@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers import refused, write_jsonl
 
-from mia_fast.scoring import detector
+from mia_fast.pipeline import models
 
 SCORED = ["the first scored text of this file", "a second scored text", "and a third one"]
 
@@ -17,7 +17,7 @@ def camia_run(tmp_path, tiny_model_dir, monkeypatch) -> list:
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(detector, "load_model", no_loading)
+    monkeypatch.setattr(models, "load_model", no_loading)
     data = write_jsonl(tmp_path / "data.jsonl", [{"text": t} for t in SCORED])
     return ["score", data, "--methods", "loss,camia", "--model", tiny_model_dir, "--out", tmp_path / "o.jsonl"]
 

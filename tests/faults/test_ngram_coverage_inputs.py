@@ -14,7 +14,7 @@ from mia_fast.methods import ngram_coverage
 
 @pytest.fixture
 def no_model_load(monkeypatch):
-    monkeypatch.setattr("mia_fast.scoring.detector.load_model", lambda *args: pytest.fail("a model was loaded"))
+    monkeypatch.setattr("mia_fast.pipeline.models.load_model", lambda *args: pytest.fail("a model was loaded"))
 
 
 def score_refused(capsys, tmp_path, model_dir, rows, *args) -> str:

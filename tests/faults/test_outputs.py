@@ -65,7 +65,7 @@ def test_a_failed_fresh_run_leaves_no_file_and_the_corrected_rerun_needs_no_flag
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     assert run_cli(*score(labelled_jsonl, tiny_model_dir, out)) == 0
     assert len(read_jsonl(out)) == 24
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.jsonl", "new.jsonl.manifest.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.jsonl", "new.jsonl.manifest.json", "new.jsonl.run.toml"]
 
 
 @pytest.mark.parametrize("flags", [[], ["--overwrite"], ["--resume"]])

@@ -74,6 +74,16 @@ def test_an_echoing_server_leaves_the_key_in_no_line_and_no_file(
     # The server's fingerprint is recorded, the key in it hidden.
     manifest = Path(f"{out}.manifest.json").read_text()
     assert f"{faulty_server.FINGERPRINT} {MASKED}" in manifest, manifest
+    # The run files name the key's variable, never the key.
+    for run_file in (Path(f"{out}.run.toml"), report / "run.toml"):
+        assert f'api_key_env = "{VARIABLE}"' in run_file.read_text()
+
+
+def test_a_key_in_the_server_url_is_hidden_in_the_run_file(tmp_path, capsys, data):
+    url = f"http://127.0.0.1:8000/{KEY}/v1"
+    assert run_cli("score", data, *server_args(url), "--out", tmp_path / "o.jsonl", "--print-config") == 0
+    text = capsys.readouterr().out
+    assert KEY not in text and 'server = "http://127.0.0.1:8000/***/v1"' in text and "written as ***" in text
 
 
 def test_the_models_a_server_lists_are_shown_without_the_key(tmp_path, capsys, data):

@@ -1,6 +1,9 @@
 """SaMIA, PAC and the gradient norm: formulas on hand-built inputs, hand computations on a tiny model,
 sampling that does not depend on the batch, the passes they share, and the bad inputs."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -277,3 +280,14 @@ def test_cli_scores_every_new_method_and_refuses_bad_settings(tmp_path, tiny_mod
         "argument --samia-samples: must be a whole number in [1, 1000]" in message
         and not (tmp_path / "x.jsonl").exists()
     )
+
+
+def test_gradnorm_at_its_default_norm_is_recorded_and_resumed(tmp_path, tiny_model_dir, capsys):
+    """inf, the default norm, is no JSON number: the manifest records it as text, and a resume agrees with it."""
+    data = write_jsonl(tmp_path / "d.jsonl", [{"id": i, "text": t} for i, t in enumerate(TEXTS)])
+    out = tmp_path / "s.jsonl"
+    args = ["score", str(data), "--model", str(tiny_model_dir), "--methods", "gradnorm", "--out", str(out), "--quiet"]
+    assert run_cli(*args) == 0
+    assert json.loads(Path(f"{out}.manifest.json").read_text())["settings"]["gradnorm_norm"] == "inf"
+    assert run_cli(*args, "--resume") == 0
+    assert "already scored" in capsys.readouterr().err

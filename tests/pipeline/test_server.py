@@ -268,16 +268,17 @@ def test_an_unreachable_server_is_one_line_within_seconds(tmp_path, capsys):
     assert "refuses connections (is it running?)" in line and time.monotonic() - start < 10
 
 
-def test_a_served_model_is_the_model_of_a_model_config():
+def test_a_served_model_is_the_model_of_a_model_config_and_the_server_engine_serves_it():
+    from mia_fast.scoring.engines import ENGINES, engine_kind
+
     server = ServerConfig("http://127.0.0.1:1", "m", tokenizer="t")
-    assert ModelConfig(model=server).server is server and ModelConfig(model="m").server is None
+    assert engine_kind(server) is ENGINES["server"] and engine_kind("m") is ENGINES["local"]
     assert ModelConfig(model=server).name == "m at http://127.0.0.1:1"
-    with pytest.raises(MiaFastError, match="give the target model once"):
-        ModelConfig(model=server, gguf="model.gguf")
+    assert ModelConfig(model=server).recorded_source() == {"model": {"model": "m", "tokenizer": "t"}, "gguf": None}
 
 
 def test_a_served_model_defaults_to_the_methods_a_server_can_give():
-    from mia_fast.scoring.config import served_default_methods
+    from mia_fast.scoring.engines import served_default_methods
 
     assert served_default_methods(ServerConfig("http://h", "m", tokenizer="t")) == (
         "loss",

@@ -1,0 +1,222 @@
+"""Output formats: how score rows are written to a file and read back, one small class each.
+
+A format turns blocks of rows into bytes a :class:`~mia_fast.data.outputs.ResultWriter` appends to its stage, and
+reads a finished file back as records (for ``mia-fast eval``, or as an input). A format that cannot be appended to
+a block at a time (parquet) is staged in another (``staged_in``) and converted by :meth:`OutputFormat.finish` once
+the output is complete; such an output cannot be extended by a later ``--resume``.
+
+Adding a format is one class and one :func:`register_format` line: ``--out`` accepts its suffix, the stage and the
+manifest work as for the others, and the scores file reads back (docs/adding-an-output-format.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mia_fast.data.readers import BadRecord, RowPosition, decode_json_record, iter_lines, iter_parquet
+from mia_fast.errors import MiaFastError
+
+# Rows of a staged .parquet output converted at a time, so that memory stays flat whatever the output's size.
+PARQUET_CONVERSION_ROWS = 8192
+
+Rows = Sequence[Mapping[str, Any]]
+Records = Iterator[tuple[int, dict[str, Any], int]]
+
+
+class OutputFormat:
+    """A file format of score rows, registered under its ``suffix``.
+
+    ``encode`` writes blocks of rows after the ``header``; ``read_back`` reads a finished file. A format with
+    ``staged_in`` set is written in that format while the run lasts and turned into its own by ``finish``.
+    ``read_suffixes`` are the file names it reads as an input (e.g. compressed ones as well).
+    """
+
+    suffix: str = ""
+    staged_in: OutputFormat | None = None
+
+    @property
+    def name(self) -> str:
+        return self.suffix.lstrip(".")
+
+    @property
+    def read_suffixes(self) -> tuple[str, ...]:
+        return (self.suffix,)
+
+    @property
+    def stage(self) -> OutputFormat:
+        """The format the rows are appended in while the output is unfinished."""
+        return self.staged_in or self
+
+    def header(self, columns: Sequence[str]) -> bytes:
+        """What the file starts with before any row."""
+        return b""
+
+    def encode(self, rows: Rows, columns: Sequence[str]) -> bytes:
+        """One block of rows, ``columns`` in order; NaN and None are the format's missing value. A format staged in
+        another needs none."""
+        raise NotImplementedError
+
+    def finish(self, staged: Path, target: Path, columns: Sequence[str]) -> None:
+        """Converts the complete staged rows (in ``staged_in``) into ``target`` in this format; only a format staged
+        in another needs one."""
+        raise NotImplementedError
+
+    def read_back(self, path: Path, start: RowPosition) -> Records:
+        """(line or row number, record, bytes of the file read so far) of every record from ``start`` on."""
+        raise NotImplementedError
+
+
+def json_value(value: Any) -> Any:
+    """A value as JSON holds it: NaN, which JSON lacks, is null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+class JsonLines(OutputFormat):
+    suffix = ".jsonl"
+
+    @property
+    def read_suffixes(self) -> tuple[str, ...]:
+        return (".jsonl", ".jsonl.gz")
+
+    def encode(self, rows: Rows, columns: Sequence[str]) -> bytes:
+        return "".join(
+            json.dumps({c: json_value(row[c]) for c in columns}, ensure_ascii=False) + "\n" for row in rows
+        ).encode("utf-8")
+
+    def read_back(self, path: Path, start: RowPosition) -> Records:
+        return skip_to(_jsonl_records(path, start), start)
+
+
+JSONL = JsonLines()
+
+
+class Csv(OutputFormat):
+    suffix = ".csv"
+
+    def header(self, columns: Sequence[str]) -> bytes:
+        buffer = io.StringIO(newline="")
+        csv.writer(buffer).writerow(columns)
+        return buffer.getvalue().encode("utf-8")
+
+    def encode(self, rows: Rows, columns: Sequence[str]) -> bytes:
+        buffer = io.StringIO(newline="")
+        writer = csv.writer(buffer)
+        for row in rows:
+            writer.writerow(["" if json_value(row[c]) is None else row[c] for c in columns])
+        return buffer.getvalue().encode("utf-8")
+
+    def read_back(self, path: Path, start: RowPosition) -> Records:
+        return skip_to(_csv_records(path, start), start)
+
+
+class Parquet(OutputFormat):
+    suffix = ".parquet"
+    staged_in = JSONL
+
+    def read_back(self, path: Path, start: RowPosition) -> Records:
+        return iter_parquet(path, first_row=start.row)
+
+    def finish(self, staged: Path, target: Path, columns: Sequence[str]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        # Two passes over the staged rows, a few thousand at a time: one for the column types (a column that is
+        # empty in the first rows and text later is text), one to write.
+        schemas = [table.schema for table in self._staged_tables(staged)]
+        schema = (
+            pa.unify_schemas(schemas, promote_options="permissive")
+            if schemas
+            else pa.table({c: [] for c in columns}).schema
+        )
+        with pq.ParquetWriter(target, schema) as parquet:
+            for table in self._staged_tables(staged):
+                parquet.write_table(table.select(schema.names).cast(schema))
+
+    def _staged_tables(self, staged: Path) -> Iterator[Any]:
+        import pyarrow as pa
+
+        records: list[dict[str, Any]] = []
+        for _, record, _ in self.stage.read_back(staged, RowPosition(0, 0)):
+            records.append(record)
+            if len(records) == PARQUET_CONVERSION_ROWS:
+                yield pa.Table.from_pylist(records)
+                records = []
+        if records:
+            yield pa.Table.from_pylist(records)
+
+
+OUTPUT_FORMATS: dict[str, OutputFormat] = {}
+
+
+def register_format(fmt: OutputFormat) -> OutputFormat:
+    """Makes ``fmt`` an output format (``--out`` with its suffix) and a format data files are read in."""
+    OUTPUT_FORMATS[fmt.suffix] = fmt
+    return fmt
+
+
+register_format(JSONL)
+register_format(Csv())
+register_format(Parquet())
+
+
+def output_suffixes() -> tuple[str, ...]:
+    return tuple(OUTPUT_FORMATS)
+
+
+def output_format(path: Path) -> OutputFormat:
+    """The registered format of an output, by its suffix."""
+    name = path.name.lower()
+    for suffix in sorted(OUTPUT_FORMATS, key=len, reverse=True):
+        if name.endswith(suffix):
+            return OUTPUT_FORMATS[suffix]
+    raise MiaFastError(f"{path}: unsupported output format; use one of {', '.join(OUTPUT_FORMATS)}")
+
+
+def skip_to(records: Records, start: RowPosition) -> Records:
+    """The records from ``start.row`` on: reached by seeking where ``start`` has an offset, else by reading past
+    them."""
+    skip = 0 if start.offset is not None else start.row
+    for index, record in enumerate(records):
+        if index >= skip:
+            yield record
+
+
+def _jsonl_records(path: Path, start: RowPosition) -> Records:
+    first_line = start.number if start.offset is not None else 1
+    for line_number, line, position in iter_lines(path, start.offset or 0, first_line):
+        if not line.strip():
+            continue
+        try:
+            yield line_number, decode_json_record(line), position
+        except BadRecord as bad:
+            reason = f"malformed JSON: {bad.detail}" if bad.kind == "json" else str(bad)
+            raise MiaFastError(f"{path}:{line_number}: {reason}") from None
+
+
+def _csv_records(path: Path, start: RowPosition) -> Records:
+    """Rows numbered as a spreadsheet does (the header is row 1); a quoted field may span lines."""
+    position = 0
+
+    def decoded(lines: Iterator[tuple[int, bytes, int]]) -> Iterator[str]:
+        nonlocal position
+        for _, line, line_end in lines:
+            position = line_end
+            yield line.decode("utf-8")
+
+    header = next(csv.reader(decoded(iter_lines(path))), None)
+    if header is None:
+        return
+    if start.offset is None:
+        rows, first = csv.DictReader(decoded(iter_lines(path))), 2
+    else:
+        rows, first = csv.DictReader(decoded(iter_lines(path, start.offset)), fieldnames=header), start.number
+    for number, record in enumerate(rows, start=first):
+        yield number, record, position
