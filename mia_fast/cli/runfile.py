@@ -319,7 +319,14 @@ def write_report_run_file(report: str | os.PathLike, args: argparse.Namespace) -
 
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__.split("\n\n")[1].replace("\n", " ")
+    parser.description = (
+        "Runs what a run file (TOML) describes: 'command' names the command; each option is a key named as its flag "
+        "with underscores, in the section of its kind: [data], [model], [server], [methods] (names, k) with a "
+        "method's settings under [methods.NAME] by their own names, [online], [output], [compute], [ray], and a "
+        "section named after the command for its own options. Flags after FILE win over the file. Every output "
+        "and report carries the run file that reproduces it (OUT.run.toml, REPORT/run.toml); COMMAND "
+        "--print-config prints one. See docs/cli.md."
+    )
     parser.add_argument("file", metavar="FILE", help="the run file (TOML), e.g. the run.toml beside a report")
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="flags of the file's command, which win over it")
 
