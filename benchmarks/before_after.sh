@@ -5,7 +5,11 @@
 #
 #   bash benchmarks/before_after.sh BEFORE_CHECKOUT BEFORE_PYTHON [ROUNDS]
 #
-# BEFORE_PYTHON must import BEFORE_CHECKOUT's mia_fast (e.g. a venv where it is installed, or PYTHONPATH set).
+# BEFORE_PYTHON imports BEFORE_CHECKOUT's mia_fast from PYTHONPATH: an editable install's import hook (which sends
+# `import mia_fast` to its own checkout whatever PYTHONPATH says) is dropped for that side, so BEFORE_CHECKOUT needs
+# its compiled core in its package (benchmarks/peer_vllm.py's importable_checkout builds it) and its Triton kernels
+# linked there as a wheel installs them (`ln -s ../kernels BEFORE_CHECKOUT/mia_fast/kernels`). Each round logs the
+# mia_fast it imported.
 set -euo pipefail
 before_dir=$(cd "$1" && pwd); before_python=$2; rounds=${3:-3}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +20,11 @@ for round in $(seq "$rounds"); do
   for side in before after; do
     if [ "$side" = before ]; then dir=$before_dir; python=$before_python; else dir=$here; python=$here/.venv/bin/python; fi
     uptime >> "$scratch/load-$side.txt"
-    (cd "$dir/benchmarks" && PYTHONPATH="$dir" "$python" cpu_score.py --models builtin --rounds 1 \
+    hook=""
+    [ "$side" = before ] && hook="sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != 'ScikitBuildRedirectingFinder']; "
+    (cd "$dir/benchmarks" && PYTHONPATH="$dir" "$python" -c "import runpy, sys; ${hook}import mia_fast; \
+print('$side imports', mia_fast.__file__, file=sys.stderr); sys.argv = sys.argv[1:]; \
+runpy.run_path(sys.argv[0], run_name='__main__')" cpu_score.py --models builtin --rounds 1 \
       --contenders "$contenders" --name "$scratch/$side-$round")
   done
 done
