@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mia_fast.data.formats import JSONL, OUTPUT_FORMATS
+from mia_fast.data.formats import JSONL, OUTPUT_FORMATS, matching_suffix
 from mia_fast.data.readers import RowPosition, iter_lines
 from mia_fast.data.text import replace_lone_surrogates, truncate_words
 from mia_fast.errors import MiaFastError, MiaFastWarning
@@ -105,17 +105,9 @@ def input_suffixes() -> tuple[str, ...]:
     return tuple(suffixes)
 
 
-def _suffix(path: Path, allowed: Sequence[str], what: str) -> str:
-    name = path.name.lower()
-    for suffix in sorted(allowed, key=len, reverse=True):
-        if name.endswith(suffix):
-            return suffix
-    raise MiaFastError(f"{path}: unsupported {what} format; use one of {', '.join(allowed)}")
-
-
 def _input_path(path: str | os.PathLike) -> tuple[Path, str]:
     path = Path(path)
-    suffix = _suffix(path, input_suffixes(), "input")
+    suffix = matching_suffix(path, input_suffixes(), "input")
     try:
         mode = path.stat().st_mode  # stat, not open: opening a FIFO with no writer would wait for one
     except FileNotFoundError:

@@ -171,13 +171,18 @@ def output_suffixes() -> tuple[str, ...]:
     return tuple(OUTPUT_FORMATS)
 
 
+def matching_suffix(path: Path, allowed: Sequence[str], what: str) -> str:
+    """The longest of ``allowed`` that ``path``'s name ends with (any case); one line naming them where none does."""
+    name = path.name.lower()
+    for suffix in sorted(allowed, key=len, reverse=True):
+        if name.endswith(suffix):
+            return suffix
+    raise MiaFastError(f"{path}: unsupported {what} format; use one of {', '.join(allowed)}")
+
+
 def output_format(path: Path) -> OutputFormat:
     """The registered format of an output, by its suffix."""
-    name = path.name.lower()
-    for suffix in sorted(OUTPUT_FORMATS, key=len, reverse=True):
-        if name.endswith(suffix):
-            return OUTPUT_FORMATS[suffix]
-    raise MiaFastError(f"{path}: unsupported output format; use one of {', '.join(OUTPUT_FORMATS)}")
+    return OUTPUT_FORMATS[matching_suffix(path, tuple(OUTPUT_FORMATS), "output")]
 
 
 def skip_to(records: Records, start: RowPosition) -> Records:

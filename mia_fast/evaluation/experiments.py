@@ -462,9 +462,7 @@ def supplied_by_experiment(option: SettingOption) -> bool:
 def experiment_settings(scoring: ScoringConfig, seed: int) -> MethodSettings:
     """The methods' settings of an experiment: ``scoring``'s, with SaMIA and PAC seeded by the fine-tuning's
     ``seed`` and neighbours made by word-drop from that seed (no second model) unless given."""
-    defaults = MethodSettings(
-        SamiaSettings(seed=seed), PacSettings(seed=seed), NeighborSettings(model=WORD_DROP, seed=seed)
-    )
+    defaults = MethodSettings(SamiaSettings(seed=seed), PacSettings(seed=seed), NeighborSettings(seed=seed))
     settings = defaults.replace(*scoring.settings)
     neighbors = settings.of(NeighborSettings)
     if neighbors.neighbors is None and neighbors.model is None:
