@@ -5,10 +5,13 @@ round so that machine noise hits the contenders alike; medians over the rounds a
 
 - ``builtin``: the built-in SmolLM2-135M (V = 49152) on the first 100 wikipedia_en texts cut to 100 words;
 - ``qwen-152k``: a random-initialised model of the Qwen2.5-0.5B shape (V = 151936, H = 896, 24 layers;
-  SmolLM2's tokenizer, whose ids all fit) on the first 20 PubMed abstracts, about 300 tokens each.
+  SmolLM2's tokenizer, whose ids all fit) on the first 20 PubMed abstracts, about 300 tokens each;
+- ``pythia-160m``: a random-initialised gpt_neox of Pythia-160M's shape (V = 50304, H = 768, 12 layers; SmolLM2's
+  tokenizer) on the same 100 wikipedia_en texts as ``builtin``.
 
 Contenders: the public Min-K%++ loop; ``Detector.score`` with loss, zlib, mink and minkpp at 10 k's
-(the engine of ``mia-fast score``); the same with the logit chunking of before the fix (16 MB of
+(the engine of ``mia-fast score``); the same on the model's own forward (``forward="model"``: padded rows, where the
+engine's default is the packed decoder); the same with the logit chunking of before the fix (16 MB of
 logits per head projection and per reduction); the forward alone with the engine's batches; and
 ``score_file`` from a .jsonl of the texts to a scores file in blocks of 20 rows, with the next block read
 and tokenized and the last one written on their own threads (``overlap``) or all in turn on one thread
@@ -64,6 +67,18 @@ QWEN_0_5B_SHAPE = dict(
     rope_theta=1_000_000.0,
     tie_word_embeddings=True,
 )
+PYTHIA_160M_SHAPE = dict(
+    hidden_size=768,
+    intermediate_size=3072,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    vocab_size=50304,
+    max_position_embeddings=2048,
+    rotary_pct=0.25,
+    use_parallel_residual=True,
+    hidden_act="gelu",
+    tie_word_embeddings=False,
+)
 
 
 @torch.inference_mode()
@@ -103,6 +118,16 @@ def detector_and_texts(name: str, batch_tokens: int | None) -> tuple[Detector, l
         )
         detector = Detector(ModelConfig(loaded, prepend_start=False), compute=compute)
         return detector, pile_texts("pubmed_abstracts", n=20, max_words=None)
+    if name == "pythia-160m":
+        from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+        torch.manual_seed(0)
+        model = GPTNeoXForCausalLM(GPTNeoXConfig(**PYTHIA_160M_SHAPE)).eval()
+        loaded = LoadedModel(
+            model, load_tokenizer("default"), "random Pythia-160M shape (gpt_neox)", torch.device("cpu"), torch.float32
+        )
+        detector = Detector(ModelConfig(loaded, prepend_start=False), compute=compute)
+        return detector, pile_texts("wikipedia_en", n=100, max_words=100)
     raise SystemExit(f"unknown model {name!r}; choose builtin or qwen-152k")
 
 
@@ -110,12 +135,25 @@ def with_chunking(engine, chunk_rows: int, stats_rows: int):
     """The padded model forward with the logit chunking of before the fix (not the packed forward of now)."""
 
     def run(fn):
-        saved = engine.chunk_rows, engine.stats_rows, engine.packs
-        engine.chunk_rows, engine.stats_rows, engine.packs = chunk_rows, stats_rows, False
+        saved = engine.chunk_rows, engine.stats_rows
+        engine.chunk_rows, engine.stats_rows = chunk_rows, stats_rows
+        try:
+            return on_model_forward(engine, fn)()
+        finally:
+            engine.chunk_rows, engine.stats_rows = saved
+
+    return run
+
+
+def on_model_forward(engine, fn):
+    """``fn`` run with the engine on the model's own forward, then back on its own choice."""
+
+    def run():
+        engine.use_forward("model")
         try:
             return fn()
         finally:
-            engine.chunk_rows, engine.stats_rows, engine.packs = saved
+            engine.use_forward("auto")
 
     return run
 
@@ -136,6 +174,7 @@ def scoring_file(detector: Detector, texts: list[str], scratch: Path, overlap: b
 # Ratios of median times: (name, numerator contender, denominator contender); reported where both ran.
 RATIOS = [
     ("speedup_vs_public_loop", "public_loop", "mia_fast_score"),
+    ("speedup_vs_model_forward", "mia_fast_score_model_forward", "mia_fast_score"),
     ("speedup_vs_public_loop_before_fix", "public_loop", "mia_fast_score_before_fix"),
     ("forward_only_vs_public_loop", "public_loop", "batched_forward_only"),
     ("score_file_overlap_speedup", "score_file_sequential", "score_file_overlap"),
@@ -152,6 +191,9 @@ def bench_model(name: str, rounds: int, batch_tokens: int | None, scratch: Path,
     contenders = {
         "public_loop": lambda: public_loop_scores(model, tokenizer, texts, DEFAULT_KS),
         "mia_fast_score": lambda: detector.score(texts, methods=METHODS, k=DEFAULT_KS),
+        "mia_fast_score_model_forward": on_model_forward(
+            engine, lambda: detector.score(texts, methods=METHODS, k=DEFAULT_KS)
+        ),
         "mia_fast_score_before_fix": lambda: before_fix(lambda: detector.score(texts, methods=METHODS, k=DEFAULT_KS)),
         "batched_forward_only": lambda: batched_forward(engine, texts),
         "score_file_overlap": scoring_file(detector, texts, scratch, overlap=True),
@@ -170,6 +212,7 @@ def bench_model(name: str, rounds: int, batch_tokens: int | None, scratch: Path,
     median = {c: statistics.median(t) for c, t in times.items()}
     return {
         "model": engine.loaded.name,
+        "forward": engine.path.describe(),
         "vocab_size": engine.loaded.vocab_size,
         "texts": len(texts),
         "scored_tokens": scored_tokens,

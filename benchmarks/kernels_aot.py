@@ -2,10 +2,11 @@
 
 ``triton.compile`` with an explicit ``GPUTarget`` runs the whole pipeline (TTIR, TTGIR, LLVM IR, PTX,
 then ptxas to a cubin); ptxas and cuobjdump ship inside the triton wheel, so no GPU, driver or CUDA
-install is needed. Each kernel is compiled at the block sizes and warp counts its launcher uses, for
-sm_80 (A100) and sm_90 (H100). Registers, stack and local memory come from ``cuobjdump
---dump-resource-usage`` on the cubin, spill bytes from the ptxas log. Exits with status 1 on a compile
-error or on any spill, so it doubles as a CI test (``tests/test_kernels_compile.py``).
+install is needed. Each kernel is compiled at the block sizes and warp counts its launcher uses (token_stats:
+every config of its autotune space, for rows of 1000 and of 151936 logits), for sm_80 (A100) and sm_90
+(H100). Registers, stack and local memory come from ``cuobjdump --dump-resource-usage`` on the cubin, spill
+bytes from the ptxas log. Exits with status 1 on a compile error or on any spill, so it doubles as a CI test
+(``tests/test_kernels_compile.py``).
 
     python benchmarks/kernels_aot.py [--archs 80,90] [--out DIR]     # writes DIR/kernels-aot.json
 """
@@ -51,28 +52,32 @@ def cases() -> list[dict]:
     found = []
     kernel = token_stats._token_stats_kernel
     for dtype in ("bf16", "fp16", "fp32"):
-        for vocab in (1000, 151936):  # below and above MAX_BLOCK_V: both launch configurations
-            block, warps = token_stats.token_stats_launch(vocab)
-            types = {
-                "logits_ptr": f"*{dtype}",
-                "row_stride": "i32",
-                "targets_ptr": "*i64",
-                "logp_ptr": "*fp32",
-                "mu_ptr": "*fp32",
-                "var_ptr": "*fp32",
-                "max_logp_ptr": "*fp32",
-                "vocab_size": "i32",
-                "ignore_index": "i32",
-            }
-            found.append(
-                dict(
-                    kernel=kernel,
-                    types=types,
-                    constexprs={"BLOCK_V": block, "TINY": 1e-30},
-                    warps=warps,
-                    config=f"{dtype} logits, BLOCK_V={block}",
+        types = {
+            "logits_ptr": f"*{dtype}",
+            "row_stride": "i32",
+            "targets_ptr": "*i64",
+            "logp_ptr": "*fp32",
+            "mu_ptr": "*fp32",
+            "var_ptr": "*fp32",
+            "max_logp_ptr": "*fp32",
+            "n_rows": "i32",
+            "vocab_size": "i32",
+            "ignore_index": "i32",
+        }
+        for vocab in (1000, 151936):  # rows of 1000 are not 16-aligned, rows of 151936 are (vectorised loads)
+            for config in token_stats.TOKEN_STATS_CONFIGS:
+                rows, block = config.kwargs["ROWS"], config.kwargs["BLOCK_V"]
+                found.append(
+                    dict(
+                        kernel=kernel,
+                        types=types,
+                        constexprs=config.kwargs,
+                        integers={"row_stride": vocab, "vocab_size": vocab},
+                        warps=config.num_warps,
+                        stages=config.num_stages,
+                        config=f"{dtype} V={vocab} ROWS={rows} BLOCK_V={block}",
+                    )
                 )
-            )
     kernel = aggregate._bottom_k_means_kernel
     for n_ks in (1, 2, 4, 8, 10):  # 10: the default k's
         block_l, block_k = aggregate.bottom_k_blocks(n_ks)
@@ -147,17 +152,21 @@ def compile_case(case: dict, arch: int) -> dict:
     if missing:
         raise RuntimeError(f"{kernel.__name__} has arguments this script does not know: {sorted(missing)}")
     signature = {name: case["types"].get(name, "constexpr") for name in kernel.arg_names}
-    # The launcher sees 16-byte-aligned torch allocations and specialises pointers on it.
-    aligned = {
-        (kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in case["types"].items() if t.startswith("*")
-    }
+    # The launcher sees 16-byte-aligned torch allocations and specialises pointers on it, and integers on
+    # being multiples of 16.
+    aligned_names = [n for n, t in case["types"].items() if t.startswith("*")]
+    aligned_names += [n for n, value in case.get("integers", {}).items() if value % 16 == 0]
+    aligned = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned_names}
+    options = {"num_warps": case["warps"]}
+    if "stages" in case:
+        options["num_stages"] = case["stages"]
     log = io.StringIO()
     started = time.perf_counter()
     with contextlib.redirect_stdout(log):
         compiled = triton.compile(
             ASTSource(fn=kernel, signature=signature, constexprs=case["constexprs"], attrs=aligned),
             target=GPUTarget("cuda", arch, 32),
-            options={"num_warps": case["warps"]},
+            options=options,
         )
     seconds = time.perf_counter() - started
     usage = resource_usage(compiled.asm["cubin"])
@@ -188,7 +197,7 @@ def main() -> int:
         return 1
     rows, failures = [], []
     print(
-        f"{'kernel':<28} {'arch':<6} {'config':<34} {'warps':>5} {'regs':>5} {'spills st/ld':>12} {'local':>6} {'s':>5}"
+        f"{'kernel':<28} {'arch':<6} {'config':<40} {'warps':>5} {'regs':>5} {'spills st/ld':>12} {'local':>6} {'s':>5}"
     )
     for case in all_cases:
         for arch in archs:
@@ -199,7 +208,7 @@ def main() -> int:
                 continue
             rows.append(row)
             print(
-                f"{row['kernel']:<28} {row['arch']:<6} {row['config']:<34} {row['num_warps']:>5} {row['registers']:>5} "
+                f"{row['kernel']:<28} {row['arch']:<6} {row['config']:<40} {row['num_warps']:>5} {row['registers']:>5} "
                 f"{row['spill_stores']:>5}/{row['spill_loads']:<6} {row['local_bytes']:>6} {row['compile_seconds']:>5}"
             )
             if row["spill_stores"] or row["spill_loads"] or row["local_bytes"]:

@@ -394,11 +394,11 @@ def bench(name: str, dtypes: list[str], rounds: int, vllm_python: str, scratch: 
             return detector.score(texts, methods=methods, k=DEFAULT_KS)["loss"]
 
         def ours_padded(detector: Detector) -> np.ndarray:
-            detector.target.packs = False
+            detector.target.use_forward("model")
             try:
                 return ours(detector)
             finally:
-                detector.target.packs = True
+                detector.target.use_forward("auto")
 
         contenders = {"mia_fast": ours, **({"mia_fast_padded": ours_padded} if padded else {})}
         start = time.perf_counter()

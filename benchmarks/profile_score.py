@@ -30,7 +30,28 @@ from mia_fast.pipeline.packed import PackedDecoder
 from mia_fast.pipeline.tokenize import tokenize
 
 METHODS = ["loss", "zlib", "mink", "minkpp"]
-PRODUCTS = ("qkv", "out", "gate_up", "down")
+PRODUCTS = ("qkv", "out", "gate", "up", "down")
+
+
+class Labelled:
+    """A packed decoder's product whose every call (``x @ W.T`` or a fused ``activated``/``times``/``added_to``) runs
+    in a profiler range named ``label``."""
+
+    def __init__(self, label: str, product) -> None:
+        self.label, self.product = label, product
+
+    def __call__(self, *args):
+        with record_function(self.label):
+            return self.product(*args)
+
+    def __getattr__(self, name: str):
+        method = getattr(self.product, name)
+
+        def run(*args):
+            with record_function(self.label):
+                return method(*args)
+
+        return run
 
 
 def labelled(label: str, fn):
@@ -43,9 +64,17 @@ def labelled(label: str, fn):
 
 def instrument(decoder: PackedDecoder) -> None:
     decoder.layers = [
-        replace(layer, **{name: labelled(name, getattr(layer, name)) for name in PRODUCTS}) for layer in decoder.layers
+        replace(
+            layer,
+            qkv=replace(layer.qkv, products=tuple(Labelled("qkv", p) for p in layer.qkv.products)),
+            out=Labelled("out", layer.out),
+            mlp=replace(
+                layer.mlp, **{name: Labelled(name, getattr(layer.mlp, name)) for name in ("gate", "up", "down")}
+            ),
+        )
+        for layer in decoder.layers
     ]
-    decoder.head_chunks = [(start, labelled("head", project)) for start, project in decoder.head_chunks]
+    decoder.head_chunks = [(start, Labelled("head", project)) for start, project in decoder.head_chunks]
 
 
 def profile_dtype(dtype: str, texts: list[str]) -> dict:

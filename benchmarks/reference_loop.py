@@ -52,8 +52,10 @@ def public_loop_scores(
 ) -> dict[str, list[float]]:
     """Scores ``texts`` like the public code: columns loss, zlib, mink_k, minkpp_k (our naming).
 
-    ``upcast_logits`` runs the statistics on fp64 copies of the same logits: an fp64 ground truth
-    of what the fp32 loop computes.
+    The logits are fp32, as transformers < 4.45 returned them whatever the model's dtype (its Llama upcast them
+    in the forward; the public code ran on those): a bf16 or fp16 model's logits are upcast here, which changes
+    nothing for an fp32 model. ``upcast_logits`` runs the statistics on fp64 copies of the same logits: an fp64
+    ground truth of what the fp32 loop computes.
     """
     device = next(model.parameters()).device
     scores: dict[str, list[float]] = {"loss": [], "zlib": []}
@@ -64,6 +66,7 @@ def public_loop_scores(
         input_ids = torch.tensor(tokenizer.encode(text)).unsqueeze(0).to(device)
         outputs = model(input_ids, labels=input_ids)
         loss, logits = outputs[:2]
+        logits = logits.float()
         if upcast_logits:
             logits = logits.double()
             loss = F.cross_entropy(logits[0, :-1], input_ids[0, 1:])
@@ -201,7 +204,7 @@ def public_neighbor_scores(
 
     def get_ll(text: str) -> float:
         input_ids = torch.tensor(tokenizer.encode(text)).unsqueeze(0).to(device)
-        logits = model(input_ids).logits
+        logits = model(input_ids).logits.float()  # as transformers < 4.45 returned them; numpy has no bf16
         log_probs = F.log_softmax(logits[0, :-1], dim=-1)
         all_prob = log_probs.gather(dim=-1, index=input_ids[0][1:].unsqueeze(-1)).squeeze(-1).cpu().numpy()
         return -np.mean(all_prob)

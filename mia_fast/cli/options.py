@@ -290,6 +290,16 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
         help="token statistics and reductions: Triton kernels (auto on CUDA) or the reference",
     )
     scoring.add_argument(
+        "--forward",
+        choices=["auto", "packed", "model"],
+        default="auto",
+        help="the forward: the pad-free packed decoder where the model's family is supported (auto; llama, mistral, "
+        "qwen2, gpt_neox), always (packed), or the model's own (model)",
+    )
+    scoring.add_argument(
+        "--verbose", action="store_true", help="say which forward path each model runs (packed or not, and why)"
+    )
+    scoring.add_argument(
         "--max-length", type=window_length, help="window length for long texts (default: the model context)"
     )
     add_output_options(parser, stats_cache=True)
@@ -350,6 +360,7 @@ def model_config(args: argparse.Namespace, model: str | None = None):
         prepend_start=getattr(args, "prepend_start", True),
         max_length=getattr(args, "max_length", None),
         backend=getattr(args, "backend", "auto"),
+        forward=getattr(args, "forward", "auto"),
     )
 
 
@@ -377,6 +388,7 @@ def run_config(args: argparse.Namespace, dataset, out, methods: str | None = Non
         batch_tokens=getattr(args, "batch_tokens", None),
         stats_cache=getattr(args, "stats_cache", None),
         progress=not args.quiet,
+        verbose=getattr(args, "verbose", False),
     )
     return RunConfig(output, model_settings, scoring, compute)
 

@@ -33,7 +33,7 @@ from mia_fast.errors import MiaFastError
 RUN_COMMANDS = ("score", "rescore", "eval", "calibrate", "classify", "audit-unlearning", "dataset-inference", "demo")
 REPORT_RUN_FILE = "run.toml"
 # What says how to treat an output that is there, how the run looks, or makes it no run: never in a run file.
-_NOT_RECORDED = {"help", "print_config", "resume", "overwrite", "quiet", "compare", "handler"}
+_NOT_RECORDED = {"help", "print_config", "resume", "overwrite", "quiet", "verbose", "compare", "handler"}
 _GROUP_SECTIONS = {
     "positional arguments": "data",
     "benchmarks": "data",
@@ -53,6 +53,7 @@ _OPTION_SECTIONS = {
     "max_length": "model",
     "batch_tokens": "compute",
     "backend": "compute",
+    "forward": "compute",
     "stats_cache": "compute",
     "out": "output",
 }

@@ -75,6 +75,10 @@ def manifest_path(out: str | os.PathLike) -> Path:
     return out.with_name(out.name + ".manifest.json")
 
 
+# Engine settings a scores file records since a later version than the first: the forward path (packed or not).
+RECORDED_LATER = frozenset({"forward"})
+
+
 def differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """``key: X before, now Y`` for every setting that differs (a setting missing on one side counts)."""
 
@@ -289,12 +293,16 @@ class ResultWriter:
                 start, first_row = block.bytes, block.rows + 1
 
     def check_engines(self, engines: Mapping[str, Any]) -> None:
-        """The model side of the run (weights, tokenizer, dtype, device type, back end of each engine), known once
-        the model is loaded: a resumed output must have been scored by the same; a new one records it."""
+        """The model side of the run (weights, tokenizer, dtype, device type, back end and forward path of each
+        engine), known once the model is loaded: a resumed output must have been scored by the same; a new one
+        records it. An output written before a setting was recorded (:data:`RECORDED_LATER`) is compared without it."""
         engines = json.loads(json.dumps(engines, default=str))
         if self.engines is not None:
             for role in dict.fromkeys([*self.engines, *engines]):
-                changed = differences(self.engines.get(role, {}), engines.get(role, {}))
+                recorded, now = self.engines.get(role, {}), engines.get(role, {})
+                if recorded:
+                    now = {key: value for key, value in now.items() if key in recorded or key not in RECORDED_LATER}
+                changed = differences(recorded, now)
                 if changed:
                     raise MiaFastError(
                         f"{self.path} was scored with another {role} model setting ({'; '.join(changed)}); resuming "

@@ -104,7 +104,7 @@ def _native_core():
 class StreamedTokenStats:
     """(logp, mu, var, max_logp) of rows whose logits arrive a vocabulary chunk at a time, so no row's logits are ever
     whole: each chunk's weight, weighted mean and centred second moment (about the chunk's own max) are
-    merged into running ones with Chan's parallel update, as the Triton kernel merges its blocks.
+    merged into running ones with Chan's parallel update, as the Triton kernel merges its lanes.
 
     On CPU the native core merges each chunk in one fused pass per row segment (fp64 running state); the
     torch reference does it in whole-chunk ops (fp32 running state). ``native`` forces one or the other.

@@ -3,10 +3,13 @@ sampled continuations, gradient norms: the readouts of ``passes``).
 
 Texts are tokenized with the start-token rule of DESIGN §2, placed after their context (a pass's
 prefix, tokenized on its own and never scored), split into sliding windows when longer than the
-model context, sorted by length and packed into batches under a token budget (right padding with an
-attention mask). Logits are never held in fp32 for a whole batch: when the model's head is a plain
-linear layer they are computed from hidden states a chunk of positions at a time, otherwise the
-model's own logits are reduced a chunk at a time.
+model context, sorted by length and batched under a token budget. The forward is the packed decoder
+(pad-free, each prefix computed once) where the model's family is supported, on every device, else the
+model's own forward on right-padded rows (``mia_fast.pipeline.forward_path`` decides). Logits are never
+held in fp32 for a whole batch: when the model's head is a plain linear layer they are computed from
+hidden states a chunk of positions at a time, otherwise the model's own logits are reduced a chunk at a
+time. A pass moves each batch's ids to the device once (from pinned memory on a GPU) and waits for the
+device once, at its end.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from mia_fast.frequency.table import tokenizer_fingerprint
 from mia_fast.ops.impl import resolve_backend
 from mia_fast.ops.token_stats import linear_token_stats, token_stats
 from mia_fast.pipeline.batching import plan_batches
+from mia_fast.pipeline.device import to_device
+from mia_fast.pipeline.forward_path import ALONE_FROM, ForwardPath, choose_forward
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.packed import PackedDecoder, packed_unsupported
+from mia_fast.pipeline.packed import PackedDecoder
 from mia_fast.pipeline.passes import (
     GradientNormReadout,
     HiddenStatesReadout,
@@ -78,6 +83,7 @@ class StatsEngine(TextRows):
         chunk_bytes: int | None = None,
         use_hidden_states: bool = True,
         backend: str = "auto",
+        forward: str = "auto",
     ) -> None:
         batch_tokens = batch_tokens or default_for(DEFAULT_BATCH_TOKENS, loaded.device)
         chunk_bytes = chunk_bytes or default_for(DEFAULT_CHUNK_BYTES, loaded.device)
@@ -95,15 +101,10 @@ class StatsEngine(TextRows):
         self.stats_rows = max(1, chunk_bytes // (4 * loaded.vocab_size))
         self.chunk_rows = max(self.stats_rows, MIN_HEAD_ROWS)
         self.head = loaded.plain_linear_head() if use_hidden_states else None
-        # On CPU a Llama-family model runs pad-free with fused, reordered copies of its weights (made at the first
-        # pass, and again whenever the model's weights have changed since).
-        self.packs = (
-            self.head is not None
-            and loaded.device.type == "cpu"
-            and packed_unsupported(loaded.model, max_length) is None
-        )
-        self._packed: PackedDecoder | None = None
         self.backend = resolve_backend(backend, loaded.device)
+        # The packed decoder is made at the first pass, and again whenever the model's weights have changed since.
+        self._packed: PackedDecoder | None = None
+        self.use_forward(forward)
         tokenizer = loaded.tokenizer
         self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
         self._ahead_tokenizer = None
@@ -112,6 +113,19 @@ class StatsEngine(TextRows):
     @property
     def device(self) -> torch.device:
         return self.loaded.device
+
+    def use_forward(self, forward: str) -> None:
+        """Runs the forward passes from now on as ``forward`` says (``auto``, ``packed`` or ``model``: see
+        :mod:`mia_fast.pipeline.forward_path`)."""
+        self.path: ForwardPath = choose_forward(
+            self.loaded.model, self.device, self.max_length, forward, self.backend, self.head is not None
+        )
+        self.forward = forward
+
+    @property
+    def packs(self) -> bool:
+        """Whether the pad-free packed decoder runs this engine's forward passes."""
+        return self.path.packed
 
     def cache_settings(self) -> dict[str, Any]:
         """Everything that changes a token's statistics, for the stats cache: the same for the same model
@@ -130,8 +144,9 @@ class StatsEngine(TextRows):
         }
 
     def provenance(self) -> dict[str, Any]:
-        """What a scores file records of this engine (:func:`mia_fast.pipeline.stats_cache.provenance`)."""
-        return provenance(self.cache_settings())
+        """What a scores file records of this engine (:func:`mia_fast.pipeline.stats_cache.provenance`), and the path
+        its forward takes."""
+        return {**provenance(self.cache_settings()), "forward": self.path.describe()}
 
     def refusal(self, readout: Readout) -> str | None:
         return None
@@ -148,6 +163,7 @@ class StatsEngine(TextRows):
             batch_tokens=self.batch_tokens,
             max_length=self.max_length,
             backend=self.backend,
+            forward=self.forward,
         )
         if self.cache is not None:
             engine.use_cache(self.cache.base, log=self.cache.log)
@@ -225,7 +241,8 @@ class StatsEngine(TextRows):
         # a GPU never waits for the host to build the next batch.
         order: list[int] = []
         outputs: list[tuple[torch.Tensor, ...]] = []
-        for batch in plan_batches(lengths, self.batch_tokens, packed=self.packs):
+        alone_from = None if self.packs else ALONE_FROM
+        for batch in plan_batches(lengths, self.batch_tokens, packed=self.packs, alone_from=alone_from):
             order.extend(batch)
             outputs.append(self._run_batch([rows[i] for i in batch]))
             if on_progress is not None:
@@ -249,44 +266,53 @@ class StatsEngine(TextRows):
         return self._to_device(input_ids), self._to_device(attention_mask)
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A host tensor on the model's device; to a GPU from pinned memory without waiting for the copy."""
-        if self.loaded.device.type != "cuda":
-            return tensor
-        return tensor.pin_memory().to(self.loaded.device, non_blocking=True)
+        return to_device(tensor, self.loaded.device)
 
     def _run_batch(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
         """log p(target), vocabulary mean and variance of log p and max log p at every scored position of the rows,
         in order, on the device."""
         return self._run_packed(rows) if self.packs else self._run_padded(rows)
 
+    def _scored(self, rows: list[Row], starts: Sequence[int], skipped: Sequence[int]) -> tuple[torch.Tensor, ...]:
+        """(positions, targets) on the device, in one copy: where in the forward's output each row's scored ids are
+        predicted (row i's output starts at ``starts[i]`` and begins ``skipped[i]`` ids into it) and those ids."""
+        # Position p predicts the id at p + 1: score targets ids[first_scored:] of each row.
+        index = [
+            start - skip + np.arange(r.first_scored - 1, len(r.ids) - 1)
+            for r, start, skip in zip(rows, starts, skipped)
+        ]
+        targets = [np.asarray(r.ids[r.first_scored :], dtype=np.int64) for r in rows]
+        both = np.concatenate([*index, *targets]).astype(np.int64)
+        return self._to_device(torch.from_numpy(both)).chunk(2)
+
+    def _head_stats(self, selected: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Token statistics of the head's logits at final hidden states ``selected``, a chunk of positions at a time."""
+        return linear_token_stats(
+            selected.to(self.head.weight.dtype),
+            self.head.weight,
+            targets,
+            self.head.bias,
+            chunk_rows=self.chunk_rows,
+            stats_rows=self.stats_rows,
+            impl=self.backend,
+        )
+
     @torch.inference_mode()
     def _run_padded(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
-        """:meth:`_run_batch` through the model's own forward, the rows right-padded to the longest."""
+        """:meth:`_run_batch` through the model's own forward, the rows right-padded to the longest (a row alone runs
+        with no mask)."""
         input_ids, attention_mask = self._padded([r.ids for r in rows])
+        if len(rows) == 1:
+            attention_mask = None
         width = input_ids.shape[1]
-        # Position p predicts the id at p + 1: score targets ids[first_scored:] of each row.
-        flat_index = np.concatenate(
-            [row * width + np.arange(r.first_scored - 1, len(r.ids) - 1) for row, r in enumerate(rows)]
-        )
-        flat_targets = self._to_device(
-            torch.tensor([t for r in rows for t in r.ids[r.first_scored :]], dtype=torch.long)
-        )
-        index = self._to_device(torch.from_numpy(flat_index))
-
+        index, targets = self._scored(rows, [row * width for row in range(len(rows))], [0] * len(rows))
+        # No cache: transformers would build one per batch (0.8 GB for a 6,000-id row of an 8B model) for nothing.
         if self.head is not None:
-            hidden = self.loaded.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
-            return linear_token_stats(
-                selected,
-                self.head.weight,
-                flat_targets,
-                self.head.bias,
-                chunk_rows=self.chunk_rows,
-                stats_rows=self.stats_rows,
-                impl=self.backend,
-            )
-        logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
-        return self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, flat_targets)
+            base = self.loaded.model.base_model
+            hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+            return self._head_stats(hidden.reshape(-1, hidden.shape[-1]).index_select(0, index), targets)
+        logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        return self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, targets)
 
     @torch.inference_mode()
     def _run_packed(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
@@ -295,16 +321,12 @@ class StatsEngine(TextRows):
         packed = self._packed_decoder()
         contexts = [packed.context(r.ids[: r.context]) if r.context else None for r in rows]
         lengths = [len(r.ids) - r.context for r in rows]
-        starts = np.cumsum([0, *lengths[:-1]])
-        index = np.concatenate(
-            [
-                start + np.arange(r.first_scored - r.context - 1, len(r.ids) - r.context - 1)
-                for start, r in zip(starts, rows)
-            ]
-        )
+        index, targets = self._scored(rows, np.cumsum([0, *lengths[:-1]]).tolist(), [r.context for r in rows])
         hidden = packed.hidden(torch.tensor([t for r in rows for t in r.ids[r.context :]]), lengths, contexts)
-        targets = torch.tensor([t for r in rows for t in r.ids[r.first_scored :]], dtype=torch.long)
-        return packed.token_stats(hidden.index_select(0, torch.from_numpy(index)), targets)
+        selected = hidden.index_select(0, index)
+        if self.path.streamed_head:
+            return packed.token_stats(selected, targets)
+        return self._head_stats(selected, targets)
 
     def _packed_decoder(self) -> PackedDecoder:
         """The model's packed decoder, made again whenever the model's weights have changed since."""

@@ -1,16 +1,23 @@
-"""A pad-free forward of Llama-family decoders (llama, mistral, qwen2) for scoring: the final hidden states
-of many sequences at once, each as the model alone would give it (in fp32 within 1e-5 of its own forward).
+"""A pad-free forward of decoders for scoring: the final hidden states of many sequences at once, each as the model
+alone would give it (in fp32 within 1e-5 of its own forward). Llama-family decoders (llama, mistral, qwen2) and
+gpt_neox (Pythia: parallel residual, partial rotary embedding, LayerNorm with biases, GELU) run so, on every device.
 
-Why not the model's own forward: on a CPU the forward is all matrix products, and four things cost
-there. Padding: a batch's rows are packed end to end, so every product runs on real tokens only (only
-the attention pads, each sequence to its own length rounded up to 16). Small products: q, k and v are
-one product, with the weights concatenated once. Weight layout: on CPU every weight is reordered once
-into oneDNN's blocked layout (measured 1.1-1.3x faster products than ``F.linear`` on the same weights).
-Passes over the products' outputs: in fp32 the MLP's SiLU and its gate's product, and both residual sums,
-run in oneDNN's epilogues (:class:`_Product`). In bf16 the residual stream, the norms and the rotary embedding
-stay in fp32 and only the products' inputs are rounded to bf16, so bf16 scores stay closer to fp32
-than the model's own bf16 forward (whose residual stream is bf16). The attention runs in fp32 too: on CPU,
-torch's fp32 flash attention is faster than its bf16 one at these sizes, and exact.
+Why not the model's own forward: it pads a batch's rows to the longest and attends under a padding mask. Here a
+batch's rows are packed end to end, every product runs on real tokens only, and the attention runs over the packed
+sequences' offsets (:mod:`mia_fast.pipeline.attention`: torch's flash ``varlen_attn`` on a GPU, the segment-wise
+reference elsewhere), each sequence alone.
+
+Weights. On a CPU every weight is copied once into oneDNN's blocked layout (measured 1.1-1.3x faster products than
+``F.linear`` on the same weights), q, k and v into one product, their rows ordered so that the rotary embedding turns
+each pair of dims by a complex product (3-4x faster than the two halves' formula on CPU), and in fp32 what follows a
+product (SiLU or GELU, the gate's product, the residual sums) runs in oneDNN's epilogues (:class:`_Product`).
+Elsewhere (``reorder=False``, a GPU) no weight is copied: the products read the model's own weights, so a 16 GB model
+stays 16 GB, and the rotary embedding turns the two halves of each head as the model does.
+
+Precision. The residual stream, the norms and the rotary embedding stay in fp32 and only the products' inputs are
+rounded to the model's dtype, so bf16 scores stay closer to fp32 than the model's own bf16 forward (whose residual
+stream is bf16). The attention runs in fp32 through the reference (on CPU torch's fp32 flash attention is faster
+than its bf16 one at these sizes, and exact), in the model's dtype through flash attention.
 
 A sequence may follow a shared context (a pass's prefix, the same before every text): its keys and values are
 computed once (:meth:`PackedDecoder.context`) and every sequence after it attends to them, its own positions
@@ -26,16 +33,31 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from mia_fast.ops.token_stats import StreamedTokenStats
+from mia_fast.pipeline.attention import flash_available, flash_varlen_attention, segment_attention
+from mia_fast.pipeline.device import to_device
 
-PACKED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})
+LLAMA_FAMILY = frozenset({"llama", "mistral", "qwen2"})
+PACKED_MODEL_TYPES = LLAMA_FAMILY | {"gpt_neox"}
+# gpt_neox's activations, as oneDNN's GELU epilogue and torch's gelu name their formula.
+_GELUS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 # The products' row count oneDNN lays the weights out for; any row count works, this one is typical.
 _PACKING_ROWS = 1024
-# Output-head rows projected at once: a chunk's weight and logits stay in cache while they are reduced.
+# Output-head rows projected at once on CPU: a chunk's weight and logits stay in cache while they are reduced.
 HEAD_CHUNK_IDS = 4096
+# Prefixes whose keys and values a decoder keeps (at most max_length / 2 ids each; 46 KB per id for SmolLM2-135M).
+KEPT_CONTEXTS = 8
+
+Attention = Callable[..., torch.Tensor]
+
+
+def head_dim(config) -> int:
+    """The dims per attention head of a model's config."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def packed_unsupported(model: torch.nn.Module, max_length: int) -> str | None:
@@ -43,8 +65,13 @@ def packed_unsupported(model: torch.nn.Module, max_length: int) -> str | None:
     config = model.config
     if config.model_type not in PACKED_MODEL_TYPES:
         return f"model type {config.model_type!r} is not one of {', '.join(sorted(PACKED_MODEL_TYPES))}"
-    if getattr(config, "hidden_act", "silu") != "silu":
-        return f"activation {config.hidden_act!r} is not silu"
+    activation = getattr(config, "hidden_act", "silu")
+    if config.model_type == "gpt_neox":
+        if activation not in _GELUS:
+            return f"activation {activation!r} is not one of {', '.join(_GELUS)}"
+        return None
+    if activation != "silu":
+        return f"activation {activation!r} is not silu"
     if getattr(config, "mlp_bias", False):
         return "the MLP has biases"
     window = getattr(config, "sliding_window", None)
@@ -57,29 +84,35 @@ def packed_unsupported(model: torch.nn.Module, max_length: int) -> str | None:
 
 
 class _Product:
-    """x -> x @ weight.T + bias. On a CPU with oneDNN the weight is reordered once into its blocked layout
-    (measured 1.1-1.3x faster products than ``F.linear`` on the same weights), and in fp32 what follows a product
-    (SiLU, a product or a sum with another tensor of its shape) runs in oneDNN's epilogue, on each tile while it is
-    in cache, instead of another pass over the output. In bf16 the epilogues moved the built-in model's losses
-    further from fp32 (largest deviation 1.2e-2 against 8.1e-3 over 32 texts), so there they stay separate ops."""
+    """x -> x @ weight.T + bias. With ``reorder`` on a CPU with oneDNN the weight is copied once into its blocked
+    layout, and in fp32 what follows a product (an activation, a product or a sum with another tensor of its shape)
+    runs in oneDNN's epilogue, on each tile while it is in cache, instead of another pass over the output. In bf16 the
+    epilogues moved the built-in model's losses further from fp32 (largest deviation 1.2e-2 against 8.1e-3 over 32
+    texts), so there they stay separate ops. Without ``reorder`` the model's own weight is used as it is."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self.weight = weight.detach().contiguous()
-        self.bias = bias.detach().contiguous() if bias is not None else None
-        self.onednn = self.weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, reorder: bool) -> None:
+        self.weight = weight.detach()
+        self.bias = bias.detach() if bias is not None else None
+        self.onednn = reorder and self.weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
         self.epilogues = self.onednn and self.weight.dtype == torch.float32
         if self.onednn:
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(self.weight, _PACKING_ROWS)
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.contiguous(), _PACKING_ROWS)
+            self.bias = self.bias.contiguous() if self.bias is not None else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.onednn:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
-    def silu(self, x: torch.Tensor) -> torch.Tensor:
+    def activated(self, x: torch.Tensor, activation: str) -> torch.Tensor:
+        """activation(x @ weight.T + bias): ``silu``, or a GELU of :data:`_GELUS`."""
+        if activation == "silu":
+            if self.epilogues:
+                return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "swish", [], "")
+            return F.silu(self(x))
         if self.epilogues:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "swish", [], "")
-        return F.silu(self(x))
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "gelu", [], _GELUS[activation])
+        return F.gelu(self(x), approximate=_GELUS[activation])
 
     def times(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
         """(x @ weight.T + bias) * other, ``other`` of the product's shape and dtype."""
@@ -95,37 +128,167 @@ class _Product:
         return total.add_(self(x))
 
 
-def _fused(*modules: torch.nn.Linear, rows: Sequence[torch.Tensor | None] | None = None) -> _Product:
-    """One product for several linear layers; ``rows`` reorders each layer's output rows (None: as they are)."""
-    rows = rows or [None] * len(modules)
-    weights = [m.weight.detach() if order is None else m.weight.detach()[order] for m, order in zip(modules, rows)]
-    biases = [m.bias for m in modules]
-    if any(b is None for b in biases):
-        return _Product(torch.cat(weights), None)
-    return _Product(
-        torch.cat(weights),
-        torch.cat([b.detach() if order is None else b.detach()[order] for b, order in zip(biases, rows)]),
+def _linear(module: torch.nn.Linear, reorder: bool, rows: torch.Tensor | None = None) -> _Product:
+    """The product of a linear layer; ``rows`` picks and orders its output rows (a copy, so only with ``reorder``)."""
+    weight, bias = module.weight, module.bias
+    if rows is not None:
+        weight, bias = weight[rows], None if bias is None else bias[rows]
+    return _Product(weight, bias, reorder)
+
+
+def _fused(modules: Sequence[torch.nn.Linear], rows: Sequence[torch.Tensor | None], reorder: bool) -> _Product:
+    """One product for several linear layers (a copy of their weights), each layer's output rows ordered by
+    ``rows`` (None: as they are)."""
+    weights = [m.weight if order is None else m.weight[order] for m, order in zip(modules, rows)]
+    if any(m.bias is None for m in modules):
+        return _Product(torch.cat(weights), None, reorder)
+    biases = [m.bias if order is None else m.bias[order] for m, order in zip(modules, rows)]
+    return _Product(torch.cat(weights), torch.cat(biases), reorder)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Attention heads, key/value heads, dims per head and the rotary embedding's dims (the first of each head)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rotary_dims: int
+
+    def paired(self, heads: int) -> torch.Tensor:
+        """Row order that puts rotary dims j and j + rotary_dims/2 of each head side by side (the rest of the head
+        after them, as it was): the rotary embedding then turns each pair by a complex product. q and k are reordered
+        alike, so their dot products do not change."""
+        half = self.rotary_dims // 2
+        within = torch.cat(
+            [
+                torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).reshape(-1),
+                torch.arange(self.rotary_dims, self.head_dim),
+            ]
+        )
+        return (torch.arange(heads).unsqueeze(1) * self.head_dim + within).reshape(-1)
+
+
+@dataclass(frozen=True)
+class _QKV:
+    """q [n, heads, D], k and v [n, kv_heads, D] of the normed input: from three products (the model's own weights),
+    or one whose output is q, k and v side by side, or one whose output holds each head's q, k and v in turn
+    (``per_head``, gpt_neox's own layout)."""
+
+    products: tuple[_Product, ...]
+    shape: _Shape
+    per_head: bool = False
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n, heads, kv_heads, head_dim = x.shape[0], self.shape.heads, self.shape.kv_heads, self.shape.head_dim
+        if len(self.products) == 3:
+            q, k, v = (product(x) for product in self.products)
+        elif self.per_head:
+            q, k, v = self.products[0](x).view(n, heads, 3, head_dim).unbind(2)
+            return q, k, v
+        else:
+            q, k, v = self.products[0](x).split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=1)
+        return q.view(n, heads, head_dim), k.view(n, kv_heads, head_dim), v.view(n, kv_heads, head_dim)
+
+
+class _Norm:
+    """RMS norm (the Llama family) or LayerNorm with its bias (gpt_neox), in fp32."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.weight = module.weight.detach().float()
+        self.layer_norm = isinstance(module, torch.nn.LayerNorm)
+        bias = getattr(module, "bias", None) if self.layer_norm else None
+        self.bias = bias.detach().float() if bias is not None else None
+        self.eps = module.eps if self.layer_norm else getattr(module, "variance_epsilon", None) or module.eps
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.layer_norm:
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        return (x * torch.rsqrt(x.square().mean(-1, keepdim=True).add_(self.eps))).mul_(self.weight)
+
+
+@dataclass(frozen=True)
+class _GatedMLP:
+    """down(up(x) * SiLU(gate(x))): the Llama family's."""
+
+    gate: _Product
+    up: _Product
+    down: _Product
+
+    def added_to(self, normed: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        return self.down.added_to(self.up.times(normed, self.gate.activated(normed, "silu")), total)
+
+
+@dataclass(frozen=True)
+class _PlainMLP:
+    """down(GELU(up(x))): gpt_neox's."""
+
+    up: _Product
+    down: _Product
+    activation: str
+
+    def added_to(self, normed: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        return self.down.added_to(self.up.activated(normed, self.activation), total)
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One decoder layer. ``parallel``: attention and MLP both read the layer's input (gpt_neox's parallel residual);
+    otherwise the MLP reads the input plus the attention's output."""
+
+    input_norm: _Norm
+    qkv: _QKV
+    out: _Product
+    post_norm: _Norm
+    mlp: _GatedMLP | _PlainMLP
+    parallel: bool
+
+
+def _llama_layer(layer: torch.nn.Module, shape: _Shape, reorder: bool) -> _Layer:
+    attention, mlp = layer.self_attn, layer.mlp
+    projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+    if reorder:
+        rows = [shape.paired(shape.heads), shape.paired(shape.kv_heads), None]
+        qkv = _QKV((_fused(projections, rows, reorder),), shape)
+    else:
+        qkv = _QKV(tuple(_linear(m, reorder) for m in projections), shape)
+    return _Layer(
+        input_norm=_Norm(layer.input_layernorm),
+        qkv=qkv,
+        out=_linear(attention.o_proj, reorder),
+        post_norm=_Norm(layer.post_attention_layernorm),
+        mlp=_GatedMLP(_linear(mlp.gate_proj, reorder), _linear(mlp.up_proj, reorder), _linear(mlp.down_proj, reorder)),
+        parallel=False,
     )
 
 
-def _interleaved_halves(heads: int, head_dim: int) -> torch.Tensor:
-    """Row order that puts dims j and j + head_dim/2 of each head side by side: the rotary embedding then turns
-    each pair by a complex product. q and k are reordered alike, so their dot products do not change."""
-    half = head_dim // 2
-    within = torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).reshape(-1)
-    return (torch.arange(heads).unsqueeze(1) * head_dim + within).reshape(-1)
-
-
-# Sequences are padded to their length rounded up to this for the attention.
-ATTENTION_WIDTH_STEP = 16
-# Prefixes whose keys and values a decoder keeps (at most max_length / 2 ids each; 46 KB per id for SmolLM2-135M).
-KEPT_CONTEXTS = 8
+def _neox_layer(layer: torch.nn.Module, shape: _Shape, reorder: bool, activation: str) -> _Layer:
+    attention, mlp = layer.attention, layer.mlp
+    if reorder:
+        # The model's rows hold each head's q, k and v in turn: gathered into all q, all k, all v, each paired.
+        heads, head_dim = shape.heads, shape.head_dim
+        head_starts = (torch.arange(heads) * 3 * head_dim).repeat_interleave(head_dim)
+        within = shape.paired(heads) - torch.arange(heads).repeat_interleave(head_dim) * head_dim
+        plain = torch.arange(head_dim).repeat(heads)
+        rows = torch.cat([head_starts + within, head_starts + head_dim + within, head_starts + 2 * head_dim + plain])
+        qkv = _QKV((_linear(attention.query_key_value, reorder, rows),), shape)
+    else:
+        qkv = _QKV((_linear(attention.query_key_value, reorder),), shape, per_head=True)
+    return _Layer(
+        input_norm=_Norm(layer.input_layernorm),
+        qkv=qkv,
+        out=_linear(attention.dense, reorder),
+        post_norm=_Norm(layer.post_attention_layernorm),
+        mlp=_PlainMLP(_linear(mlp.dense_h_to_4h, reorder), _linear(mlp.dense_4h_to_h, reorder), activation),
+        parallel=layer.use_parallel_residual,
+    )
 
 
 @dataclass(frozen=True, eq=False)
 class SharedContext:
-    """A prefix's keys (rotated) and values at every layer, each fp32 [1, kv_heads, length, head_dim]: computed once
-    by :meth:`PackedDecoder.context`, then attended to by every sequence placed after it, whatever its batch."""
+    """A prefix's keys (rotated) and values at every layer, each [length, kv_heads, head_dim] in the attention's dtype:
+    computed once by :meth:`PackedDecoder.context`, then attended to by every sequence placed after it, whatever its
+    batch."""
 
     length: int
     keys: tuple[torch.Tensor, ...]
@@ -133,135 +296,90 @@ class SharedContext:
 
 
 @dataclass(frozen=True)
-class _AttentionGroup:
-    """Sequences whose lengths round up to the same ``width`` and that follow the same ``context`` (None: none): one
-    padded [rows, width] attention call. ``gather`` picks each padded slot's packed token (padding repeats one; a
-    causal mask never reads it), ``slots`` each real token's padded slot, ``tokens`` the packed positions of those
-    tokens; ``mask`` lets a slot see the whole context and the slots up to its own (None: plain causal)."""
+class _Packing:
+    """Where packed sequences sit, for every layer of one forward: each token's position, the queries' and keys'
+    segment offsets (on the device for flash attention, on the host for the reference), and, where a sequence follows
+    a context, the contexts whose keys precede the packed ones and each segment's keys among them (``key_slots``)."""
 
-    rows: int
-    width: int
-    gather: torch.Tensor
-    slots: torch.Tensor
-    tokens: torch.Tensor
-    context: SharedContext | None
-    mask: torch.Tensor | None
-
-
-def _attention_groups(
-    lengths: Sequence[int], contexts: Sequence[SharedContext | None], device: torch.device
-) -> list[_AttentionGroup]:
-    """A sequence's padded width depends on its own length only, and the attention kernel computes each
-    sequence of a call alone: so its attention, like the products, does not depend on the batch by a bit."""
-    starts = [0, *itertools.accumulate(lengths)][:-1]
-    by_key: dict[tuple[int, int], list[int]] = {}
-    for i, n in enumerate(lengths):
-        by_key.setdefault((id(contexts[i]), -(-n // ATTENTION_WIDTH_STEP) * ATTENTION_WIDTH_STEP), []).append(i)
-    groups = []
-    for (_, width), members in by_key.items():
-        gather = torch.full((len(members), width), starts[members[0]], dtype=torch.long)
-        slots, tokens = [], []
-        for row, i in enumerate(members):
-            gather[row, : lengths[i]] = torch.arange(starts[i], starts[i] + lengths[i])
-            slots.append(torch.arange(lengths[i]) + row * width)
-            tokens.append(torch.arange(starts[i], starts[i] + lengths[i]))
-        context = contexts[members[0]]
-        mask = None
-        if context is not None:
-            mask = torch.ones(width, context.length + width, dtype=torch.bool)
-            mask[:, context.length :] = torch.ones(width, width, dtype=torch.bool).tril()
-            mask = mask.to(device)
-        groups.append(
-            _AttentionGroup(
-                len(members),
-                width,
-                gather.reshape(-1).to(device),
-                torch.cat(slots).to(device),
-                torch.cat(tokens).to(device),
-                context,
-                mask,
-            )
-        )
-    return groups
-
-
-@dataclass(frozen=True)
-class _Layer:
-    input_norm: torch.Tensor
-    qkv: _Product
-    out: _Product
-    post_norm: torch.Tensor
-    gate: _Product
-    up: _Product
-    down: _Product
+    positions: torch.Tensor
+    cu_seq_q: torch.Tensor
+    cu_seq_k: torch.Tensor
+    max_q: int
+    max_k: int
+    contexts: tuple[SharedContext, ...]
+    key_slots: torch.Tensor | None
 
 
 class PackedDecoder:
     """The final-normed hidden states of packed sequences: ``hidden(ids, lengths)``.
 
     Rows of ``ids`` are the sequences' ids end to end; each sequence starts at position 0. The result
-    is fp32 whatever the model's dtype. Built from a loaded model's modules (their weights copied once
-    into fused, reordered ones); the model itself is left as it was.
+    is fp32 whatever the model's dtype. Built from a loaded model's modules; the model itself is left as it was.
+    ``reorder`` (default: on a CPU) copies the weights once into fused, reordered ones; ``attention`` is a function of
+    ``varlen_attn``'s signature (default: flash attention where it runs, else the reference).
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(
+        self, model: torch.nn.Module, *, reorder: bool | None = None, attention: Attention | None = None
+    ) -> None:
         self.source = self.stamp(model)
         config = model.config
         base = model.base_model
-        self.dtype = next(model.parameters()).dtype
-        self.embed = base.embed_tokens
+        parameter = next(model.parameters())
+        self.dtype, self.device = parameter.dtype, parameter.device
+        reorder = self.device.type == "cpu" if reorder is None else reorder
+        neox = config.model_type == "gpt_neox"
+        self.embed = base.embed_in if neox else base.embed_tokens
         self.rotary = base.rotary_emb
-        self.heads = config.num_attention_heads
-        self.kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.eps = config.rms_norm_eps
-        self.final_norm = base.norm.weight.detach().float()
+        heads, dims = config.num_attention_heads, head_dim(config)
+        cos, _ = self.rotary(
+            torch.zeros(1, device=self.device), torch.zeros((1, 1), dtype=torch.long, device=self.device)
+        )
+        self.shape = _Shape(heads, getattr(config, "num_key_value_heads", None) or heads, dims, cos.shape[-1])
+        self.paired = reorder  # the rotary layout the weights were ordered for
+        if attention is None:
+            flash = flash_available(self.device, self.dtype, dims)
+            attention = flash_varlen_attention if flash else segment_attention
+        self.attention = attention
+        self.attention_dtype = self.dtype if attention is flash_varlen_attention else torch.float32
+        self.final_norm = _Norm(base.final_layer_norm if neox else base.norm)
         self._contexts: dict[tuple[int, ...], SharedContext] = {}
-        self.layers = [
-            _Layer(
-                input_norm=layer.input_layernorm.weight.detach().float(),
-                qkv=_fused(
-                    layer.self_attn.q_proj,
-                    layer.self_attn.k_proj,
-                    layer.self_attn.v_proj,
-                    rows=[
-                        _interleaved_halves(self.heads, self.head_dim),
-                        _interleaved_halves(self.kv_heads, self.head_dim),
-                        None,
-                    ],
-                ),
-                out=_fused(layer.self_attn.o_proj),
-                post_norm=layer.post_attention_layernorm.weight.detach().float(),
-                gate=_fused(layer.mlp.gate_proj),
-                up=_fused(layer.mlp.up_proj),
-                down=_fused(layer.mlp.down_proj),
-            )
-            for layer in base.layers
-        ]
+        if neox:
+            activation = config.hidden_act
+            self.layers = [_neox_layer(layer, self.shape, reorder, activation) for layer in base.layers]
+        else:
+            self.layers = [_llama_layer(layer, self.shape, reorder) for layer in base.layers]
         head = model.get_output_embeddings()
+        chunk = HEAD_CHUNK_IDS if reorder else head.weight.shape[0]
         self.head_chunks = [
             (
                 start,
                 _Product(
-                    head.weight[start : start + HEAD_CHUNK_IDS],
-                    None if head.bias is None else head.bias[start : start + HEAD_CHUNK_IDS],
+                    head.weight[start : start + chunk],
+                    None if head.bias is None else head.bias[start : start + chunk],
+                    reorder,
                 ),
             )
-            for start in range(0, head.weight.shape[0], HEAD_CHUNK_IDS)
+            for start in range(0, head.weight.shape[0], chunk)
         ]
+
+    @property
+    def heads(self) -> int:
+        return self.shape.heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.shape.kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.shape.head_dim
 
     @staticmethod
     def stamp(model: torch.nn.Module) -> tuple[tuple[int, int], ...]:
         """Which parameter tensors the model holds and how often each was changed in place: an optimizer step or
         a move to another dtype changes it, and the copies made from the model are then stale."""
         return tuple((id(p), p._version) for p in model.parameters())
-
-    def _inverse_rms(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.rsqrt(x.square().mean(-1, keepdim=True).add_(self.eps))
-
-    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """RMS norm in fp32, rounded to the model's dtype once, for the next product."""
-        return (x * self._inverse_rms(x)).mul_(weight).to(self.dtype)
 
     @torch.inference_mode()
     def hidden(
@@ -271,7 +389,7 @@ class PackedDecoder:
         return self._final_norm(self._forward(ids, lengths, contexts or [None] * len(lengths)))
 
     def _final_norm(self, x: torch.Tensor) -> torch.Tensor:
-        return x.mul_(self._inverse_rms(x)).mul_(self.final_norm)
+        return self.final_norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The output head's logits [n, vocab], in the model's dtype as its own forward gives them, at final-normed
@@ -287,9 +405,9 @@ class PackedDecoder:
         if found is None:
             kept: list[tuple[torch.Tensor, torch.Tensor]] = []
             with torch.inference_mode():
-                self._forward(torch.tensor(key, device=self.final_norm.device), [len(key)], [None], kept)
+                self._forward(torch.tensor(key), [len(key)], [None], kept)
             found = SharedContext(
-                len(key), *(tuple(t.transpose(0, 1).unsqueeze(0).contiguous() for t in part) for part in zip(*kept))
+                len(key), *(tuple(t.to(self.attention_dtype).contiguous() for t in part) for part in zip(*kept))
             )
         self._contexts[key] = found
         while len(self._contexts) > KEPT_CONTEXTS:
@@ -301,6 +419,44 @@ class PackedDecoder:
         once: see :class:`PackedDecoding`."""
         return PackedDecoding(self, prompts, samples, new_tokens)
 
+    def _packing(self, lengths: Sequence[int], contexts: Sequence[SharedContext | None]) -> _Packing:
+        """The packing of sequences of ``lengths`` after ``contexts``, laid out on the host and copied to the device
+        in one transfer."""
+        distinct = list({id(c): c for c in contexts if c is not None}.values())
+        context_starts = dict(zip(map(id, distinct), itertools.accumulate([0, *(c.length for c in distinct)])))
+        own_start = sum(c.length for c in distinct)
+        context_lengths = np.array([c.length if c is not None else 0 for c in contexts], dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        positions = np.concatenate([np.arange(n) + c for n, c in zip(lengths, context_lengths)] or [np.zeros(0)])
+        cu_seq_q, cu_seq_k = starts, np.concatenate([[0], np.cumsum(lengths + context_lengths)])
+        parts = [positions.astype(np.int64), cu_seq_q, cu_seq_k]
+        if distinct:
+            parts.append(
+                np.concatenate(
+                    [
+                        np.concatenate(
+                            [
+                                np.arange(c.length) + context_starts[id(c)] if c is not None else np.zeros(0, np.int64),
+                                own_start + starts[i] + np.arange(lengths[i]),
+                            ]
+                        )
+                        for i, c in enumerate(contexts)
+                    ]
+                ).astype(np.int64)
+            )
+        on_device = to_device(torch.from_numpy(np.concatenate(parts)), self.device).split([len(p) for p in parts])
+        on_host = self.attention is segment_attention
+        return _Packing(
+            positions=on_device[0],
+            cu_seq_q=torch.from_numpy(cu_seq_q) if on_host else on_device[1],
+            cu_seq_k=torch.from_numpy(cu_seq_k) if on_host else on_device[2],
+            max_q=int(lengths.max(initial=0)),
+            max_k=int((lengths + context_lengths).max(initial=0)),
+            contexts=tuple(distinct),
+            key_slots=on_device[3] if distinct else None,
+        )
+
     def _forward(
         self,
         ids: torch.Tensor,
@@ -308,40 +464,35 @@ class PackedDecoder:
         contexts: Sequence[SharedContext | None],
         kept: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> torch.Tensor:
-        """The residual stream after the last layer; each layer's keys and values [ids, kv_heads, head_dim] (keys
-        rotated) appended to ``kept`` if given."""
-        device = ids.device
-        positions = torch.cat(
-            [torch.arange(n, device=device) + (c.length if c is not None else 0) for n, c in zip(lengths, contexts)]
-        )
-        groups = _attention_groups(lengths, contexts, device)
-        attended = torch.empty(int(ids.shape[0]), self.heads * self.head_dim, device=device)
+        """The residual stream after the last layer; each layer's keys and values [ids, kv_heads, head_dim] (fp32,
+        keys rotated) appended to ``kept`` if given."""
+        packing = self._packing(lengths, contexts)
+        grouped = self.kv_heads != self.heads
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             if kept is not None:
-                kept.append((k, v))
-            for group in groups:
-                padded_q, padded_k, padded_v = (
-                    t.index_select(0, group.gather).view(group.rows, group.width, -1, self.head_dim).transpose(1, 2)
-                    for t in (q, k, v)
+                kept.append((k, v.float()))
+            q, k, v = (t.to(self.attention_dtype) for t in (q, k, v))
+            if packing.key_slots is not None:
+                k, v = (
+                    torch.cat([*(getattr(c, part)[index] for c in packing.contexts), t]).index_select(
+                        0, packing.key_slots
+                    )
+                    for part, t in (("keys", k), ("values", v))
                 )
-                if group.context is None:
-                    out = F.scaled_dot_product_attention(
-                        padded_q, padded_k, padded_v, is_causal=True, enable_gqa=self.kv_heads != self.heads
-                    )
-                else:
-                    shared = group.context
-                    out = F.scaled_dot_product_attention(
-                        padded_q,
-                        torch.cat([shared.keys[index].expand(group.rows, -1, -1, -1), padded_k], dim=2),
-                        torch.cat([shared.values[index].expand(group.rows, -1, -1, -1), padded_v], dim=2),
-                        attn_mask=group.mask,
-                        enable_gqa=self.kv_heads != self.heads,
-                    )
-                attended[group.tokens] = out.transpose(1, 2).reshape(-1, attended.shape[1]).index_select(0, group.slots)
-            return attended
+            out = self.attention(
+                q,
+                k,
+                v,
+                packing.cu_seq_q,
+                packing.cu_seq_k,
+                packing.max_q,
+                packing.max_k,
+                enable_gqa=grouped,
+            )
+            return out.reshape(out.shape[0], -1)
 
-        return self._layers(ids, positions, attend)
+        return self._layers(to_device(ids, self.device), packing.positions, attend)
 
     def _layers(
         self,
@@ -350,27 +501,32 @@ class PackedDecoder:
         attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
     ) -> torch.Tensor:
         """The residual stream after the last layer of the tokens ``ids`` at ``positions``, ``attend(layer, q, k, v)``
-        giving each layer's attention output [ids, heads x head_dim] (fp32) of its q [ids, heads, head_dim], k and
-        v [ids, kv_heads, head_dim] (fp32, q and k rotated)."""
-        total = int(ids.shape[0])
+        giving each layer's attention output [ids, heads x head_dim] of its q [ids, heads, head_dim], k and v [ids,
+        kv_heads, head_dim] (q and k rotated, in fp32; v in the model's dtype)."""
         x = self.embed(ids).float()
-        half = self.head_dim // 2
         cos, sin = self.rotary(x, positions.unsqueeze(0))
-        turn = torch.complex(cos[0, :, :half].float(), sin[0, :, :half].float()).unsqueeze(1)
-        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        half = self.shape.rotary_dims // 2
+        cos, sin = cos[0, :, :half].float().unsqueeze(1), sin[0, :, :half].float().unsqueeze(1)
+        turn = torch.complex(cos, sin) if self.paired else None
 
         def rotate(t: torch.Tensor) -> torch.Tensor:
-            pairs = torch.view_as_complex(t.float().unflatten(-1, (half, 2)))
-            return torch.view_as_real(pairs * turn).flatten(-2)
+            t = t.float()
+            turned, rest = t[..., : 2 * half], t[..., 2 * half :]
+            if turn is not None:
+                turned = torch.view_as_real(torch.view_as_complex(turned.unflatten(-1, (half, 2))) * turn).flatten(-2)
+            else:
+                first, second = turned[..., :half], turned[..., half:]
+                turned = torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+            return torch.cat([turned, rest], dim=-1) if rest.shape[-1] else turned
 
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(self._norm(x, layer.input_norm))
-            q = rotate(qkv[:, :q_size].view(total, self.heads, self.head_dim))
-            k = rotate(qkv[:, q_size : q_size + kv_size].view(total, self.kv_heads, self.head_dim))
-            v = qkv[:, q_size + kv_size :].float().view(total, self.kv_heads, self.head_dim)
-            x = layer.out.added_to(attend(index, q, k, v).to(self.dtype), x)
-            normed = self._norm(x, layer.post_norm)
-            x = layer.down.added_to(layer.up.times(normed, layer.gate.silu(normed)), x)
+            q, k, v = layer.qkv(layer.input_norm(x).to(self.dtype))
+            attended = attend(index, rotate(q), rotate(k), v).to(self.dtype)
+            mlp_input = layer.post_norm(x).to(self.dtype) if layer.parallel else None
+            x = layer.out.added_to(attended, x)
+            if mlp_input is None:
+                mlp_input = layer.post_norm(x).to(self.dtype)
+            x = layer.mlp.added_to(mlp_input, x)
         return x
 
     @torch.inference_mode()
@@ -378,12 +534,34 @@ class PackedDecoder:
         self, hidden: torch.Tensor, targets: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(logp, mu, var, max_logp) of the output head's logits at ``hidden`` [n, H] (fp32) for ``targets`` [n], a
-        vocabulary chunk at a time."""
+        vocabulary chunk at a time (the CPU's head: on a GPU the engine reduces the logits with the Triton kernels)."""
         stats = StreamedTokenStats(targets)
         hidden = hidden.to(self.dtype)
         for start, project in self.head_chunks:
             stats.add(project(hidden), start)
         return stats.result()
+
+
+def attention_with_lse(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of query [B, H, L, D] to key and value [B, H, S, D] (no mask but ``bias`` [B, 1, 1, S], -inf where a
+    key is hidden), fp32: the output [B, H, L, D] and each query's log-sum-exp [B, H, L] of its scores, to merge
+    attentions split over key sets. On CPU torch's flash attention for CPU, else :func:`plain_attention_with_lse`."""
+    if query.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, False, attn_mask=bias)
+    return plain_attention_with_lse(query, key, value, bias)
+
+
+def plain_attention_with_lse(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`attention_with_lse` in plain products, on any device (a decoding step's few queries per row)."""
+    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(query.shape[-1] ** -0.5)
+    if bias is not None:
+        scores.add_(bias)
+    lse = scores.logsumexp(-1)
+    return torch.matmul(scores.sub_(lse.unsqueeze(-1)).exp_(), value), lse
 
 
 class PackedDecoding:
@@ -400,7 +578,7 @@ class PackedDecoding:
         self, decoder: PackedDecoder, prompts: Sequence[Sequence[int]], samples: Sequence[int], new_tokens: int
     ) -> None:
         self.decoder = decoder
-        device = decoder.final_norm.device
+        device = decoder.device
         lengths = [len(p) for p in prompts]
         width, total = max(lengths), sum(lengths)
         self.row_prompt = torch.repeat_interleave(torch.arange(len(prompts)), torch.tensor(samples)).to(device)
@@ -412,7 +590,7 @@ class PackedDecoding:
         gather = gather.reshape(-1).to(device)
         kept: list[tuple[torch.Tensor, torch.Tensor]] = []
         with torch.inference_mode():
-            ids = torch.tensor([t for p in prompts for t in p], device=device)
+            ids = torch.tensor([t for p in prompts for t in p])
             x = decoder._forward(ids, lengths, [None] * len(prompts), kept)
             last = torch.tensor(starts[1:], device=device) - 1
             self.logits = decoder.logits(decoder._final_norm(x.index_select(0, last))).index_select(0, self.row_prompt)
@@ -466,27 +644,24 @@ class PackedDecoding:
         decoder, slot = self.decoder, self.generated
         rows, prompts = len(tokens), len(self.prompt_bias)
         kv_heads, group, head_dim = decoder.kv_heads, decoder.heads // decoder.kv_heads, decoder.head_dim
-        attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             keys, values = self.keys[index], self.values[index]
             keys[:, :, slot] = k
             values[:, :, slot] = v
             by_prompt = q.index_select(0, self.members).view(prompts, self.most_samples, kv_heads, group, head_dim)
-            out_prompt, lse_prompt = attention(
+            out_prompt, lse_prompt = attention_with_lse(
                 by_prompt.transpose(1, 2).reshape(prompts, kv_heads, -1, head_dim),
                 self.prompt_keys[index],
                 self.prompt_values[index],
-                0.0,
-                False,
-                attn_mask=self.prompt_bias,
+                self.prompt_bias,
             )
             out_prompt = out_prompt.view(prompts, kv_heads, self.most_samples, group, head_dim).transpose(1, 2)
             out_prompt = out_prompt.reshape(-1, kv_heads, group, head_dim).index_select(0, self.row_slot)
             lse_prompt = lse_prompt.view(prompts, kv_heads, self.most_samples, group).transpose(1, 2)
             lse_prompt = lse_prompt.reshape(-1, kv_heads, group).index_select(0, self.row_slot)
-            out_own, lse_own = attention(
-                q.view(rows, kv_heads, group, head_dim), keys[:, :, : slot + 1], values[:, :, : slot + 1], 0.0, False
+            out_own, lse_own = attention_with_lse(
+                q.view(rows, kv_heads, group, head_dim), keys[:, :, : slot + 1], values[:, :, : slot + 1]
             )
             lse = torch.logaddexp(lse_prompt, lse_own)
             out = out_prompt.mul_((lse_prompt - lse).exp_().unsqueeze(-1))

@@ -54,8 +54,10 @@ class GgufFile:
 class ModelConfig:
     """The target model, the reference model of ``ref``, where and in what precision they run (``device``,
     ``dtype`` apply to models loaded here), whether the start token is prepended, the window length for long texts
-    (default: the model's context) and the back end of the token statistics and reductions (``auto``, ``torch``,
-    ``triton``). Every field but the device and the back end changes scores.
+    (default: the model's context), the back end of the token statistics and reductions (``auto``, ``torch``,
+    ``triton``) and the forward (``auto``: the pad-free packed decoder where the model's family is supported, else
+    the model's own; ``packed``; ``model``). Every field but the device, the back end and the forward changes
+    scores.
 
     ``model`` is the one source of the target: a hub name, a local directory, a GGUF file (a path ending in
     ``.gguf``, or a :class:`GgufFile`), a LoadedModel in memory, a model reached over HTTP (a ``ServerConfig``:
@@ -71,6 +73,7 @@ class ModelConfig:
     prepend_start: bool = _scores(True)
     max_length: int | None = _scores(None)
     backend: str = _scores("auto", False)
+    forward: str = _scores("auto", False)
 
     @property
     def name(self) -> str:
@@ -92,12 +95,14 @@ class ModelConfig:
 class ComputeConfig:
     """How the work is done, never what it computes: the token budget per forward batch (default: 1024 on
     CPU, 16384 on GPU), a stats cache directory that keeps every pass's token statistics, a progress bar,
-    and whether a file's next block is read and its last written on threads of their own."""
+    whether a file's next block is read and its last written on threads of their own, and whether each model's
+    forward path is said (``verbose``)."""
 
     batch_tokens: int | None = _scores(None, False)
     stats_cache: str | os.PathLike | None = _scores(None, False)
     progress: bool = _scores(True, False)
     overlap: bool = _scores(True, False)
+    verbose: bool = _scores(False, False)
 
 
 @dataclass(frozen=True)

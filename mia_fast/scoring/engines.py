@@ -71,8 +71,8 @@ def weights_engine(
     max_length: int | None,
 ) -> Engine:
     """An engine running ``source`` here (a LoadedModel as it is, any other loaded onto ``config``'s device in its
-    dtype) with ``config``'s start token and back end, the window ``max_length`` and ``compute``'s batch budget and
-    stats cache."""
+    dtype) with ``config``'s start token, back end and forward, the window ``max_length`` and ``compute``'s batch
+    budget and stats cache; with ``compute.verbose`` its forward path is said through ``log``."""
     from mia_fast.pipeline.engine import StatsEngine
     from mia_fast.pipeline.models import LoadedModel, load_model
 
@@ -86,7 +86,10 @@ def weights_engine(
         batch_tokens=compute.batch_tokens,
         max_length=max_length,
         backend=config.backend,
+        forward=config.forward,
     )
+    if compute.verbose:
+        log(f"{loaded.name}: {engine.path.describe()}")
     if compute.stats_cache is not None:
         engine.use_cache(compute.stats_cache, log=log)
     return engine

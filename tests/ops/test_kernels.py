@@ -4,11 +4,17 @@ Accuracy bar (cut-cross-entropy): |kernel - fp64| <= |eager same-dtype - fp64| +
 where "eager" is the public code's recipe run in the input dtype (max log p: Gap-K%'s, the max of log_softmax).
 """
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
+import triton
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mia_fast.kernels import token_stats
+from mia_fast.kernels.token_stats import TOKEN_STATS_CONFIGS, default_config, fitting_configs, token_stats_with_config
 from mia_fast.ops.token_stats import linear_token_stats, token_stats_torch
 from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS
 
@@ -153,3 +159,140 @@ def test_fused_linear_equals_matmul_then_token_stats(dtype, with_bias):
 def test_fused_linear_refuses_mismatched_shapes():
     with pytest.raises(ValueError, match="hidden"):
         linear_token_stats(torch.randn(3, 8), torch.randn(10, 9), torch.tensor([1, 2, 3]), chunk_rows=2, impl="triton")
+
+
+CONFIG_IDS = [f"rows{c.kwargs['ROWS']}-block{c.kwargs['BLOCK_V']}-warps{c.num_warps}" for c in TOKEN_STATS_CONFIGS]
+# |kernel - fp64| <= FP64_TOLERANCE * (1 + |fp64|): room for the GPU's exp2 and rsqrt approximations, far
+# below the eager recipe's error in bf16 or fp16.
+FP64_TOLERANCE = 5e-6
+
+
+def assert_near_fp64(logits: torch.Tensor, targets: torch.Tensor, got) -> None:
+    for name, g, t in zip(TOKEN_STATS_COLUMNS, got, ground_truth(logits, targets), strict=True):
+        assert torch.isfinite(g).all(), name
+        worst = ((g.cpu().double() - t).abs() / (1 + t.abs())).max().item()
+        assert worst <= FP64_TOLERANCE, f"{name}: {worst:.3g} off fp64"
+
+
+def special_rows(vocab: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Peaked rows and rows with -inf (or the dtype's lowest) logits, each with a finite target."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(7, vocab, generator=g) * torch.tensor([2.0, 2.0, 1.0, 3.0, 3.0, 3.0, 0.5])[:, None]
+    targets = torch.randint(0, vocab, (7,), generator=g)
+    logits[0, targets[0]] = 60.0  # the target takes all the mass
+    logits[1, vocab // 2] = 60.0  # another token does
+    logits[2] = -float("inf")
+    logits[2, targets[2]] = 1.5  # the only possible token: logp 0, mu 0, var 0
+    logits[3, : vocab // 2] = -float("inf")
+    targets[3] = vocab - 1
+    logits[4, vocab // 3 :] = -float("inf")
+    targets[4] = 0
+    logits[5, 1::3] = -float("inf")
+    targets[5] = 0
+    logits[6, ::2] = torch.finfo(dtype).min  # a masking value some models use instead of -inf
+    targets[6] = 1
+    return logits.to(dtype), targets
+
+
+@pytest.mark.parametrize("config", TOKEN_STATS_CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_config_is_near_fp64_at_odd_shapes(config, dtype):
+    # V below every block, V just past a block, rows that no ROWS divides, and a single row.
+    for n, vocab in ((3, 200), (7, 4099), (1, 777), (9, 1000)):
+        logits = varied_logits(n, vocab, seed=vocab).to(dtype).to(DEVICE)
+        targets = torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(n)).to(DEVICE)
+        got = token_stats_with_config(logits, targets, config)
+        assert_near_fp64(logits.cpu(), targets.cpu(), got)
+        assert_accuracy_bar(logits.cpu(), targets.cpu(), [value.cpu() for value in got])
+
+
+@pytest.mark.parametrize("config", TOKEN_STATS_CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_config_is_near_fp64_on_peaked_and_minus_inf_rows(config, dtype):
+    logits, targets = special_rows(3001, dtype, seed=5)
+    got = token_stats_with_config(logits.to(DEVICE), targets.to(DEVICE), config)
+    assert_near_fp64(logits, targets, got)
+    assert_accuracy_bar(logits, targets, [value.cpu() for value in got])
+    np.testing.assert_allclose([value[2].item() for value in got], 0.0, atol=1e-6)
+
+
+def test_every_config_is_near_fp64_at_a_large_bf16_vocabulary():
+    peaked = special_rows(151936, torch.bfloat16, seed=8)[0][:2]
+    logits = torch.cat([varied_logits(3, 151936, seed=7).to(torch.bfloat16), peaked])
+    targets = torch.tensor([5, 151935, 70000, 3, 7])
+    for config in TOKEN_STATS_CONFIGS:
+        got = token_stats_with_config(logits.to(DEVICE), targets.to(DEVICE), config)
+        assert_near_fp64(logits, targets, got)
+        assert_accuracy_bar(logits, targets, [value.cpu() for value in got])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    config=st.sampled_from(TOKEN_STATS_CONFIGS),
+    dtype=st.sampled_from(DTYPES),
+    vocab=st.integers(1, 600),
+    n=st.integers(1, 11),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
+def test_a_rows_stats_do_not_depend_on_the_rows_beside_it(config, dtype, vocab, n, seed, data):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, vocab, generator=g) * torch.rand(n, 1, generator=g) * 20
+    logits[torch.rand(n, vocab, generator=g) < 0.2] = -float("inf")
+    targets = torch.randint(0, vocab, (n,), generator=g)
+    logits[torch.arange(n), targets] = 0.0
+    targets[torch.rand(n, generator=g) < 0.2] = -100
+    logits, targets = logits.to(dtype).to(DEVICE), targets.to(DEVICE)
+    order = torch.tensor(data.draw(st.permutations(range(n))), device=DEVICE)
+    row = data.draw(st.integers(0, n - 1))
+    together = token_stats_with_config(logits, targets, config)
+    shuffled = token_stats_with_config(logits[order], targets[order], config)
+    alone = token_stats_with_config(logits[row : row + 1], targets[row : row + 1], config)
+    for all_rows, reordered, single in zip(together, shuffled, alone, strict=True):
+        torch.testing.assert_close(all_rows[order], reordered, rtol=0, atol=0)
+        torch.testing.assert_close(all_rows[row : row + 1], single, rtol=0, atol=0)
+
+
+def test_the_autotune_space_holds_the_former_launch_and_the_best_measured_one():
+    for vocab in (600, 1000, 2048, 4000, 4099, 50257, 151936):
+        block = min(4096, triton.next_power_of_2(vocab))
+        config = default_config(vocab)
+        assert (config.kwargs, config.num_warps) == ({"ROWS": 1, "BLOCK_V": block}, 8 if block >= 2048 else 4)
+    assert any(c.kwargs == {"ROWS": 1, "BLOCK_V": 2048} and c.num_warps == 4 for c in TOKEN_STATS_CONFIGS)
+    assert fitting_configs(151936) == [c for c in TOKEN_STATS_CONFIGS if c.kwargs["BLOCK_V"] >= 2048]  # <= 75 a lane
+    assert fitting_configs(32000) == list(TOKEN_STATS_CONFIGS)
+    small = fitting_configs(1000)
+    assert all(c.kwargs["BLOCK_V"] <= 1024 for c in small) and {c.kwargs["ROWS"] for c in small} > {1}
+    assert fitting_configs(7) == [min(TOKEN_STATS_CONFIGS, key=lambda c: c.kwargs["BLOCK_V"])]
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the autotuner picks the config")
+def test_the_interpreter_runs_the_default_config():
+    logits = varied_logits(5, 3001, seed=9)
+    targets = torch.randint(0, 3001, (5,))
+    expected = token_stats_with_config(logits, targets, default_config(3001))
+    for got, want in zip(token_stats(logits, targets), expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the autotuner times the configs for real")
+def test_the_autotuned_launch_runs_the_fastest_fitting_config(monkeypatch):
+    kernel_module = importlib.import_module("mia_fast.kernels.token_stats")
+    autotuner = kernel_module._token_stats_autotuned
+    timed = []
+
+    def later_is_faster(kernel_call, quantiles):
+        kernel_call()
+        timed.append(-len(timed))
+        return [float(timed[-1])] * len(quantiles)
+
+    monkeypatch.setattr(kernel_module, "_CAN_AUTOTUNE", True)
+    monkeypatch.setitem(vars(autotuner), "do_bench", later_is_faster)  # getattr would look for a GPU
+    monkeypatch.setattr(autotuner, "cache", {})
+    logits = varied_logits(13, 1000, seed=11).to(torch.bfloat16)
+    targets = torch.randint(0, 1000, (13,), generator=torch.Generator().manual_seed(11))
+    got = token_stats(logits, targets)
+    assert len(timed) == len(fitting_configs(1000))
+    assert autotuner.best_config is fitting_configs(1000)[-1] and autotuner.best_config.kwargs["ROWS"] > 1
+    for value, expected in zip(got, token_stats_with_config(logits, targets, autotuner.best_config), strict=True):
+        torch.testing.assert_close(value, expected, rtol=0, atol=0)

@@ -16,7 +16,8 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 
 from mia_fast import ComputeConfig, Detector, SamiaSettings
 from mia_fast.methods.samia import samia_pass
-from mia_fast.pipeline.packed import PackedDecoder, PackedDecoding
+from mia_fast.pipeline import packed as packed_module
+from mia_fast.pipeline.packed import PackedDecoder, PackedDecoding, plain_attention_with_lse
 from mia_fast.pipeline.sampling import _draw, _ModelDecoding, generate, gumbel_noise, plan_prompt_batches
 from mia_fast.scoring.planner import run_passes
 
@@ -134,11 +135,15 @@ def test_the_packed_decoder_draws_what_the_models_forward_draws(kind, top_k, top
     )
 
 
-def test_packed_decoding_gives_the_models_logits_at_every_step(llama):
+@pytest.mark.parametrize("layout", ["reordered", "a GPU's: own weights, attention in plain products"])
+def test_packed_decoding_gives_the_models_logits_at_every_step(llama, layout, monkeypatch):
     prompts, _ = random_prompts([3, 7, 12], samples=1)
     samples = [2, 3, 1]  # rows 0-1 follow prompt 0, rows 2-4 prompt 1, row 5 prompt 2
     by_model = _ModelDecoding(llama, prompts, samples, 12 + 6)
-    packed = PackedDecoder(llama).decoding(prompts, samples, 6)
+    reorder = layout == "reordered"
+    if not reorder:
+        monkeypatch.setattr(packed_module, "attention_with_lse", plain_attention_with_lse)
+    packed = PackedDecoder(llama, reorder=reorder).decoding(prompts, samples, 6)
     logits = by_model.logits
     torch.testing.assert_close(packed.logits, logits, rtol=0, atol=1e-5)
     for step in range(5):
@@ -283,7 +288,7 @@ def test_the_engine_samples_through_the_models_forward_where_it_cannot_pack(tiny
     detector = Detector(str(tiny_model_dir), [SamiaSettings(samples=4)])
     samia = samia_pass(detector.settings)
     packed = run_passes(detector.engines, texts, [samia])[samia]
-    detector.target.packs = False
+    detector.target.use_forward("model")
     fed = record_forwards(detector.target.loaded.model)
     np.testing.assert_array_equal(run_passes(detector.engines, texts, [samia])[samia], packed)
     assert fed and fed[0][0] == 2  # the two prompts, once

@@ -1,0 +1,74 @@
+"""Which forward a model's engine runs, decided in one place: the pad-free packed decoder where the model's family is
+supported (on every device), else the model's own forward; and which attention and head each runs with.
+
+``forward`` is the user's choice: ``auto`` (packed where supported), ``packed`` (refused in one line where it is not)
+or ``model`` (the model's own forward, e.g. to compare). The path's description is printed with ``--verbose`` and
+recorded in a scores file's provenance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mia_fast.errors import MiaFastError
+from mia_fast.pipeline.attention import flash_available
+from mia_fast.pipeline.packed import head_dim, packed_unsupported
+
+FORWARDS = ("auto", "packed", "model")
+# On the model's own forward a row at least this long runs alone, with no padding mask (mask-free causal attention).
+ALONE_FROM = 1024
+
+
+@dataclass(frozen=True)
+class ForwardPath:
+    """``packed``: the packed decoder runs (with torch's flash ``varlen_attn`` where ``flash``, else the segment-wise
+    reference), else the model's own forward (``fallback`` says why). The logits are reduced to token statistics by
+    ``kernels`` (``Triton`` or ``torch``) from the head's product a chunk of positions at a time (``plain_head``), or
+    from the model's own logits; on a CPU the packed decoder streams its head a vocabulary chunk at a time
+    (``streamed_head``)."""
+
+    packed: bool
+    flash: bool
+    plain_head: bool
+    streamed_head: bool
+    kernels: str
+    fallback: str | None = None
+
+    def describe(self) -> str:
+        if self.streamed_head:
+            head = "streamed head"
+        elif self.plain_head:
+            head = f"{self.kernels} head"
+        else:
+            head = f"the model's logits, {self.kernels} statistics"
+        if self.packed:
+            return f"packed, {'varlen attention (flash)' if self.flash else 'segment-wise attention'}, {head}"
+        return (
+            f"the model's own forward, length-sorted padded rows ({ALONE_FROM}+ ids alone), {head} (not packed: "
+            f"{self.fallback})"
+        )
+
+
+def choose_forward(
+    model: torch.nn.Module, device: torch.device, max_length: int, forward: str, backend: str, plain_head: bool
+) -> ForwardPath:
+    """The path of ``model`` on ``device`` with windows of ``max_length`` ids, the reductions' ``backend`` (``torch``
+    or ``triton``) and whether its head is a plain linear layer (``plain_head``: its logits can be made a chunk at a
+    time from hidden states)."""
+    if forward not in FORWARDS:
+        raise MiaFastError(f"unknown forward {forward!r}; choose one of {', '.join(FORWARDS)}")
+    kernels = "Triton" if backend == "triton" else "torch"
+    if forward == "model":
+        fallback = "the model's own forward was asked for"
+    elif not plain_head:
+        fallback = "its output head is not a plain linear layer"
+    else:
+        fallback = packed_unsupported(model, max_length)
+    if fallback is None:
+        flash = flash_available(device, next(model.parameters()).dtype, head_dim(model.config))
+        return ForwardPath(True, flash, True, device.type == "cpu", kernels)
+    if forward == "packed":
+        raise MiaFastError(f"cannot run this model packed: {fallback}; use --forward auto or model")
+    return ForwardPath(False, False, plain_head, False, kernels, fallback)
