@@ -58,6 +58,7 @@ from reference_loop import public_loop_scores  # noqa: E402
 
 import mia_fast  # noqa: E402
 from mia_fast import ComputeConfig, DcpddSettings, Detector, LoadedModel, ModelConfig, kernels  # noqa: E402
+from mia_fast.evaluation.experiments import stdlib_corpus  # noqa: E402
 from mia_fast.frequency.build import count_token_ids  # noqa: E402
 from mia_fast.kernels import token_stats  # noqa: E402
 from mia_fast.methods import DEFAULT_KS  # noqa: E402
@@ -505,34 +506,6 @@ def bench_aggregation(config: dict, device: torch.device) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- texts and models
-
-
-def stdlib_docs() -> tuple[list[str], str]:
-    """The demo's corpus (``stdlib_corpus``: docstrings of 40+ words of standard-library modules and their members),
-    or, should that module fail to import, the same drawn here from the modules of ``sys.stdlib_module_names``."""
-    try:
-        from mia_fast.evaluation.experiments import stdlib_corpus
-
-        return stdlib_corpus(), "mia_fast.evaluation.experiments.stdlib_corpus"
-    except ImportError as exc:
-        log(f"stdlib_corpus unavailable ({exc}); drawing the docstrings here")
-    import importlib
-    import inspect
-    import warnings
-
-    docs: set[str] = set()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name in sorted(
-            n for n in sys.stdlib_module_names if not n.startswith("_") and n not in {"antigravity", "this"}
-        ):
-            try:
-                module = importlib.import_module(name)
-            except Exception:
-                continue
-            members = [module] + [v for a, v in vars(module).items() if not a.startswith("_") and callable(v)]
-            docs.update(d for d in map(inspect.getdoc, members) if d and len(d.split()) >= 40)
-    return sorted(docs), "docstrings of sys.stdlib_module_names (fallback)"
 
 
 def train_tokenizer(docs: list[str], vocab_size: int):
@@ -1376,7 +1349,7 @@ def main() -> None:
         if e2e:
             began = time.perf_counter()
             try:
-                docs, docs_source = stdlib_docs()
+                docs = stdlib_corpus()
                 tokenizer = train_tokenizer(docs, config["tokenizer_vocab"])
                 small, large = config["small"], config["large"]
                 texts = {
@@ -1386,7 +1359,8 @@ def main() -> None:
                 texts["neox"] = texts["large"]
                 config["prefix"] = token_texts(docs, tokenizer, [config["prefix_tokens"]], seed=3)[0]
                 result["texts"] = {
-                    "source": f"docstrings of Python {sys.version.split()[0]}'s standard library ({docs_source})",
+                    "source": f"docstrings of Python {sys.version.split()[0]}'s standard library "
+                    "(mia_fast.evaluation.experiments.stdlib_corpus)",
                     "docstrings": len(docs),
                     "tokenizer_vocab": len(tokenizer),
                     "setup_seconds": time.perf_counter() - began,

@@ -386,10 +386,7 @@ class PackedDecoder:
         self, ids: torch.Tensor, lengths: Sequence[int], contexts: Sequence[SharedContext | None] | None = None
     ) -> torch.Tensor:
         """The final-normed hidden states [ids, H] of the packed sequences, each after ``contexts[i]`` (None: none)."""
-        return self._final_norm(self._forward(ids, lengths, contexts or [None] * len(lengths)))
-
-    def _final_norm(self, x: torch.Tensor) -> torch.Tensor:
-        return self.final_norm(x)
+        return self.final_norm(self._forward(ids, lengths, contexts or [None] * len(lengths)))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The output head's logits [n, vocab], in the model's dtype as its own forward gives them, at final-normed
@@ -449,8 +446,9 @@ class PackedDecoder:
         on_host = self.attention is segment_attention
         return _Packing(
             positions=on_device[0],
-            cu_seq_q=torch.from_numpy(cu_seq_q) if on_host else on_device[1],
-            cu_seq_k=torch.from_numpy(cu_seq_k) if on_host else on_device[2],
+            # Flash attention takes int32 offsets: cast once here, not in every layer.
+            cu_seq_q=torch.from_numpy(cu_seq_q) if on_host else on_device[1].int(),
+            cu_seq_k=torch.from_numpy(cu_seq_k) if on_host else on_device[2].int(),
             max_q=int(lengths.max(initial=0)),
             max_k=int((lengths + context_lengths).max(initial=0)),
             contexts=tuple(distinct),
@@ -593,7 +591,7 @@ class PackedDecoding:
             ids = torch.tensor([t for p in prompts for t in p])
             x = decoder._forward(ids, lengths, [None] * len(prompts), kept)
             last = torch.tensor(starts[1:], device=device) - 1
-            self.logits = decoder.logits(decoder._final_norm(x.index_select(0, last))).index_select(0, self.row_prompt)
+            self.logits = decoder.logits(decoder.final_norm(x.index_select(0, last))).index_select(0, self.row_prompt)
 
             def padded(t: torch.Tensor) -> torch.Tensor:
                 rows = torch.cat([t, t.new_zeros(1, *t.shape[1:])]).index_select(0, gather)
@@ -670,4 +668,4 @@ class PackedDecoding:
         x = decoder._layers(tokens, self.positions, attend)
         self.generated += 1
         self.positions = self.positions + 1
-        return decoder.logits(decoder._final_norm(x))
+        return decoder.logits(decoder.final_norm(x))
