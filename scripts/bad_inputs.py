@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -199,7 +200,7 @@ CASES = [
     ),
     Case(
         "score: --neighbor-field and --neighbor-model",
-        SCORE + " --neighbor-field n --neighbor-model word-drop --out {new}",
+        SCORE + " --methods neighbor --neighbor-field n --neighbor-model word-drop --out {new}",
         "not both",
     ),
     Case(
@@ -460,6 +461,52 @@ CASES = [
         SERVED + " --server {server_refuse_echo_key}",
         "refused the key",
     ),
+    # ---- run files, URLs and the lines that echo them ----
+    Case("run: the run file is a loop of links", "run {loop_toml}", "a loop of links"),
+    Case("run: the run file is a directory", "run {work}", "is a directory"),
+    Case("run: the run file is a named pipe", "run {fifo}", "named pipe"),
+    Case("run: a 50 MB run file", "run {huge_toml}", "too large for a run file"),
+    Case("run: a deeply nested array", "run {deep_toml}", "nest 5000 deep"),
+    Case("run: - (standard input, empty)", "run -", "standard input: no command"),
+    Case("run: resume = true under [output]", "run {resume_toml}", "--resume is not written in a run file"),
+    Case("run: an unknown section [foo.bar]", "run {foo_toml}", "unknown section [foo]"),
+    Case("run: an [eval] section in a score file", "run {eval_section_toml}", "holds the options of `mia-fast eval`"),
+    Case("run: settings of a method not requested", "run {other_method_toml} --out {new}", "not among the methods"),
+    Case("run: a 500,000-character key", "run {long_key_toml}", "(500,005 characters)"),
+    Case("run: a key pasted as api_key_env", "run {pasted_key_toml}", "takes the name of the environment variable"),
+    Case(
+        "server: an unclosed IPv6 bracket",
+        "score {data} --server http://[::1 --server-model tiny --out {new} --quiet",
+        "no closing bracket",
+    ),
+    Case("server: an IPv6 server is shown in brackets", SERVED + " --server http://[::1]:{closed_port6}", "[::1]:"),
+    Case(
+        "server: --print-config, the key in the URL's query",
+        "score {data} --server http://127.0.0.1:9/?api_key=" + KEY + " --server-model tiny --out {new} --print-config",
+        "without a query",
+    ),
+    Case(
+        "server: --print-config, the key in the URL's user part",
+        "score {data} --server http://user:" + KEY + "@127.0.0.1:9/ --server-model tiny --out {new} --print-config",
+        "must not hold a user",
+    ),
+    Case(
+        "server: a key pasted as --api-key-env",
+        "score {data} --server http://127.0.0.1:9 --server-model tiny --api-key-env " + KEY + " --out {new} --quiet",
+        "takes the name of the environment variable",
+    ),
+    Case(
+        "server: the key in the URL's path, nothing listening",
+        SERVED + " --server http://127.0.0.1:{closed_port}/" + KEY + "/v1 --server-retry 0",
+        "refuses connections",
+    ),
+    Case("score: a CSV header repeats text", "score {dup_text_csv} {M} --out {new} --quiet", "'text' is named twice"),
+    Case(
+        "eval: a CSV header repeats label",
+        "eval {dup_label_csv} {M} --report {work}/r --quiet",
+        "'label' is named twice",
+    ),
+    Case("score: a parquet file repeats text", "score {dup_parquet} {M} --out {new} --quiet", "'text' is named twice"),
 ]
 
 
@@ -485,26 +532,39 @@ def _stop_running(signum: int, frame: object) -> None:
     raise _RanOn
 
 
-def _run(argv: list[str]) -> tuple[int | None, str, str]:
-    """(exit code, stderr, traceback or '') of one command in this process. A command still running after
-    CASE_LIMIT_S is stopped and counts as exit 0: it took the input without a word."""
+@dataclass
+class _Ran:
+    """What one command did: its exit code (None: a traceback), stderr, stdout and the traceback."""
+
+    code: int | None
+    err: str
+    out: str = ""
+    crash: str = ""
+
+
+def _run(argv: list[str]) -> _Ran:
+    """One command in this process, reading an empty standard input. A command still running after CASE_LIMIT_S
+    is stopped and counts as exit 0: it took the input without a word."""
     from mia_fast.cli.main import main
 
-    err = io.StringIO()
+    err, out = io.StringIO(), io.StringIO()
+    stdin = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(b""))
     previous = signal.signal(signal.SIGALRM, _stop_running)
     signal.setitimer(signal.ITIMER_REAL, CASE_LIMIT_S)
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         try:
-            return main(argv), err.getvalue(), ""
+            return _Ran(main(argv), err.getvalue(), out.getvalue())
         except SystemExit as exc:  # an older main let argparse exit
-            return int(exc.code or 0), err.getvalue(), ""
+            return _Ran(int(exc.code or 0), err.getvalue(), out.getvalue())
         except _RanOn:
-            return 0, err.getvalue() + f"(still running after {CASE_LIMIT_S:g} s: stopped)\n", ""
+            return _Ran(0, err.getvalue() + f"(still running after {CASE_LIMIT_S:g} s: stopped)\n", out.getvalue())
         except BaseException:  # noqa: BLE001 - a traceback is the outcome being measured
-            return None, err.getvalue(), traceback.format_exc()
+            return _Ran(None, err.getvalue(), out.getvalue(), traceback.format_exc())
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            sys.stdin = stdin
 
 
 def _copy_weights(model: str | None, target: Path) -> None:
@@ -581,9 +641,9 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
     model_options = [] if model is None else ["--model", model]
 
     def must(argv: list[str]) -> None:
-        code, err, crash = _run(argv)
-        if code != 0:
-            raise SystemExit(f"preparing the cases failed: mia-fast {' '.join(argv)}\n{err}{crash}")
+        ran = _run(argv)
+        if ran.code != 0:
+            raise SystemExit(f"preparing the cases failed: mia-fast {' '.join(argv)}\n{ran.err}{ran.crash}")
 
     table, bad_table = work / "c.freq", work / "bad.freq"
     must(["freq", "build", str(files["corpus_dir"]), "--tokenizer", places["model"], "--out", str(table), "--quiet"])
@@ -627,6 +687,7 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
     arrays["logp"] = arrays["logp"] + 1
     np.savez(tampered_stats, **arrays)
     places.update(_round_two(work, places, scores, table, cache))
+    places.update(_round_three(work, places))
     places.update(
         scores=str(scores),
         cache=str(cache),
@@ -705,6 +766,50 @@ def _round_two(work: Path, places: dict[str, str], scores: Path, table: Path, ca
     return {name: str(path) for name, path in made.items()}
 
 
+def _closed_port(family: int = socket.AF_INET, host: str = "127.0.0.1") -> int:
+    """A port nothing listens on (bound for a moment, then let go)."""
+    with socket.socket(family) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def _round_three(work: Path, places: dict[str, str]) -> dict[str, str]:
+    """The files of the run-file, URL and duplicate-column cases."""
+    data, new = places["data"], places["new"]
+    score = f'command = "score"\n[data]\ndata = "{data}"\n'
+    runs = {
+        "deep_toml": score.replace("[data]", "[data]\ntext_field = " + "[" * 5000 + "]" * 5000),
+        "resume_toml": score + f'[output]\nout = "{new}"\nresume = true\n',
+        "foo_toml": score + "[foo.bar]\nx = 1\n",
+        "eval_section_toml": score + "[eval]\nbootstrap = 10\n",
+        "other_method_toml": score
+        + f'[methods]\nnames = ["loss"]\n[methods.dcpdd]\na = 0.01\n[output]\nout = "{new}"\n',
+        "long_key_toml": score + "k" * 500_000 + " = 1\n",
+        "pasted_key_toml": score
+        + f'[server]\nserver = "http://127.0.0.1:9"\nserver_model = "m"\napi_key_env = "{KEY}"\n',
+    }
+    made = {name: work / f"{name.removesuffix('_toml')}.toml" for name in runs}
+    for name, text in runs.items():
+        made[name].write_text(text)
+    made["loop_toml"] = work / "loop.toml"
+    made["loop_toml"].symlink_to(made["loop_toml"])
+    # Beside the work folder, which is hashed before and after every case.
+    made["huge_toml"] = work.with_name(work.name + "-huge.toml")
+    made["huge_toml"].write_bytes(score.encode() + b"[data]\ntext_field = '" + b"f" * 50_000_000 + b"'\n")
+    rows = "".join(f"text {i} a,{i % 2},text {i} b\n" for i in range(8))
+    for name, header in (("dup_text_csv", "text,label,text"), ("dup_label_csv", "text,label,label")):
+        made[name] = work / f"{name.removesuffix('_csv')}.csv"
+        made[name].write_text(header + "\n" + rows)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    made["dup_parquet"] = work / "dup.parquet"
+    texts = pa.array([f"text {i}" for i in range(8)])
+    pq.write_table(pa.Table.from_arrays([texts, texts], names=["text", "text"]), made["dup_parquet"])
+    ports = {"closed_port": str(_closed_port()), "closed_port6": str(_closed_port(socket.AF_INET6, "::1"))}
+    return {**{name: str(path) for name, path in made.items()}, **ports}
+
+
 def _faulty_server():
     """``scripts/faulty_server.py``, loaded from beside this script (it is not a package)."""
     path = Path(__file__).with_name("faulty_server.py")
@@ -714,17 +819,20 @@ def _faulty_server():
     return module
 
 
-def _leaks_key(err: str, work: Path) -> bool:
-    if KEY in err:
+def _leaks_key(printed: str, before: dict[str, str], work: Path) -> bool:
+    """Whether the key is in a line printed or a file the case wrote (files that held it before are the user's)."""
+    if KEY in printed:
         return True
-    return any(KEY.encode() in p.read_bytes() for p in work.rglob("*") if p.is_file() and not p.is_symlink())
+    files = (p for p in work.rglob("*") if p.is_file() and not p.is_symlink())
+    return any(KEY.encode() in p.read_bytes() for p in files if str(p.relative_to(work)) not in before)
 
 
-def judge(case: Case, code: int | None, err: str, crash: str, before: dict, after: dict, places: dict) -> str:
+def judge(case: Case, ran: _Ran, before: dict, after: dict, places: dict) -> str:
+    code, err = ran.code, ran.err
     lines = [line for line in err.strip().splitlines() if line]
-    if crash or "Traceback" in err:
+    if ran.crash or "Traceback" in err:
         return "crash"
-    if "--server" in case.argv and _leaks_key(err, Path(places["work"])):
+    if _leaks_key(err + ran.out, before, Path(places["work"])):
         return "security"
     if any(after.get(path) != digest for path, digest in before.items()):
         return "harmful"
@@ -756,6 +864,7 @@ def run_cases(model: str | None, work: Path, cases: list[Case] = CASES) -> list[
         results = _run_each(cases, places, model_options, work, pristine)
     shutil.rmtree(pristine)
     Path(places["fifo"]).unlink(missing_ok=True)
+    Path(places["huge_toml"]).unlink(missing_ok=True)
     return results
 
 
@@ -778,10 +887,10 @@ def _run_each(cases: list[Case], places: dict, model_options: str, work: Path, p
         argv = [part.format(**places, M="") for part in case.argv.replace("{M}", model_options).split()]
         before = _digests(work)
         started = time.perf_counter()
-        code, err, crash = _run(argv)
+        ran = _run(argv)
         seconds = time.perf_counter() - started
         after = _digests(work)
-        outcome = judge(case, code, err, crash, before, after, places)
+        outcome = judge(case, ran, before, after, places)
         if after != before:  # each case starts from the prepared files, whatever the one before did
             shutil.rmtree(work)
             shutil.copytree(pristine, work, symlinks=True)
@@ -789,8 +898,8 @@ def _run_each(cases: list[Case], places: dict, model_options: str, work: Path, p
             {
                 "case": case.name,
                 "outcome": outcome,
-                "exit": code,
-                "stderr": (err + crash).strip()[-2000:],
+                "exit": ran.code,
+                "stderr": (ran.err + ran.crash).strip()[-2000:],
                 "seconds": round(seconds, 2),
             }
         )

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["table", "megatron"])
+@pytest.mark.parametrize("target", ["table", "megatron", "runfile", "url"])
 def test_bounded_fuzz_run_finds_nothing(target, tmp_path):
     pytest.importorskip("atheris")
     # A child starts with its parent's peak RSS on Linux (kept across fork and exec), and libFuzzer

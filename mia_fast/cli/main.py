@@ -17,10 +17,12 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import NoReturn
 
 from mia_fast.cli.runfile import RUN_COMMANDS, RunFileLayout, command_parser, run_file_argv
-from mia_fast.errors import MiaFastError, MiaFastWarning
+from mia_fast.errors import MiaFastError, MiaFastWarning, readable
+from mia_fast.pipeline.server_url import hide_key, mask_urls
 
 # command: (help, module that adds its options and handler)
 COMMANDS = {
@@ -63,11 +65,13 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-class _Parser(argparse.ArgumentParser):
-    """A bad option is one line on stderr, as every other error is (argparse's usage block would come first)."""
+class _BadOption(MiaFastError):
+    """A bad option: one line on stderr, as every other error is (argparse's usage block would come first)."""
 
-    def error(self, message: str) -> None:
-        self.exit(2, f"mia-fast: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _BadOption(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
@@ -100,12 +104,33 @@ def _quiet_transformers() -> None:
         hf_logging.set_verbosity_error()
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """The package's own warnings as one line each (Python's format adds the source line)."""
-    if issubclass(category, MiaFastWarning):
-        print(f"mia-fast: warning: {message}", file=sys.stderr)
-    else:
-        _python_show_warning(message, category, filename, lineno, file, line)
+def _printer(argv: Sequence[str]) -> Callable[[str, object], None]:
+    """Prints ``mia-fast: KIND: MESSAGE`` lines as every line is printed: one readable line, the user part and query
+    values of any URL masked, and the key of --api-key-env hidden wherever it sits (a URL's path, a name)."""
+    named = [word.partition("=")[2] for word in argv if word.startswith("--api-key-env=")]
+    named += [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--api-key-env"]
+    keys = [key for name in named if (key := os.environ.get(name, "").strip())]
+
+    def show(kind: str, message: object) -> None:
+        line = mask_urls(str(message))
+        for key in keys:
+            line = hide_key(line, key)
+        print(f"mia-fast: {kind}: {readable(line)}", file=sys.stderr)
+
+    return show
+
+
+def _warnings_shown_by(show: Callable[[str, object], None]) -> Callable[..., None]:
+    """``warnings.showwarning`` with the package's own warnings as one line each (Python's format adds the source
+    line)."""
+
+    def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, MiaFastWarning):
+            show("warning", message)
+        else:
+            _python_show_warning(message, category, filename, lineno, file, line)
+
+    return show_warning
 
 
 _python_show_warning = warnings.showwarning
@@ -145,33 +170,37 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
+    show = _printer(argv)
     try:
         if chosen == "run":
             argv = run_file_argv(argv, build_parser)
-            chosen = argv[0]
+            chosen, show = argv[0], _printer(argv)
         parser = build_parser([chosen] if chosen in COMMANDS else [])
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a bad option (one line already printed)
+        if chosen in RUN_COMMANDS:
+            layout = RunFileLayout(command_parser(parser, chosen), chosen)
+            with warnings.catch_warnings():
+                warnings.showwarning = _warnings_shown_by(show)
+                args.run_file = layout.write(args)
+    except SystemExit as exc:  # --help or --version
         return int(exc.code or 0)
     except MiaFastError as exc:
-        print(f"mia-fast: error: {exc}", file=sys.stderr)
+        show("error", exc)
         return 2
-    if chosen in RUN_COMMANDS:
-        args.run_file = RunFileLayout(command_parser(parser, chosen), chosen).write(args)
-        if args.print_config:
-            print(args.run_file, end="")
-            return 0
+    if chosen in RUN_COMMANDS and args.print_config:
+        print(args.run_file, end="")
+        return 0
     started = time.perf_counter()
     try:
         _quiet_transformers()
         with warnings.catch_warnings(), _sigterm_as_interrupt():
-            warnings.showwarning = _show_warning
+            warnings.showwarning = _warnings_shown_by(show)
             args.handler(args)
     except MiaFastError as exc:
-        print(f"mia-fast: error: {exc}", file=sys.stderr)
+        show("error", exc)
         return 2
     except OSError as exc:
-        print(f"mia-fast: error: {os_error_line(exc)}; nothing already written was lost", file=sys.stderr)
+        show("error", f"{os_error_line(exc)}; nothing already written was lost")
         return 2
     except KeyboardInterrupt as exc:
         how, code = ("terminated (SIGTERM)", 143) if isinstance(exc, _Terminated) else ("interrupted", 130)

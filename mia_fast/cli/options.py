@@ -83,6 +83,19 @@ DAY_S = 86_400
 block_rows = bounded(Range(1, 10**7, whole=True))
 
 
+def checked(check: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse type: the text itself, once ``check`` takes it (its one line where it does not)."""
+
+    def parse(text: str) -> str:
+        try:
+            check(text)
+        except MiaFastError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return parse
+
+
 def method_list(text: str) -> str:
     """An argparse type: comma-separated method names (or ``mink_0.2`` ...), at least one, every one registered."""
     try:
@@ -161,14 +174,18 @@ def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -
 def add_server_options(parser: argparse.ArgumentParser) -> None:
     """A target model reached over HTTP instead of --model: vLLM or any OpenAI-compatible completions server."""
     from mia_fast.pipeline.server_client import RequestSettings
+    from mia_fast.pipeline.server_url import endpoint, key_variable
 
     defaults = RequestSettings()
     server = parser.add_argument_group("served model (vLLM, SGLang, TGI, llama.cpp, OpenAI-compatible servers)")
-    server.add_argument("--server", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    server.add_argument(
+        "--server", metavar="URL", type=checked(endpoint), help="the server's base URL, e.g. http://127.0.0.1:8000"
+    )
     server.add_argument("--server-model", metavar="NAME", help="the model name the server serves")
     server.add_argument(
         "--api-key-env",
         metavar="VAR",
+        type=checked(key_variable),
         help="the environment variable that holds the server's API key (the key is never given on the command line)",
     )
     server.add_argument(

@@ -20,20 +20,34 @@ import difflib
 import json
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mia_fast.data.outputs import RUN_FILE_HEADER
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, MiaFastWarning, shown
+from mia_fast.pipeline.server_url import hide_key, mask_urls
 
 # The commands a run file can describe: every one whose options are plain values and switches (not freq's and
 # probe's, which have commands of their own).
 RUN_COMMANDS = ("score", "rescore", "eval", "calibrate", "classify", "audit-unlearning", "dataset-inference", "demo")
 REPORT_RUN_FILE = "run.toml"
-# What says how to treat an output that is there, how the run looks, or makes it no run: never in a run file.
-_NOT_RECORDED = {"help", "print_config", "resume", "overwrite", "quiet", "verbose", "compare", "handler"}
+# What says how to treat an output that is there, how the run looks, or makes it no run: never in a run file, and
+# refused in one with the reason (the others are no option of a run).
+_COMMAND_LINE_ONLY = {
+    "resume": "it says what to do with an output that is there",
+    "overwrite": "it says what to do with an output that is there",
+    "quiet": "it changes how a run looks, not what it does",
+    "verbose": "it changes how a run looks, not what it does",
+    "print_config": "it makes no run",
+    "compare": "it compares two reports instead of running",
+}
+_NOT_RECORDED = {"help", "handler", *_COMMAND_LINE_ONLY}
+# A run file is a command line written out: a few hundred bytes, its values strings, numbers and lists of them.
+RUN_FILE_BYTES = 1 << 20
+RUN_FILE_NESTING = 16
 _GROUP_SECTIONS = {
     "positional arguments": "data",
     "benchmarks": "data",
@@ -58,8 +72,8 @@ _OPTION_SECTIONS = {
     "out": "output",
 }
 _KEY_HIDDEN = (
-    "# The server's API key was in a value below and is written as ***: put it back there to run this file (the "
-    "key belongs in the environment variable of api_key_env)."
+    "# A secret (the server's API key, or a URL's user part or query value) was in a value below and is written as "
+    "***: put it back there to run this file (a key belongs in the environment variable of api_key_env)."
 )
 # A section whose options mean nothing without one of them: left out where that one has no value.
 _ANCHORS = {"server": "server"}
@@ -135,19 +149,31 @@ class RunFileLayout:
     # ---- writing ----
 
     def write(self, args: argparse.Namespace) -> str:
-        """The run file of ``args``: every recorded option that has a value."""
+        """The run file of ``args``: every recorded option that has a value, but a setting that no requested method
+        reads (warned about); the user part and query values of a URL and the served model's key masked."""
         sections: dict[str, dict[str, Any]] = {}
-        chosen = _requested_methods(args)
-        key = os.environ.get(getattr(args, "api_key_env", None) or "") or None
+        chosen = requested_methods(args)
+        key = os.environ.get(getattr(args, "api_key_env", None) or "", "").strip() or None
         hidden = False
         for dest, keys in self.keys.items():
             value = getattr(args, dest, None)
             anchor = _ANCHORS.get(keys[0].section)
             if value is None or (anchor is not None and getattr(args, anchor, None) is None):
                 continue
-            if key is not None and isinstance(value, str) and key in value:
-                value, hidden = value.replace(key, "***"), True
-            place = next((k for k in keys if k.section.removeprefix("methods.") in chosen), keys[0])
+            if isinstance(value, str):
+                masked = hide_key(mask_urls(value), key)
+                value, hidden = masked, hidden or masked != value
+            if chosen is not None and _read_by_none(keys, chosen):
+                readers = ", ".join(k.section.removeprefix("methods.") for k in keys)
+                warnings.warn(
+                    MiaFastWarning(
+                        f"{self.actions[dest].option_strings[0]} is a setting of {readers}, not among the methods "
+                        f"({', '.join(sorted(chosen))}): it changes nothing, and is not written in the run file"
+                    ),
+                    stacklevel=2,
+                )
+                continue
+            place = next((k for k in keys if chosen and k.section.removeprefix("methods.") in chosen), keys[0])
             sections.setdefault(place.section, {})[place.key] = _file_value(dest, value)
         lines = [RUN_FILE_HEADER, *([_KEY_HIDDEN] if hidden else []), f"command = {_toml(self.command)}"]
         for section in sorted(sections, key=_section_order):
@@ -159,10 +185,10 @@ class RunFileLayout:
     def argv(self, document: Mapping[str, Any], source: str) -> list[str]:
         """The command line of a run file's ``document`` (its ``command`` key already read)."""
         values: dict[str, tuple[str, Any]] = {}
-        for dotted, value in _leaves(document, source):
+        for dotted, value in self._leaves(document, source):
             dest = self.options.get(dotted)
             if dest is None:
-                raise MiaFastError(f"{source}: {_unknown(dotted, list(self.options), self.command)}")
+                raise MiaFastError(f"{source}: {self._unknown_key(dotted)}")
             if dest in values and values[dest][1] != value:
                 raise MiaFastError(
                     f"{source}: {values[dest][0]} and {dotted} are one setting "
@@ -177,6 +203,101 @@ class RunFileLayout:
             (flags if action.option_strings else positional).extend(words)
         return [self.command, *positional, *flags]
 
+    def refuse_settings_not_run(self, document: Mapping[str, Any], args: argparse.Namespace, source: str) -> None:
+        """One line for a run file's ``[methods.NAME]`` setting that no method of the run (``args``) reads: it
+        would change nothing, and a file saying otherwise misleads whoever reads it."""
+        chosen = requested_methods(args)
+        tables = document.get("methods", {})
+        if chosen is None:
+            return
+        for name, table in tables.items():
+            if not isinstance(table, dict):
+                continue
+            for key in table:
+                dotted = f"methods.{name}.{key}"
+                if _read_by_none(self.keys[self.options[dotted]], chosen):
+                    raise MiaFastError(
+                        f"{source}: {dotted}: {name} is not among the methods of this run "
+                        f"({', '.join(sorted(chosen))}); a setting of a method that does not run changes nothing: "
+                        f"drop it, or request {name}"
+                    )
+
+    @property
+    def sections(self) -> list[str]:
+        return sorted({key.section for keys in self.keys.values() for key in keys}, key=_section_order)
+
+    def _leaves(self, document: Mapping[str, Any], source: str) -> Iterator[tuple[str, Any]]:
+        """(dotted key, value) of every value of a run file but its ``command``, each in a section of this
+        command; a method's settings are one level deeper, under ``methods.NAME``."""
+        for name, value in document.items():
+            if name == "command":
+                continue
+            if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+                raise MiaFastError(f"{source}: [[{shown(name, quote=False)}]] is an array of tables; {self._has()}")
+            if not isinstance(value, dict):
+                raise MiaFastError(f"{source}: {self._outside(name)}")
+            yield from self._section_leaves(name, value, source)
+
+    def _section_leaves(self, section: str, table: Mapping[str, Any], source: str) -> Iterator[tuple[str, Any]]:
+        self._check_section(section, source)
+        for key, value in table.items():
+            dotted = f"{section}.{key}"
+            if not isinstance(value, dict):
+                yield dotted, value
+            elif section == "methods":
+                yield from self._section_leaves(dotted, value, source)
+            elif dotted in self.options:
+                raise MiaFastError(f"{source}: {dotted} is a table where a value belongs")
+            else:
+                self._check_section(dotted, source)
+
+    def _check_section(self, section: str, source: str) -> None:
+        """One line for a section no key of this command is in: the nearest of its own sections, or the command
+        whose section it is."""
+        if section in self.sections or section == "methods":
+            return
+        unknown = f"{source}: unknown section [{shown(section, quote=False)}] for {self.command}"
+        base, _, method = section.partition(".")
+        if base in RUN_COMMANDS and base != self.command:
+            raise MiaFastError(f"{unknown}: [{base}] holds the options of `mia-fast {base}` (command = {base!r})")
+        if base == "methods":
+            with_settings = [s.removeprefix("methods.") for s in self.sections if s.startswith("methods.")]
+            nearest = difflib.get_close_matches(method, with_settings, n=1, cutoff=0.6)
+            hint = f"did you mean [methods.{nearest[0]}]?" if nearest else "methods with settings: "
+            hint += "" if nearest else ", ".join(with_settings)
+            raise MiaFastError(f"{unknown}: no method of that name has settings; {hint}")
+        nearest = difflib.get_close_matches(section, self.sections, n=1, cutoff=0.6)
+        raise MiaFastError(f"{unknown}; " + (f"did you mean [{nearest[0]}]?" if nearest else self._has()))
+
+    def _has(self) -> str:
+        bases = dict.fromkeys(section.split(".")[0] for section in self.sections)
+        return f"a {self.command} run file has the sections {', '.join(f'[{b}]' for b in bases)}"
+
+    def _outside(self, key: str) -> str:
+        homes = [dotted.rsplit(".", 1)[0] for dotted in self.options if dotted.rsplit(".", 1)[-1] == key]
+        home = f"put it under [{homes[0]}]" if homes else f"and no key of {self.command}; {self._has()}"
+        return f"{shown(key, quote=False)} is a value outside any section: {home}"
+
+    def _unknown_key(self, dotted: str) -> str:
+        """The line for a key this command has no option for: the reason where the option may not be written in a
+        file, else the nearest key of the same section, else the same key in another section."""
+        section, _, key = dotted.rpartition(".")
+        if key in _COMMAND_LINE_ONLY:
+            flag = "--" + key.replace("_", "-")
+            return (
+                f"{dotted}: {flag} is not written in a run file ({_COMMAND_LINE_ONLY[key]}); give it after the "
+                f"file: mia-fast run FILE {flag}"
+            )
+        unknown = f"unknown key {shown(dotted)} for {self.command}"
+        in_section = [k.rpartition(".")[2] for k in self.options if k.rpartition(".")[0] == section]
+        nearest = [f"{section}.{k}" for k in difflib.get_close_matches(key, in_section, n=1, cutoff=0.6)]
+        nearest = nearest or [k for k in self.options if k.rpartition(".")[2] == key][:1]
+        if nearest:
+            return f"{unknown}; did you mean {nearest[0]!r}?"
+        if not in_section:
+            return f"{unknown}; see `mia-fast {self.command} --print-config`"
+        return f"{unknown}; [{section}] holds {', '.join(in_section)}"
+
 
 def _section_order(section: str) -> tuple[int, str]:
     order = ["data", "model", "server", "methods", "online", "output", "compute", "ray"]
@@ -184,36 +305,24 @@ def _section_order(section: str) -> tuple[int, str]:
     return (order.index(base) if base in order else len(order), section)
 
 
-def _requested_methods(args: argparse.Namespace) -> set[str]:
+def requested_methods(args: argparse.Namespace) -> set[str] | None:
+    """The methods a command line runs (``--methods``, ``--method``, and ``--online-method`` with ``--online``);
+    None where the command reads its method from elsewhere (``classify`` from its threshold file)."""
     from mia_fast.methods.registry import column_method
 
-    names = str(getattr(args, "methods", "") or "").split(",")
-    return {method.name for name in names if (method := column_method(name.strip())) is not None}
+    lists = [getattr(args, "methods", None), getattr(args, "method", None)]
+    if getattr(args, "online", None):
+        lists.append(getattr(args, "online_method", None))
+    names = [name.strip() for given in lists if given for name in str(given).split(",")]
+    if not names:
+        return None
+    return {method.name for name in names if (method := column_method(name)) is not None}
 
 
-def _leaves(document: Mapping[str, Any], source: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, value) of every value of a run file but its ``command``; a method's table is one level deeper."""
-    for key, value in document.items():
-        dotted = f"{prefix}{key}"
-        if dotted == "command":
-            continue
-        if isinstance(value, dict):
-            if dotted.count(".") > 1 or (prefix and not dotted.startswith("methods.")):
-                raise MiaFastError(f"{source}: {dotted} is a table where a value belongs")
-            yield from _leaves(value, source, f"{dotted}.")
-        elif not prefix:
-            raise MiaFastError(f"{source}: {dotted} is a value outside any section: put it under its section")
-        else:
-            yield dotted, value
-
-
-def _unknown(dotted: str, known: Sequence[str], command: str) -> str:
-    nearest = difflib.get_close_matches(dotted, known, n=1, cutoff=0.5)
-    if not nearest:
-        # A right key in a wrong section: the same key anywhere.
-        nearest = [k for k in known if k.rsplit(".", 1)[-1] == dotted.rsplit(".", 1)[-1]][:1]
-    hint = f"; did you mean {nearest[0]!r}?" if nearest else f"; see `mia-fast {command} --print-config`"
-    return f"unknown key {dotted!r} for {command}{hint}"
+def _read_by_none(keys: Sequence[_Key], chosen: set[str]) -> bool:
+    """Whether an option placed at ``keys`` is a method setting that none of the ``chosen`` methods reads."""
+    methods = [key.section.removeprefix("methods.") for key in keys if key.section.startswith("methods.")]
+    return len(methods) == len(keys) and not chosen.intersection(methods)
 
 
 def _file_value(dest: str, value: Any) -> Any:
@@ -256,8 +365,8 @@ def _option_words(action: argparse.Action, value: Any, source: str, dotted: str)
     except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
         raise MiaFastError(f"{source}: {dotted}: {exc}") from None
     if action.choices is not None and parsed not in action.choices:
-        shown = ", ".join(map(str, action.choices))
-        raise MiaFastError(f"{source}: {dotted}: {text!r} is not one of {shown}")
+        choices = ", ".join(map(str, action.choices))
+        raise MiaFastError(f"{source}: {dotted}: {shown(text)} is not one of {choices}")
     if flag is None:
         return [text]
     if action.nargs == "?" and text == action.const:
@@ -267,7 +376,7 @@ def _option_words(action: argparse.Action, value: Any, source: str, dotted: str)
 
 def _expect_bool(value: Any, source: str, dotted: str) -> None:
     if not isinstance(value, bool):
-        raise MiaFastError(f"{source}: {dotted} is a switch: true or false, not {value!r}")
+        raise MiaFastError(f"{source}: {dotted} is a switch: true or false, not {shown(value)}")
 
 
 def _toml(value: Any) -> str:
@@ -291,25 +400,81 @@ def _toml(value: Any) -> str:
 
 
 def read_run_file(path: str) -> tuple[str, dict[str, Any]]:
-    """A run file's command and its document; one line for a file that is missing or no TOML of a known command."""
+    """A run file's command and its document (``-``: standard input); one line for a path that is no readable file,
+    a file too large or nested too deep to be a run file, and one that is no TOML of a known command."""
     import tomllib
 
+    from mia_fast.data.readers import read_small_file
+
+    source = "standard input" if path == "-" else shown(path, quote=False)
     try:
-        with open(path, "rb") as f:
-            document = tomllib.load(f)
-    except FileNotFoundError:
-        raise MiaFastError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise MiaFastError(f"{path} is a directory, not a run file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise MiaFastError(f"{path}: not a TOML run file: {exc}") from None
+        text = read_small_file(path, RUN_FILE_BYTES, "a run file").decode("utf-8")
     except UnicodeDecodeError:
-        raise MiaFastError(f"{path}: not a TOML run file (not UTF-8 text)") from None
+        raise MiaFastError(f"{source}: not a TOML run file (not UTF-8 text)") from None
+    depth = nesting_depth(text)
+    if depth > RUN_FILE_NESTING:
+        raise MiaFastError(
+            f"{source}: not a run file: its arrays or inline tables nest {depth} deep (a run file's values are "
+            f"strings, numbers and lists of them; at most {RUN_FILE_NESTING} deep is read)"
+        )
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MiaFastError(f"{source}: not a TOML run file: {exc}") from None
     command = document.get("command")
-    if command not in RUN_COMMANDS:
-        given = "no command" if command is None else f"command {command!r}"
-        raise MiaFastError(f"{path}: {given}; a run file's command is one of {', '.join(RUN_COMMANDS)}")
+    if not isinstance(command, str) or command not in RUN_COMMANDS:
+        given = "no command" if command is None else f"command {shown(command)}"
+        raise MiaFastError(f"{source}: {given}; a run file's command is one of {', '.join(RUN_COMMANDS)}")
     return command, document
+
+
+def nesting_depth(text: str) -> int:
+    """How deep the brackets and braces of a TOML text nest outside its strings and comments: read before parsing,
+    as the parser recurses once per level."""
+    depth = deepest = 0
+    at, end = 0, len(text)
+    while at < end:
+        char = text[at]
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        elif char == "#":
+            at = _after(text, "\n", at)
+            continue
+        elif char in "\"'":
+            at = _string_end(text, at)
+            continue
+        at += 1
+    return deepest
+
+
+def _after(text: str, mark: str, start: int) -> int:
+    found = text.find(mark, start)
+    return len(text) if found < 0 else found + len(mark)
+
+
+def _string_end(text: str, start: int) -> int:
+    """Where the TOML string that opens at ``start`` ends: basic strings take escapes, literal ones do not, and a
+    tripled quote opens a multi-line string (closed by three quotes, and up to two more that belong to it)."""
+    quote = text[start]
+    closing = quote * 3 if text.startswith(quote * 3, start) else quote
+    at = start + len(closing)
+    while at < len(text):
+        if quote == '"' and text[at] == "\\":
+            at += 2
+        elif text.startswith(closing, at):
+            at += len(closing)
+            extra = 0
+            while len(closing) == 3 and extra < 2 and text.startswith(quote, at):
+                at, extra = at + 1, extra + 1
+            return at
+        elif len(closing) == 1 and text[at] == "\n":
+            return at  # an unclosed string: the parser names it
+        else:
+            at += 1
+    return at
 
 
 def write_report_run_file(report: str | os.PathLike, args: argparse.Namespace) -> Path:
@@ -334,12 +499,16 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 def run_file_argv(argv: Sequence[str], build_parser: Callable[[list[str]], argparse.ArgumentParser]) -> list[str]:
     """``run FILE [flags]`` as the command line it stands for: the file's, then the flags; ``argv`` itself where it
-    names no file (``run --help``), for the parser to answer."""
+    names no file (``run --help``), for the parser to answer. FILE ``-`` is standard input."""
     rest = list(argv[argv.index("run") + 1 :])
-    path = next((word for word in rest if not word.startswith("-")), None)
-    if path is None:
+    at = next((i for i, word in enumerate(rest) if word == "-" or not word.startswith("-")), None)
+    if at is None:
         return list(argv)
-    overrides = [word for i, word in enumerate(rest) if i != rest.index(path)]
+    path, overrides = rest[at], rest[:at] + rest[at + 1 :]
     command, document = read_run_file(path)
-    layout = RunFileLayout(command_parser(build_parser([command]), command), command)
-    return [*layout.argv(document, path), *overrides]
+    parser = command_parser(build_parser([command]), command)
+    layout = RunFileLayout(parser, command)
+    source = "standard input" if path == "-" else shown(path, quote=False)
+    command_line = [*layout.argv(document, source), *overrides]
+    layout.refuse_settings_not_run(document, parser.parse_args(command_line[1:]), source)
+    return command_line

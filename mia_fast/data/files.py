@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from mia_fast.data.formats import JSONL, OUTPUT_FORMATS, matching_suffix
-from mia_fast.data.readers import RowPosition, iter_lines
+from mia_fast.data.readers import RowPosition, file_kind, iter_lines
 from mia_fast.data.text import replace_lone_surrogates, truncate_words
-from mia_fast.errors import MiaFastError, MiaFastWarning
+from mia_fast.errors import MiaFastError, MiaFastWarning, shown
 
 # A JSON array of objects, read whole: an input only, listed with JSON lines.
 JSON_ARRAY_SUFFIXES = (".json", ".json.gz")
@@ -120,18 +120,8 @@ def _input_path(path: str | os.PathLike) -> tuple[Path, str]:
             "the scoring); write it to a file first"
         )
     if not stat.S_ISREG(mode):
-        raise MiaFastError(f"{path} is {_file_kind(mode)}, not a file of texts")
+        raise MiaFastError(f"{path} is {file_kind(mode)}, not a file of texts")
     return path, suffix
-
-
-def _file_kind(mode: int) -> str:
-    kinds = (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    )
-    return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
 def iter_rows(path: str | os.PathLike, start: RowPosition | None = None) -> Iterator[tuple[int, dict, int]]:
@@ -403,13 +393,13 @@ def _row_text(path: Path, number: int, record: dict, field: str) -> str:
     if field not in record:
         present = ", ".join(map(str, record)) or "none"
         raise MiaFastError(
-            f"{path}: row at line {number} has no {field!r} field (fields: {present}); pick one with --text-field"
+            f"{path}: row at line {number} has no {shown(field)} field (fields: {present}); pick one with --text-field"
         )
     text = record[field]
     if text is None:
         return ""
     if not isinstance(text, str):
-        raise MiaFastError(f"{path}: row at line {number}: {field!r} is a {type(text).__name__}, not a string")
+        raise MiaFastError(f"{path}: row at line {number}: {shown(field)} is a {type(text).__name__}, not a string")
     text, replaced = replace_lone_surrogates(text)
     if replaced:
         warnings.warn(
@@ -456,7 +446,7 @@ def _neighbor_list(path: str | os.PathLike, number: int, record: dict, field: st
             else "a list holding non-texts"
         )
         raise MiaFastError(
-            f"{path}: row at line {number}: {field!r} is {found}, not a list of texts (--neighbor-field)"
+            f"{path}: row at line {number}: {shown(field)} is {found}, not a list of texts (--neighbor-field)"
         )
     return tuple(value)
 

@@ -19,7 +19,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mia_fast.data.readers import BadRecord, RowPosition, decode_json_record, iter_lines, iter_parquet
+from mia_fast.data.readers import (
+    BadRecord,
+    RowPosition,
+    decode_json_record,
+    iter_lines,
+    iter_parquet,
+    refuse_repeated_columns,
+)
 from mia_fast.errors import MiaFastError
 
 # Rows of a staged .parquet output converted at a time, so that memory stays flat whatever the output's size.
@@ -219,6 +226,7 @@ def _csv_records(path: Path, start: RowPosition) -> Records:
     header = next(csv.reader(decoded(iter_lines(path))), None)
     if header is None:
         return
+    refuse_repeated_columns(path, header)
     if start.offset is None:
         rows, first = csv.DictReader(decoded(iter_lines(path))), 2
     else:

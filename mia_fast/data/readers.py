@@ -8,12 +8,18 @@ is skipped is the caller's policy: :func:`decode_json_record` raises :class:`Bad
 from __future__ import annotations
 
 import codecs
+import errno
 import gzip
 import json
+import os
+import stat
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mia_fast.errors import MiaFastError, shown
 
 
 class BadRecord(ValueError):
@@ -73,6 +79,7 @@ def iter_parquet(
     import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(path)
+    refuse_repeated_columns(path, parquet.schema_arrow.names)
     size, groups, row = path.stat().st_size, parquet.num_row_groups, 0
     for group in range(groups):
         group_rows = parquet.metadata.row_group(group).num_rows
@@ -86,7 +93,57 @@ def iter_parquet(
         row += group_rows
 
 
+def refuse_repeated_columns(path: Path, columns: Sequence[str]) -> None:
+    """One line for a header that names a column twice: which of the two a run read would be a silent guess."""
+    seen: set[str] = set()
+    for column in columns:
+        if column.strip() and column in seen:
+            raise MiaFastError(f"{path}: the column {shown(column)} is named twice in the header; rename one")
+        seen.add(column)
+
+
 def parquet_columns(path: Path) -> list[str]:
     import pyarrow.parquet as pq
 
     return list(pq.ParquetFile(path).schema_arrow.names)
+
+
+def file_kind(mode: int) -> str:
+    """What a path that is no regular file is, as a line names it."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
+
+
+def read_small_file(path: str, limit: int, what: str) -> bytes:
+    """The bytes of a small file read whole (``-``: standard input), refused in one line where the path is missing,
+    a loop of links, no regular file or unreadable, or the file is over ``limit`` bytes: ``what`` names the file
+    the caller expects."""
+    if path == "-":
+        where = "standard input"
+        try:
+            data = sys.stdin.buffer.read(limit + 1)
+        except (AttributeError, OSError, ValueError) as exc:  # no stdin, or one closed or captured
+            raise MiaFastError(f"cannot read {what} from standard input: {exc}") from None
+    else:
+        where = shown(path, quote=False)
+        try:
+            mode = os.stat(path).st_mode  # stat, not open: opening a FIFO with no writer would wait for one
+            if not stat.S_ISREG(mode):
+                raise MiaFastError(f"{where} is {file_kind(mode)}, not {what}")
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
+        except FileNotFoundError:
+            dangling = os.path.islink(path)
+            raise MiaFastError(f"{where}: {'a link to nothing' if dangling else 'no such file'}") from None
+        except OSError as exc:
+            loop = exc.errno == errno.ELOOP
+            raise MiaFastError(f"{where}: {'a loop of links' if loop else f'cannot read: {exc.strerror}'}") from None
+    if len(data) > limit:
+        raise MiaFastError(f"{where} is over {limit:,} bytes: too large for {what}")
+    return data

@@ -47,7 +47,7 @@ from typing import Any, Literal
 from mia_fast.data.files import Dataset, input_suffixes, parse_label, read_rows
 from mia_fast.data.readers import iter_lines
 from mia_fast.data.text import snippets
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, shown
 
 PATENT_SNIPPET_WORDS = 512
 
@@ -384,7 +384,7 @@ def _text(suite: Suite, number: int, record: dict, field: str) -> str:
     value = record.get(field)
     if not isinstance(value, str):
         present = ", ".join(map(str, record)) or "none"
-        raise MiaFastError(f"{suite.name}: row {number} has no text field {field!r} (fields: {present})")
+        raise MiaFastError(f"{suite.name}: row {number} has no text field {shown(field)} (fields: {present})")
     return value
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from mia_fast.data.artefacts import write_atomic
 from mia_fast.data.readers import BadRecord, decode_json_record, iter_lines, iter_parquet, parquet_columns
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, shown
 from mia_fast.frequency.build import (
     BatchCounter,
     TokenIdOutOfRange,
@@ -158,7 +158,7 @@ def _line_text(line: bytes, suffix: str, text_field: str, where: str, bad: BadRe
         bad.record(where, str(problem))
         return None
     if not isinstance(record.get(text_field), str):
-        bad.record(where, f"no string field {text_field!r} (found: {', '.join(record)})")
+        bad.record(where, f"no string field {shown(text_field)} (found: {', '.join(record)})")
         return None
     return record[text_field]
 
@@ -171,13 +171,13 @@ def _parquet_documents(path: Path, text_field: str, bad: BadRecords) -> Iterator
     except (pa.ArrowException, OSError) as exc:
         raise MiaFastError(f"{path}: cannot read: {exc}") from None
     if text_field not in columns:
-        raise MiaFastError(f"{path}: no column {text_field!r} (columns: {', '.join(columns)})")
+        raise MiaFastError(f"{path}: no column {shown(text_field)} (columns: {', '.join(columns)})")
     for row, record, position in iter_parquet(path, [text_field]):
         value = record[text_field]
         if isinstance(value, str):
             yield value, position
         else:
-            bad.record(f"{path}: row {row}", f"{text_field!r} is {type(value).__name__}, not text")
+            bad.record(f"{path}: row {row}", f"{shown(text_field)} is {type(value).__name__}, not text")
 
 
 def _batches(documents: Iterable[tuple[str, int]]) -> Iterator[tuple[list[str], int]]:

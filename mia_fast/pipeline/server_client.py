@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import http.client
 import io
-import ipaddress
 import json
 import math
 import os
@@ -26,9 +25,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from mia_fast.errors import MiaFastError
+from mia_fast.pipeline.server_url import endpoint, hide_key, key_variable, masked_url
 
 # Seconds to open a connection: a host that takes longer is unreachable (the answer has its own timeout).
 CONNECT_TIMEOUT_S = 5.0
@@ -37,7 +36,6 @@ RETRY_BASE_S = 0.5
 RETRY_CAP_S = 8.0
 _RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _DROPPED = (ConnectionError, http.client.RemoteDisconnected, http.client.IncompleteRead, http.client.BadStatusLine)
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 
 
 def _positive(value: float, what: str) -> None:
@@ -85,6 +83,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not self.model:
             raise MiaFastError("--server needs --server-model NAME: the model name the server serves")
+        if self.api_key_env is not None:
+            key_variable(self.api_key_env)
         try:
             endpoint(self.url)
         except MiaFastError as refused:
@@ -97,64 +97,14 @@ class ServerConfig:
 
     @property
     def shown_url(self) -> str:
-        """The URL as a line or a file may show it: without user, password or query, and the key hidden (some
+        """The URL as a line or a file may show it: its user part and query values masked, and the key hidden (some
         gateways take it in the path)."""
-        return hide_key(printable_url(self.url), self._key_in_environment())
+        return hide_key(masked_url(self.url), self._key_in_environment())
 
     def _key_in_environment(self) -> str | None:
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    scheme: str
-    host: str
-    port: int
-    base: str  # the path before /v1/..., without a trailing slash
-
-    @property
-    def loopback(self) -> bool:
-        if self.host.lower() in _LOOPBACK_NAMES:
-            return True
-        try:
-            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
-        except ValueError:
-            return False
-
-    def __str__(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}{self.base}"
-
-
-def endpoint(url: str) -> Endpoint:
-    """The server's address; refuses what is not an http(s) URL, and a URL carrying a user or password (a key
-    belongs in the environment, never on a command line)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise MiaFastError(f"--server {printable_url(url)!r} is not an http:// or https:// URL")
-    if parts.username or parts.password:
-        raise MiaFastError("--server must not hold a user or password: put the key in an environment variable")
-    if parts.query or parts.fragment:
-        raise MiaFastError(f"--server {printable_url(url)!r}: give the server's base URL, without a query")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise MiaFastError(f"--server {printable_url(url)!r} has a bad port") from None
-    base = parts.path.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    return Endpoint(parts.scheme, parts.hostname, port, base)
-
-
-def printable_url(url: str) -> str:
-    """``url`` without what may hold a key: its user and password, query and fragment (a query is shown as ``?…``)."""
-    parts = urlsplit(url)
-    shown = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
-    return shown + ("?…" if parts.query or parts.fragment else "")
-
-
-def hide_key(text: str, key: str | None) -> str:
-    """``text`` with ``key`` (so also ``Bearer <key>``) replaced by ``***``."""
-    return text.replace(key, "***") if key else text
+        if self.api_key_env is None:
+            return None
+        return os.environ.get(self.api_key_env, "").strip() or None
 
 
 class ServerError(MiaFastError):
@@ -180,7 +130,8 @@ class ServerClient:
         variable = self.config.api_key_env
         if variable is None:
             return None
-        key = os.environ.get(variable, "")
+        # Surrounding blanks (a key pasted with its line's end) are no part of a key, and no header may hold them.
+        key = os.environ.get(variable, "").strip()
         if not key:
             raise MiaFastError(f"--api-key-env {variable}: that environment variable is not set or empty")
         if self.endpoint.scheme == "http" and not self.endpoint.loopback and not self.config.insecure_http:

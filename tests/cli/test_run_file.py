@@ -34,7 +34,7 @@ SCORE_ARGV = [
     "--max-words",
     "64",
     "--methods",
-    "loss,mink_0.2,samia,pac,neighbor,wbc",
+    "loss,mink_0.2,samia,pac,neighbor,wbc,gradnorm",
     "--k",
     "0.05,0.3",
     "--no-prepend-start",
@@ -169,7 +169,7 @@ def test_a_run_file_is_sectioned_and_keeps_each_methods_settings_under_their_own
         "id_field": "key",
         "label_field": "member",
     }
-    assert document["methods"]["names"] == ["loss", "mink_0.2", "samia", "pac", "neighbor", "wbc"]
+    assert document["methods"]["names"] == ["loss", "mink_0.2", "samia", "pac", "neighbor", "wbc", "gradnorm"]
     assert document["methods"]["k"] == [0.05, 0.3]
     # --method-seed is samia's, pac's and neighbor's: written once, under the first of them.
     assert document["methods"]["neighbor"] == {"model": "word-drop", "count": 4, "seed": 7}
@@ -230,7 +230,7 @@ def test_flags_after_the_file_win(tmp_path):
             "no command; a run file's command is one of score, rescore, eval, calibrate, classify, audit-unlearning, "
             "dataset-inference, demo",
         ),
-        ('command = "eval"\nseed = 1\n', "seed is a value outside any section: put it under its section"),
+        ('command = "eval"\nseed = 1\n', "seed is a value outside any section: put it under [eval]"),
         ('command = "eval"\n[eval.seed]\nx = 1\n', "eval.seed is a table where a value belongs"),
         ('command = "eval"\n[eval\n', "not a TOML run file: "),
     ],
@@ -318,3 +318,28 @@ def test_the_example_run_file_is_a_valid_eval(capsys, monkeypatch):
     assert (
         'command = "eval"' in text and "[methods.samia]" in text and 'data = "examples/famous_vs_fresh.jsonl"' in text
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("a = 1\n", 0),
+        ("[data]\nk = [1, [2, [3]]]\n", 3),
+        ("[[t]]\n", 2),
+        ('k = "[[[[" \n', 0),
+        ("k = '[[[[\\' \n", 0),
+        ('k = "\\"[[[" \n', 0),
+        ('k = """\n[[[ "" \\""" ]]]"""\nj = [1]\n', 1),
+        ("k = '''[[[ '' '''''\nj = {a = [1]}\n", 2),
+        ("# [[[[\nk = [1]\n", 1),
+        ('k = "unclosed [[\nj = [[1]]\n', 2),
+    ],
+)
+def test_nesting_is_counted_outside_strings_and_comments(text, depth):
+    import tomllib
+
+    from mia_fast.cli.runfile import nesting_depth
+
+    assert nesting_depth(text) == depth
+    if "unclosed" not in text:
+        tomllib.loads(text)  # each text is valid TOML: the depths are of real files

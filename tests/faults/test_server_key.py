@@ -119,12 +119,12 @@ def test_a_refusal_that_quotes_the_key_is_shown_without_it(status, expected, tmp
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        (f"http://127.0.0.1:8000/?api_key={KEY}", "--server 'http://127.0.0.1:8000/?…': give the server's base URL"),
-        (f"http://127.0.0.1:8000/v1#{KEY}", "--server 'http://127.0.0.1:8000/v1?…': give the server's base URL"),
-        (f"ftp://127.0.0.1/models?key={KEY}", "--server 'ftp://127.0.0.1/models?…' is not an http:// or https:// URL"),
-        (f"127.0.0.1:8000/v1?key={KEY}", "--server '127.0.0.1:8000/v1?…' is not an http:// or https:// URL"),
-        (f"http://user:{KEY}@127.0.0.1:8000/", "--server must not hold a user or password"),
-        (f"http://127.0.0.1:99999999/{KEY}/v1", "--server 'http://127.0.0.1:99999999/***/v1' has a bad port"),
+        (f"http://127.0.0.1:8000/?api_key={KEY}", "'http://127.0.0.1:8000/?api_key=***': give the server's base URL"),
+        (f"http://127.0.0.1:8000/v1#{KEY}", "'http://127.0.0.1:8000/v1#***': give the server's base URL"),
+        (f"ftp://127.0.0.1/models?key={KEY}", "'ftp://127.0.0.1/models?key=***': the scheme is 'ftp'"),
+        (f"127.0.0.1:8000/v1?key={KEY}", "'127.0.0.1:8000/v1?key=***': no scheme"),
+        (f"http://user:{KEY}@127.0.0.1:8000/", "'http://***@127.0.0.1:8000/': must not hold a user or password"),
+        (f"http://127.0.0.1:99999999/{KEY}/v1", "'http://127.0.0.1:99999999/***/v1': the port is '99999999'"),
     ],
 )
 def test_a_refused_url_is_shown_without_the_key(url, expected, tmp_path, capsys, data):

@@ -191,7 +191,7 @@ def test_nothing_listening_is_refused_at_once_when_not_retrying():
 @pytest.mark.parametrize(
     ("url", "settings", "expected"),
     [
-        ("ftp://host/", {}, "is not an http:// or https:// URL"),
+        ("ftp://host/", {}, "the scheme is 'ftp'; a server is reached over http:// or https://"),
         ("http://user:pw@host/", {}, "must not hold a user or password"),
         ("http://host/?key=1", {}, "without a query"),
         ("http://10.1.2.3:8000", {"api_key_env": "TEST_KEY"}, "would cross the network unencrypted"),
