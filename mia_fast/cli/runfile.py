@@ -419,7 +419,7 @@ def read_run_file(path: str) -> tuple[str, dict[str, Any]]:
         )
     try:
         document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
         raise MiaFastError(f"{source}: not a TOML run file: {exc}") from None
     command = document.get("command")
     if not isinstance(command, str) or command not in RUN_COMMANDS:

@@ -155,7 +155,7 @@ def endpoint(url: str) -> Endpoint:
         )
     host = host_port["name"] or _ipv6(host_port["ip6"], refuse)
     port = host_port["port"]
-    if port and not 1 <= int(port) <= 65535:
+    if port and (len(port) > 5 or not 1 <= int(port) <= 65535):  # (an int of thousands of digits is refused)
         raise refuse(f"the port is {shown(port)}; a port is a number from 1 to 65535")
     scheme = pieces.scheme.lower()
     base = pieces.path.rstrip("/").removesuffix("/v1").rstrip("/")

@@ -98,7 +98,8 @@ def edited_seeds(draw) -> bytes:
     for _ in range(draw(st.integers(1, 6))):
         at = draw(st.integers(0, len(text)))
         edit = draw(st.sampled_from(["write", "cut", "insert"]))
-        piece = draw(st.binary(min_size=1, max_size=6) | st.sampled_from([b"[", b"]", b"{", b'"', b"'''", b"\n", b"="]))
+        pieces = [b"[", b"]", b"{", b'"', b"'''", b"\n", b"=", b"9" * 4400]
+        piece = draw(st.binary(min_size=1, max_size=6) | st.sampled_from(pieces))
         if edit == "write":
             text[at : at + len(piece)] = piece
         elif edit == "cut":

@@ -126,6 +126,7 @@ def test_run_file_from_standard_input(tmp_path, capsys, monkeypatch, data):
         ('command = "score"\n[[data]]\ndata = "x"\n', "[[data]] is an array of tables"),
         ('command = "score"\n[data]\ndata = "x"\nbogus = 1\n', "unknown key 'data.bogus' for score; [data] holds"),
         ("command = [1, 2]\n", "command [1, 2]; a run file's command is one of"),
+        ('command = "eval"\n[eval]\nseed = ' + "9" * 5000 + "\n", "not a TOML run file: Exceeds the limit"),
     ],
     ids=[
         "resume",
@@ -138,6 +139,7 @@ def test_run_file_from_standard_input(tmp_path, capsys, monkeypatch, data):
         "array-of-tables",
         "unknown-key",
         "command-not-a-string",
+        "integer-of-5000-digits",
     ],
 )
 def test_each_bad_key_or_section_is_named_with_the_reason_or_the_nearest(text, words, tmp_path, capsys):
@@ -198,6 +200,7 @@ def test_run_without_a_file_but_a_dash_reads_standard_input_not_a_traceback(tmp_
         ("http://[zz]:8000", "'zz' in brackets is not an IPv6 address"),
         ("http://127.0.0.1:99999", "the port is '99999'; a port is a number from 1 to 65535"),
         ("http://127.0.0.1:0", "the port is '0'"),
+        ("http://127.0.0.1:" + "9" * 5000, "(5,000 characters); a port is a number from 1 to 65535"),
         ("http://127.0.0.1:8o00", "a host that is not a name"),
         ("http:///v1", "names no host"),
         ("127.0.0.1:8000", "no scheme: give it as http:// or https://"),
