@@ -22,7 +22,7 @@ from typing import NoReturn
 
 from mia_fast.cli.runfile import RUN_COMMANDS, RunFileLayout, command_parser, run_file_argv
 from mia_fast.errors import MiaFastError, MiaFastWarning, readable
-from mia_fast.pipeline.server_url import hide_key, mask_urls
+from mia_fast.pipeline.server_url import environment_key, hide_key, mask_urls
 
 # command: (help, module that adds its options and handler)
 COMMANDS = {
@@ -109,7 +109,7 @@ def _printer(argv: Sequence[str]) -> Callable[[str, object], None]:
     values of any URL masked, and the key of --api-key-env hidden wherever it sits (a URL's path, a name)."""
     named = [word.partition("=")[2] for word in argv if word.startswith("--api-key-env=")]
     named += [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--api-key-env"]
-    keys = [key for name in named if (key := os.environ.get(name, "").strip())]
+    keys = [key for name in named if (key := environment_key(name))]
 
     def show(kind: str, message: object) -> None:
         line = mask_urls(str(message))

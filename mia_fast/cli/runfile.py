@@ -28,7 +28,7 @@ from typing import Any
 
 from mia_fast.data.outputs import RUN_FILE_HEADER
 from mia_fast.errors import MiaFastError, MiaFastWarning, shown
-from mia_fast.pipeline.server_url import hide_key, mask_urls
+from mia_fast.pipeline.server_url import environment_key, hide_key, mask_urls
 
 # The commands a run file can describe: every one whose options are plain values and switches (not freq's and
 # probe's, which have commands of their own).
@@ -153,7 +153,7 @@ class RunFileLayout:
         reads (warned about); the user part and query values of a URL and the served model's key masked."""
         sections: dict[str, dict[str, Any]] = {}
         chosen = requested_methods(args)
-        key = os.environ.get(getattr(args, "api_key_env", None) or "", "").strip() or None
+        key = environment_key(getattr(args, "api_key_env", None))
         hidden = False
         for dest, keys in self.keys.items():
             value = getattr(args, dest, None)

@@ -16,7 +16,6 @@ import http.client
 import io
 import json
 import math
-import os
 import random
 import socket
 import ssl
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.server_url import endpoint, hide_key, key_variable, masked_url
+from mia_fast.pipeline.server_url import endpoint, environment_key, hide_key, key_variable, masked_url
 
 # Seconds to open a connection: a host that takes longer is unreachable (the answer has its own timeout).
 CONNECT_TIMEOUT_S = 5.0
@@ -102,9 +101,7 @@ class ServerConfig:
         return hide_key(masked_url(self.url), self._key_in_environment())
 
     def _key_in_environment(self) -> str | None:
-        if self.api_key_env is None:
-            return None
-        return os.environ.get(self.api_key_env, "").strip() or None
+        return environment_key(self.api_key_env)
 
 
 class ServerError(MiaFastError):
@@ -130,9 +127,8 @@ class ServerClient:
         variable = self.config.api_key_env
         if variable is None:
             return None
-        # Surrounding blanks (a key pasted with its line's end) are no part of a key, and no header may hold them.
-        key = os.environ.get(variable, "").strip()
-        if not key:
+        key = environment_key(variable)
+        if key is None:
             raise MiaFastError(f"--api-key-env {variable}: that environment variable is not set or empty")
         if self.endpoint.scheme == "http" and not self.endpoint.loopback and not self.config.insecure_http:
             raise MiaFastError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import os
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -169,6 +170,14 @@ def _ipv6(text: str, refuse) -> str:
     except ValueError:
         raise refuse(f"{shown(text)} in brackets is not an IPv6 address") from None
     return f"{address}%{zone}" if zone else address
+
+
+def environment_key(variable: str | None) -> str | None:
+    """The key in the environment variable ``variable``, without surrounding blanks (a key pasted with its line's
+    end: no part of a key, and no header may hold them); None where there is none."""
+    if not variable:
+        return None
+    return os.environ.get(variable, "").strip() or None
 
 
 def key_variable(name: str) -> str:
