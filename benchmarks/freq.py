@@ -33,8 +33,11 @@ from pathlib import Path
 import numpy as np
 from common import RESULTS, SHARED_DATA, machine
 
-from mia_fast.frequency import build, sources
-from mia_fast.frequency.sources import Counting, build_from_text, build_from_tokens
+from mia_fast.frequency import build, text_build
+from mia_fast.frequency.build import Counting
+from mia_fast.frequency.corpus import BadRecords, iter_documents
+from mia_fast.frequency.text_build import build_from_text
+from mia_fast.frequency.token_files import build_from_tokens
 from mia_fast.pipeline.models import load_tokenizer
 
 TOKEN_FILES = {"uint16": 50257, "uint32": 151936}
@@ -149,7 +152,7 @@ def tokenize_only(path: Path, tokenizer, workers: int) -> int:
 
     tokens, pending = 0, []
     with ThreadPoolExecutor(workers) as pool:
-        for texts, _ in sources._batches(sources.iter_documents(path, "text", sources.BadRecords())):
+        for texts, _ in text_build._batches(iter_documents(path, "text", BadRecords())):
             pending.append(pool.submit(tokenize, texts))
             while len(pending) > 2 * workers:
                 tokens += pending.pop(0).result()

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mia_fast import _native
-from mia_fast.cli import runfile
+from mia_fast.cli import runfile, runfile_reader
 from mia_fast.cli.main import main as mia_fast_main
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency import table as freq
@@ -191,7 +191,7 @@ def fuzz_megatron(data: bytes) -> None:
 TARGETS = {
     "table": (fuzz_table, lambda: [seed_table(), b"\x01" + seed_table()[:-32]], [freq]),
     "megatron": (fuzz_megatron, lambda: [seed_megatron_index()], []),
-    "runfile": (fuzz_runfile, lambda: [SEED_RUN_FILE], [runfile]),
+    "runfile": (fuzz_runfile, lambda: [SEED_RUN_FILE], [runfile, runfile_reader]),
     "url": (fuzz_url, lambda: list(SEED_URLS), [server_url]),
 }
 

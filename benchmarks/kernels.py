@@ -58,7 +58,7 @@ from reference_loop import public_loop_scores  # noqa: E402
 
 import mia_fast  # noqa: E402
 from mia_fast import ComputeConfig, DcpddSettings, Detector, LoadedModel, ModelConfig, kernels  # noqa: E402
-from mia_fast.evaluation.experiments import stdlib_corpus  # noqa: E402
+from mia_fast.evaluation.corpus import stdlib_corpus  # noqa: E402
 from mia_fast.frequency.build import count_token_ids  # noqa: E402
 from mia_fast.kernels import token_stats  # noqa: E402
 from mia_fast.methods import DEFAULT_KS  # noqa: E402

@@ -144,7 +144,8 @@ def main() -> None:
     from mia_fast import Detector, ModelConfig
     from mia_fast.api import ScoringConfig
     from mia_fast.evaluation.assessment import BlindSettings
-    from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, run_experiment, stdlib_corpus
+    from mia_fast.evaluation.corpus import stdlib_corpus
+    from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, run_experiment
     from mia_fast.pipeline.models import LoadedModel, load_model
 
     loads = {"start": load_average()}

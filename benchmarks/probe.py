@@ -28,7 +28,7 @@ from common import RESULTS, machine, pile_texts
 from mia_fast import Detector, ProbeSettings, load_model
 from mia_fast.data import Dataset
 from mia_fast.evaluation import metrics
-from mia_fast.evaluation.experiments import prepare_texts, split_members
+from mia_fast.evaluation.corpus import prepare_texts, split_members
 from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
 from mia_fast.pipeline.finetune import FineTuning, fine_tune
 

@@ -36,7 +36,7 @@ from common import RESULTS, machine, pile_texts
 from mia_fast import Detector, load_model
 from mia_fast.data import Dataset
 from mia_fast.evaluation import metrics
-from mia_fast.evaluation.experiments import prepare_texts, split_members
+from mia_fast.evaluation.corpus import prepare_texts, split_members
 from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.probe import ProbeTraining, fit_probes, train_probe
 from mia_fast.methods.probe import ProbePrompt, standardise

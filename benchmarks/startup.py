@@ -28,7 +28,7 @@ TOKENS = 100_000_000
 VOCAB = 50257
 IN_PROCESS = f"""
 import statistics, sys, time
-from mia_fast.frequency.sources import Counting, build_from_tokens
+from mia_fast.frequency import Counting, build_from_tokens
 times = []
 for _ in range(int(sys.argv[2])):
     started = time.perf_counter()

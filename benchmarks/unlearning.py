@@ -29,7 +29,8 @@ from common import RESULTS, machine, pile_texts
 
 from mia_fast.api import Detector
 from mia_fast.cli.main import main as mia_fast
-from mia_fast.evaluation.experiments import FineTuning, prepare_texts
+from mia_fast.evaluation.corpus import prepare_texts
+from mia_fast.evaluation.experiments import FineTuning
 from mia_fast.evaluation.unlearning import DEFAULT_RATIO
 from mia_fast.pipeline.finetune import fine_tune
 from mia_fast.pipeline.models import load_model

@@ -25,6 +25,7 @@ _EXPORTS = {
     "build_on_ray": ("mia_fast.cluster", "build_on_ray"),
     "DataStream": ("mia_fast.data.files", "DataStream"),
     "Dataset": ("mia_fast.data.files", "Dataset"),
+    "Fields": ("mia_fast.data.fields", "Fields"),
     "MethodSettings": ("mia_fast.methods", "MethodSettings"),
     "ModelConfig": ("mia_fast.api", "ModelConfig"),
     "ServerConfig": ("mia_fast.pipeline.server_client", "ServerConfig"),
@@ -57,10 +58,10 @@ _EXPORTS = {
     "LoadedModel": ("mia_fast.pipeline.models", "LoadedModel"),
     "load_model": ("mia_fast.pipeline.models", "load_model"),
     "FrequencyTable": ("mia_fast.frequency.table", "FrequencyTable"),
-    "build_from_text": ("mia_fast.frequency.sources", "build_from_text"),
-    "build_from_tokens": ("mia_fast.frequency.sources", "build_from_tokens"),
-    "Counting": ("mia_fast.frequency.sources", "Counting"),
-    "CorpusFormat": ("mia_fast.frequency.sources", "CorpusFormat"),
+    "build_from_text": ("mia_fast.frequency.text_build", "build_from_text"),
+    "build_from_tokens": ("mia_fast.frequency.token_files", "build_from_tokens"),
+    "Counting": ("mia_fast.frequency.build", "Counting"),
+    "CorpusFormat": ("mia_fast.frequency.corpus", "CorpusFormat"),
     "metrics": ("mia_fast.evaluation.metrics", None),
 }
 

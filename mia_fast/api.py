@@ -9,27 +9,23 @@ the typed configs of ``mia_fast.scoring.config`` and the methods' own settings c
 
 from __future__ import annotations
 
-from mia_fast.methods import (
-    DEFAULT_KS,
-    DEFAULT_METHODS,
-    CamiaSettings,
-    ConRecallSettings,
-    DcpddSettings,
-    FsdSettings,
-    GapkSettings,
-    GradnormSettings,
-    LogFrequencies,
-    MethodSettings,
-    NeighborSettings,
-    NgramCoverageSettings,
-    PacSettings,
-    ProbeSettings,
-    RecallSettings,
-    SamiaSettings,
-    SurpSettings,
-    WbcSettings,
-)
+from mia_fast.methods.camia import CamiaSettings
+from mia_fast.methods.conrecall import ConRecallSettings
+from mia_fast.methods.dcpdd import DcpddSettings, LogFrequencies
+from mia_fast.methods.fsd import FsdSettings
+from mia_fast.methods.gapk import GapkSettings
+from mia_fast.methods.gradnorm import GradnormSettings
+from mia_fast.methods.neighbor import NeighborSettings
+from mia_fast.methods.ngram_coverage import NgramCoverageSettings
 from mia_fast.methods.online import OnlineSetting
+from mia_fast.methods.pac import PacSettings
+from mia_fast.methods.probe import ProbeSettings
+from mia_fast.methods.recall import RecallSettings
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS
+from mia_fast.methods.samia import SamiaSettings
+from mia_fast.methods.settings import MethodSettings
+from mia_fast.methods.surp import SurpSettings
+from mia_fast.methods.wbc import WbcSettings
 from mia_fast.scoring.config import (
     DEFAULT_BLOCK_ROWS,
     ComputeConfig,

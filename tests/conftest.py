@@ -130,3 +130,14 @@ def labelled_jsonl(tmp_path_factory) -> Path:
             text = random_sentence(rng, rng.choice([3, 8, 20, 60]))
             f.write(json.dumps({"id": f"doc-{i}", "text": text, "label": i % 2}) + "\n")
     return path
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray of 2 CPUs for the module's tests (skipped where Ray is not installed)."""
+    ray = pytest.importorskip("ray")
+    import logging
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    yield ray
+    ray.shutdown()

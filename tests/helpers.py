@@ -141,3 +141,142 @@ def recomputing_prefixes(engine):
     run_batch = engine._run_batch
     engine._run_batch = lambda rows: run_batch([dataclasses.replace(row, context=0) for row in rows])
     return engine
+
+
+def parsed(argv: list[str]):
+    """``argv`` (a command and its options) parsed by the parser of that command alone."""
+    from mia_fast.cli.main import build_parser
+
+    return build_parser([argv[0]]).parse_args(argv)
+
+
+def run_file_of(argv: list[str]) -> str:
+    """The run file the CLI writes for the command line ``argv``."""
+    from mia_fast.cli.main import build_parser
+    from mia_fast.cli.runfile import RunFileLayout, command_parser
+
+    return RunFileLayout(command_parser(build_parser([argv[0]]), argv[0]), argv[0]).write(parsed(argv))
+
+
+def written(folder: Path, text: str, name: str = "run.toml") -> str:
+    """``text`` written to ``folder/name``; its path."""
+    path = folder / name
+    path.write_text(text)
+    return str(path)
+
+
+def make_stats(*texts: list[tuple[int, float, float, float]]) -> TokenStats:
+    """TokenStats from per-text lists of (target id, logp, mu, var)."""
+    return TokenStats.from_texts(
+        [
+            {
+                "target_ids": np.array([t[0] for t in rows], dtype=np.int64),
+                "logp": np.array([t[1] for t in rows], dtype=np.float32),
+                "mu": np.array([t[2] for t in rows], dtype=np.float32),
+                "var": np.array([t[3] for t in rows], dtype=np.float32),
+            }
+            for rows in texts
+        ]
+    )
+
+
+# Three hand-built texts for the methods' formulas: four tokens (id 5 twice), one token, none.
+HAND_STATS = make_stats(
+    [(5, -1.0, -2.0, 1.0), (6, -3.0, -2.0, 4.0), (5, -0.5, -1.0, 0.25), (7, -2.0, -2.0, 1.0)],
+    [(1, -4.0, -3.0, 1.0)],
+    [],
+)
+
+
+def token_stats(*texts: dict) -> TokenStats:
+    """TokenStats of texts given as dicts of per-token ``logp`` and, where not the default, ``mu`` (-1), ``var`` (1) and
+    ``max_logp`` (0)."""
+    return TokenStats.from_texts(
+        [
+            {
+                "target_ids": np.arange(len(t["logp"])),
+                "logp": np.array(t["logp"], np.float32),
+                "mu": np.array(t.get("mu", [-1.0] * len(t["logp"])), np.float32),
+                "var": np.array(t.get("var", [1.0] * len(t["logp"])), np.float32),
+                "max_logp": np.array(t.get("max_logp", [0.0] * len(t["logp"])), np.float32),
+            }
+            for t in texts
+        ]
+    )
+
+
+def method_scores(stats: TokenStats, names: list[str], ks=(0.5,), settings=(), **inputs) -> dict[str, np.ndarray]:
+    """The registered methods ``names`` on ``stats`` (at ``ks``), with ``settings`` objects and other ScoringInputs."""
+    from mia_fast.methods import MethodSettings, ScoringInputs, resolve_methods, score
+
+    given = ScoringInputs(stats=stats, settings=MethodSettings(*settings), **inputs)
+    return score(given, resolve_methods(names, ks))
+
+
+def paired_stats(*texts: dict) -> TokenStats:
+    """TokenStats of the token-level reference attacks' texts: per-text ``logp`` and ``max_logp`` (default: ``logp``,
+    every token the model's top choice) lists."""
+    return TokenStats.from_texts(
+        [
+            {
+                "target_ids": np.arange(len(t["logp"])),
+                "logp": np.array(t["logp"], np.float32),
+                "mu": np.zeros(len(t["logp"]), np.float32),
+                "var": np.ones(len(t["logp"]), np.float32),
+                "max_logp": np.array(t.get("max_logp", t["logp"]), np.float32),
+            }
+            for t in texts
+        ]
+    )
+
+
+def span_lists(*per_text: list) -> np.ndarray:
+    """The token-span readout of texts: per text, its tokens' [start, end) character spans."""
+    out = np.empty(len(per_text), dtype=object)
+    for i, text in enumerate(per_text):
+        out[i] = np.array(text, np.int64).reshape(-1, 2)
+    return out
+
+
+def word_spans(n: int) -> list:
+    """The spans of ``n`` one-character tokens."""
+    return [(i, i + 1) for i in range(n)]
+
+
+def paired_inputs(target: TokenStats, reference: TokenStats, target_spans, reference_spans, settings=()):
+    """ScoringInputs of the token-level reference attacks: both models' statistics and token spans."""
+    from mia_fast.methods import MethodSettings, ScoringInputs
+    from mia_fast.methods.reference import REFERENCE_PASS
+    from mia_fast.methods.reference_tokens import REFERENCE_SPANS, TARGET_SPANS
+
+    passes = {REFERENCE_PASS: reference, TARGET_SPANS: target_spans, REFERENCE_SPANS: reference_spans}
+    return ScoringInputs(target, passes, texts=["x"] * len(target), settings=MethodSettings(*settings))
+
+
+def check_scores_alone(methods: list[str], lengths: list[int], seed: int) -> None:
+    """Asserts that each of random texts of ``lengths`` tokens scores with ``methods`` (at the default ks) alone as it
+    does among the others: a score that depends on the text's own tokens only."""
+    rng = np.random.default_rng(seed)
+    texts = [
+        {
+            "logp": -rng.exponential(2.0, n),
+            "mu": -rng.exponential(2.0, n),
+            "var": rng.exponential(1.0, n),
+            "max_logp": -rng.exponential(0.2, n),
+        }
+        for n in lengths
+    ]
+    from mia_fast.methods import DEFAULT_KS
+
+    together = method_scores(token_stats(*texts), methods, DEFAULT_KS)
+    for i, text in enumerate(texts):
+        alone = method_scores(token_stats(text), methods, DEFAULT_KS)
+        for column in together:
+            np.testing.assert_array_equal(together[column][i], alone[column][0], err_msg=column)
+
+
+def assert_scores_close(a, b, rtol=1e-4, atol=1e-6):
+    """Two score mappings hold the same columns, in order, each equal within the tolerances."""
+    assert list(a) == list(b)
+    for name in a:
+        np.testing.assert_allclose(np.asarray(a[name]), np.asarray(b[name]), rtol=rtol, atol=atol, err_msg=name)

@@ -331,7 +331,7 @@ def test_the_length_check_counts_a_functions_lines():
 
 # A method name spelt outside mia_fast/methods/ where it is not a method: the `probe` command, the stdlib's zlib module
 # among the demo's docstring corpus.
-NOT_A_METHOD = {("mia_fast.cli.main", "probe"), ("mia_fast.evaluation.experiments", "zlib")}
+NOT_A_METHOD = {("mia_fast.cli.main", "probe"), ("mia_fast.evaluation.corpus", "zlib")}
 
 
 def method_name_literals(source: str, names: set[str]) -> list[str]:
@@ -370,3 +370,171 @@ def test_no_method_is_named_outside_the_methods():
 def test_the_name_check_finds_a_method_named_in_code_but_not_in_a_docstring():
     source = '"""loss"""\ndef f(methods):\n    """zlib"""\n    return "loss" in methods or methods == ("mink",)\n'
     assert sorted(method_name_literals(source, {"loss", "zlib", "mink"})) == ["loss", "mink"]
+
+
+# ---- one job per file ------------------------------------------------------------------------------------------------
+
+LONG_FILE = 450
+MOST_LONG_FILES = 4
+# How a file over LONG_FILE lines says, in its opening docstring, why it is still one job.
+ONE_JOB_MARK = "One job, though long:"
+
+
+def long_files(sources: dict[str, str]) -> list[str]:
+    """What breaks the rule of long files among ``sources`` (module name -> source): more than MOST_LONG_FILES files
+    over LONG_FILE lines, or one of them whose docstring does not say why it is one job."""
+    long = {name: source for name, source in sources.items() if source.count("\n") > LONG_FILE}
+    problems = [
+        f"{name} is {source.count(chr(10))} lines and its docstring does not say why it is one job ({ONE_JOB_MARK!r})"
+        for name, source in sorted(long.items())
+        if ONE_JOB_MARK not in (ast.get_docstring(ast.parse(source)) or "")
+    ]
+    if len(long) > MOST_LONG_FILES:
+        problems.append(
+            f"{len(long)} files over {LONG_FILE} lines (at most {MOST_LONG_FILES}): {', '.join(sorted(long))}"
+        )
+    return problems
+
+
+def package_sources() -> dict[str, str]:
+    return {name: path.read_text() for name, path in source_files().items() if name.startswith("mia_fast.")}
+
+
+def test_at_most_four_files_are_long_and_each_says_why():
+    assert long_files(package_sources()) == []
+
+
+def test_the_long_file_check_counts_long_files_and_reads_their_reasons():
+    body = "x = 1\n" * (LONG_FILE + 1)
+    reasoned = f'"""A module.\n\n{ONE_JOB_MARK} it is.\n"""\n{body}'
+    assert long_files({"short": "x = 1\n", "reasoned": reasoned}) == []
+    assert long_files({"bare": f'"""A module."""\n{body}'}) == [
+        f"bare is {LONG_FILE + 2} lines and its docstring does not say why it is one job ({ONE_JOB_MARK!r})"
+    ]
+    five = {f"m{i}": reasoned for i in range(MOST_LONG_FILES + 1)}
+    assert long_files(five) == [f"5 files over {LONG_FILE} lines (at most 4): m0, m1, m2, m3, m4"]
+
+
+# ---- what differs by device is decided in one place ------------------------------------------------------------------
+
+# The pipeline's one place where the device decides anything, and the ops' one choice of a kernel.
+DEVICE_DECIDERS = {"mia_fast.pipeline.device", "mia_fast.ops.impl"}
+DEVICE_KINDS = {"cpu", "cuda", "mps", "xpu", "meta"}
+
+
+def _names_a_device(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and "device" in node.id) or (
+        isinstance(node, ast.Attribute) and "device" in node.attr
+    )
+
+
+def device_type_tests(source: str) -> list[int]:
+    """The lines of ``source`` that test a device's type: a comparison of ``<device>.type`` (or of any ``.type`` with
+    a device kind such as "cuda"), or a lookup keyed by ``<device>.type``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            types = [o for o in operands if isinstance(o, ast.Attribute) and o.attr == "type"]
+            kinds = [o for o in operands if isinstance(o, ast.Constant) and o.value in DEVICE_KINDS]
+            if any(_names_a_device(t.value) for t in types) or (types and kinds):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Subscript | ast.Call) and any(
+            isinstance(a, ast.Attribute) and a.attr == "type" and _names_a_device(a.value)
+            for a in ([node.slice] if isinstance(node, ast.Subscript) else node.args)
+        ):
+            if not isinstance(node, ast.Call) or (isinstance(node.func, ast.Attribute) and node.func.attr == "get"):
+                found.append(node.lineno)
+    return found
+
+
+def test_only_the_device_module_and_the_kernel_choice_test_a_device_type():
+    found = {
+        name: lines
+        for name, source in package_sources().items()
+        if name not in DEVICE_DECIDERS and (lines := device_type_tests(source))
+    }
+    assert found == {}
+
+
+def test_the_device_check_finds_each_kind_of_device_test():
+    source = (
+        "def f(x, device, table, resolved):\n"
+        "    a = x.device.type == 'cpu'\n"
+        "    b = device.type != 'cuda'\n"
+        "    c = resolved.type == 'mps'\n"
+        "    d = table.get(device.type, 0)\n"
+        "    e = table[x.device.type]\n"
+        "    return {'device': device.type, 'kind': x.dtype == 'f'}\n"
+    )
+    assert device_type_tests(source) == [2, 3, 4, 5, 6]
+
+
+# ---- one engine flow -------------------------------------------------------------------------------------------------
+
+ENGINE_BASE = "mia_fast.pipeline.engine_base"
+BASE_CLASS = "ModelEngine"
+# The flow the base holds; an engine of a model says only what differs (it may add to a step, through ``super()``).
+BASE_FLOW = {"run", "compute", "use_cache", "stats_cache", "token_spans", "sample_prompts", "_encode", "provenance"}
+
+
+def _readout_dispatch(function: ast.FunctionDef) -> bool:
+    """Whether ``function`` picks what to do by a readout's type (``isinstance(readout, ...)``, a table keyed by
+    readout classes, or the reader a readout names)."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+            if isinstance(node.args[0], ast.Name) and node.args[0].id == "readout":
+                return True
+        if isinstance(node, ast.Dict) and any(
+            isinstance(k, ast.Name) and k.id.endswith("Readout") for k in node.keys if k is not None
+        ):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "reader":
+            return True
+    return False
+
+
+def repeated_engine_flow(source: str) -> list[str]:
+    """Where ``source`` repeats the engine base's flow: a subclass of the base that defines one of its flow's methods
+    again rather than adding to the base's (through ``super()``), or any class whose ``run`` dispatches on the
+    readout's type."""
+    problems = []
+    for cls in (node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)):
+        subclass = any(isinstance(b, ast.Name) and b.id == BASE_CLASS for b in cls.bases)
+        for function in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+            if subclass and function.name in BASE_FLOW and "super()" not in ast.unparse(function):
+                problems.append(f"{cls.name}.{function.name} repeats the base's flow")
+            elif function.name == "run" and _readout_dispatch(function):
+                problems.append(f"{cls.name}.run dispatches on the readout itself")
+    return problems
+
+
+def test_no_engine_repeats_the_base_flow():
+    found = {
+        name: problems
+        for name, source in package_sources().items()
+        if name != ENGINE_BASE and (problems := repeated_engine_flow(source))
+    }
+    assert found == {}
+
+
+def test_the_engine_flow_check_finds_a_repeated_flow():
+    source = (
+        "class Local(ModelEngine):\n"
+        "    def compute(self, texts):\n        return cached_stats(self.cache, texts)\n"
+        "    def provenance(self):\n        return provenance(self.cache_settings())\n"
+        "    def cache_settings(self):\n        return {}\n"
+        "class Remote(ModelEngine):\n"
+        "    def provenance(self):\n        return {**super().provenance(), 'x': 1}\n"
+        "class Other:\n"
+        "    def run(self, readout, texts):\n"
+        "        if isinstance(readout, TokenStatsReadout):\n            return self.compute(texts)\n"
+        "class Table:\n"
+        "    def run(self, readout, texts):\n        return {HiddenStatesReadout: self.h}[type(readout)](texts)\n"
+    )
+    assert repeated_engine_flow(source) == [
+        "Local.compute repeats the base's flow",
+        "Local.provenance repeats the base's flow",
+        "Other.run dispatches on the readout itself",
+        "Table.run dispatches on the readout itself",
+    ]

@@ -7,19 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from mia_fast.cli.options import (
-    add_input_options,
-    add_model_options,
-    add_scoring_options,
-    bounded,
-    input_name,
-    load_input,
-    run_config,
-    score_settings,
-    single_column,
-    stderr,
-)
+from mia_fast.cli.options import add_input_options, add_model_options, add_scoring_options, bounded, load_input
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.runs import checked_threshold, input_name, run_config, score_settings, single_column, stderr
 from mia_fast.data.gate import Output
 from mia_fast.evaluation.thresholds import RULES
 from mia_fast.methods.settings import Range
@@ -82,15 +72,12 @@ def command_calibrate(args: argparse.Namespace) -> None:
 
 
 def command_classify(args: argparse.Namespace) -> None:
-    from mia_fast.evaluation.thresholds import Threshold
     from mia_fast.evaluation.workflows import classify_file
 
     out = Path(args.out)
     rates_path = out.with_name(out.stem + ".rates.json")
     check_command_outputs(args, Output(out), Output(rates_path), Output(_scores_path(out), staged=True, resumable=True))
-    threshold = Threshold.load(args.threshold)
-    column = single_column(args.method) if args.method else None
-    threshold.check_use(args.threshold, score_settings(run_config(args, None, out, threshold.method), args), column)
+    threshold = checked_threshold(args, out)
     dataset = load_input(args)
     config = run_config(args, dataset, _scores_path(out), threshold.method)
     rates = classify_file(dataset, config, threshold, str(args.threshold), out, input_name(args), log=stderr)

@@ -12,25 +12,26 @@ from mia_fast.cli.options import (
     add_blind_permutations_option,
     add_method_settings,
     add_model_options,
+    add_overwrite_and_quiet,
     batch_texts,
     bounded,
     epochs,
     fractions,
     learning_rate,
     method_list,
-    method_settings,
     resamples,
     seed,
     token_count,
 )
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.cli.runfile import write_report_run_file
+from mia_fast.cli.runs import method_settings
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.assessment import Assessment
+from mia_fast.evaluation.corpus import MIN_TEXTS
 from mia_fast.evaluation.experiments import (
     DEMO_METHODS,
-    MIN_TEXTS,
     PREFIX_SHOTS,
     PROBE_TEXTS,
     Experiment,
@@ -102,8 +103,7 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
         help="leave out the model-free baselines (bag of words, dates, n-grams)",
     )
     add_blind_permutations_option(demo)
-    demo.add_argument("--overwrite", action="store_true", help="write into a report directory that is not empty")
-    demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_overwrite_and_quiet(demo, "write into a report directory that is not empty")
     # The experiment draws the known texts and trains the probe itself; the other settings are the registry's.
     add_method_settings(demo.add_argument_group("method settings"), supplied=supplied_by_experiment)
     demo.set_defaults(handler=command_demo)
@@ -142,13 +142,8 @@ class _DemoBars:
 
 def command_demo(args: argparse.Namespace) -> None:
     from mia_fast.evaluation.assessment import BlindSettings
-    from mia_fast.evaluation.experiments import (
-        ExperimentDesign,
-        ExperimentProgress,
-        read_corpus,
-        run_experiment,
-        stdlib_corpus,
-    )
+    from mia_fast.evaluation.corpus import read_corpus, stdlib_corpus
+    from mia_fast.evaluation.experiments import ExperimentDesign, ExperimentProgress, run_experiment
     from mia_fast.pipeline.models import load_model
     from mia_fast.scoring.config import ScoringConfig
 

@@ -10,22 +10,16 @@ from typing import Any
 
 import numpy as np
 
-from mia_fast.cli.options import bounded
+from mia_fast.cli.options import add_overwrite_and_quiet, bounded
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
-from mia_fast.frequency.sources import (
-    TOKEN_DTYPES,
-    CorpusFormat,
-    Counting,
-    build_from_text,
-    build_from_tokens,
-    check_checkpoints,
-    expand_sources,
-    remove_checkpoints,
-    require_text,
-)
+from mia_fast.frequency.build import Counting
+from mia_fast.frequency.checkpoints import check_checkpoints, remove_checkpoints
+from mia_fast.frequency.corpus import CorpusFormat, expand_sources, require_text
 from mia_fast.frequency.table import MODES, FrequencyTable, tokenizer_fingerprint
+from mia_fast.frequency.text_build import build_from_text
+from mia_fast.frequency.token_files import TOKEN_DTYPES, build_from_tokens
 from mia_fast.methods.settings import Range
 
 # The largest vocabularies hold about 256k tokens; a table of 2**24 counts is already 128 MiB.
@@ -65,8 +59,7 @@ def _counting_options(parser: argparse.ArgumentParser) -> None:
         type=bounded(Range(1, 2**30, whole=True)),
         help="count only each document's first N tokens (the DC-PDD code used 1024)",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing table")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_overwrite_and_quiet(parser, "replace an existing table")
 
 
 def _add_build(actions: Any) -> None:

@@ -61,8 +61,8 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_dataset_inference(args: argparse.Namespace) -> None:
-    from mia_fast.cli.options import run_config, stderr
-    from mia_fast.data import read_dataset
+    from mia_fast.cli.runs import run_config, stderr
+    from mia_fast.data import Fields, read_dataset
     from mia_fast.evaluation.dataset_inference import check_distinct_files
     from mia_fast.evaluation.workflows import DatasetInferenceRun, infer_dataset, suspect_and_validation
 
@@ -73,9 +73,8 @@ def command_dataset_inference(args: argparse.Namespace) -> None:
         Output(report / "scores.jsonl", "--report", staged=True, resumable=True),
     )
     check_distinct_files(args.suspect, args.validation)
-    sets = [
-        read_dataset(path, args.text_field, id_field=None, label_field=None) for path in (args.suspect, args.validation)
-    ]
+    texts_only = Fields(args.text_field, id=None, label=None)
+    sets = [read_dataset(path, texts_only) for path in (args.suspect, args.validation)]
     combined = suspect_and_validation(*sets)
     with_reference = [REFERENCE_RATIO] if args.ref_model and REFERENCE_RATIO not in args.methods.split(",") else []
     methods = args.methods.split(",") + with_reference

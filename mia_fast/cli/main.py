@@ -20,7 +20,8 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NoReturn
 
-from mia_fast.cli.runfile import RUN_COMMANDS, RunFileLayout, command_parser, run_file_argv
+from mia_fast.cli.run import run_file_argv
+from mia_fast.cli.runfile import RUN_COMMANDS, RunFileLayout, command_parser
 from mia_fast.errors import MiaFastError, MiaFastWarning, readable
 from mia_fast.pipeline.server_url import environment_key, hide_key, mask_urls
 
@@ -48,7 +49,7 @@ COMMANDS = {
         "mia_fast.cli.inference",
     ),
     "probe": ("train the white-box probe on a model's hidden states (for the probe method)", "mia_fast.cli.probe"),
-    "run": ("run what a run file (TOML) describes; flags after it override it", "mia_fast.cli.runfile"),
+    "run": ("run what a run file (TOML) describes; flags after it override it", "mia_fast.cli.run"),
 }
 
 

@@ -1,12 +1,12 @@
-"""The options the scoring commands share, the parsers that check every number and method list as it is
-parsed (one line, before any model or data is touched), and turning the options into library calls."""
+"""Declaring options: the option groups the commands share (input, model, served model, scoring, method settings,
+output) and the argparse types that check every number and method list as it is parsed (one line, before any model
+or data is touched); and reading the input those options name (``load_input``). Turning parsed options into a run
+is ``runs.py``'s job."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
-from dataclasses import fields, replace
 from typing import Any
 
 from mia_fast.data import SUITES, output_suffixes
@@ -30,7 +30,6 @@ from mia_fast.methods.settings import (
     TOKENS,
     Range,
 )
-from mia_fast.pipeline.neighbors import Neighbors
 
 
 def bounded(bounds: Range) -> Callable[[str], int | float]:
@@ -106,15 +105,16 @@ def method_list(text: str) -> str:
 
 
 def add_blind_permutations_option(parser: argparse.ArgumentParser) -> None:
-    from mia_fast.evaluation import blind
+    from mia_fast.evaluation import blind_refit
 
     parser.add_argument(
         "--blind-permutations",
         type=resamples,
         metavar="N",
         help="the most label shuffles the model-free baselines' permutation test refits each baseline on (default: "
-        f"{blind.MOST_PERMUTATIONS} up to {blind.FULL_PERMUTATION_ROWS:,} texts, fewer in proportion above, at least "
-        f"{blind.FEWEST_PERMUTATIONS}); with fewer than 59 no leak can reach Holm's level over the three",
+        f"{blind_refit.MOST_PERMUTATIONS} up to {blind_refit.FULL_PERMUTATION_ROWS:,} texts, fewer in proportion "
+        f"above, at least {blind_refit.FEWEST_PERMUTATIONS}); with fewer than 59 no leak can reach Holm's level over "
+        "the three",
     )
 
 
@@ -122,10 +122,6 @@ def out_help() -> str:
     """--out's help, listing the output formats registered when the parser is built."""
     *others, last = output_suffixes()
     return f"scores: {', '.join(others)} or {last} (one row per input row, in order)"
-
-
-def stderr(message: str) -> None:
-    print(message, file=sys.stderr)
 
 
 def add_input_options(parser: argparse.ArgumentParser) -> None:
@@ -167,8 +163,13 @@ def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -
     model.add_argument("--gguf", help="a GGUF model file instead of --model")
     if reference:
         model.add_argument("--ref-model", help="reference model for ref, ezmia and wbc (with its own tokenizer)")
-    model.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    model.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
+    add_device_options(model)
+
+
+def add_device_options(group: argparse._ArgumentGroup) -> None:
+    """Where the models run and in which precision."""
+    group.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    group.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
 
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
@@ -226,24 +227,6 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow the key over plain http:// to a host other than this one",
     )
-
-
-def server_config(args: argparse.Namespace):
-    """The ServerConfig of the served-model options, or None without --server."""
-    from mia_fast.pipeline.server_client import RequestSettings, ServerConfig
-
-    if getattr(args, "server", None) is None:
-        names = ("server_model", "api_key_env", "tokenizer")
-        given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name, None)]
-        if given:
-            raise MiaFastError(f"{', '.join(given)} need(s) --server URL")
-        return None
-    if not args.server_model:
-        raise MiaFastError("--server needs --server-model NAME: the model name the server serves")
-    if args.model or args.gguf:
-        raise MiaFastError("give the target model once: --server (with --server-model) or --model/--gguf")
-    requests = RequestSettings(args.in_flight, args.request_tokens, args.server_timeout, args.server_retry)
-    return ServerConfig(args.server, args.server_model, args.api_key_env, args.tokenizer, args.insecure_http, requests)
 
 
 def add_method_settings(
@@ -343,104 +326,18 @@ def add_output_options(parser: argparse.ArgumentParser, stats_cache: bool = Fals
     output.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def method_settings(args: argparse.Namespace, dataset=None):
-    """The methods' settings from their flags (a file of texts read with --text-field), with the neighbours of
-    --neighbor-field; a setting object's progress bar off with --quiet."""
-    from mia_fast.data import read_texts
-    from mia_fast.methods.neighbor import NeighborSettings
-    from mia_fast.methods.registry import settings_from_values
-
-    values = {}
-    for option in setting_options():
-        value = getattr(args, option.key, None)
-        read = value is not None and option.flag.texts_file
-        values[option.key] = read_texts(value, args.text_field) if read else value
-    settings = settings_from_values(values).map(lambda value: _quiet(value, args))
-    if getattr(args, "neighbor_field", None) and dataset is not None:
-        given = Neighbors.of_texts(dataset.texts, dataset.neighbors)
-        settings = settings.replace(replace(settings.of(NeighborSettings), neighbors=given))
-    return settings
-
-
-def model_config(args: argparse.Namespace, model: str | None = None):
-    """The ModelConfig of the model options: the target of --server, --gguf (over --model, as ever) or --model;
-    ``model`` in place of them where given."""
-    from mia_fast.scoring.config import GgufFile, ModelConfig
-
-    if model is None:
-        model = server_config(args) or (GgufFile(args.gguf) if args.gguf is not None else args.model)
-    return ModelConfig(
-        model=model,
-        ref_model=getattr(args, "ref_model", None),
-        device=args.device,
-        dtype=args.dtype,
-        prepend_start=getattr(args, "prepend_start", True),
-        max_length=getattr(args, "max_length", None),
-        backend=getattr(args, "backend", "auto"),
-        forward=getattr(args, "forward", "auto"),
-    )
-
-
-def run_config(args: argparse.Namespace, dataset, out, methods: str | None = None, model: str | None = None):
-    """The RunConfig of the command's options, scoring into ``out``; ``methods`` (comma-separated, with no k
-    list) in place of --methods and --k where given, ``model`` in place of --model."""
-    from mia_fast.scoring.config import ComputeConfig, OutputConfig, RunConfig, ScoringConfig
-    from mia_fast.scoring.engines import engine_kind
-
-    model_settings = model_config(args, model)
-    chosen = methods or args.methods
-    defaults = engine_kind(model_settings.model).defaults
-    if methods is None and chosen == ",".join(DEFAULT_METHODS) and defaults is not None:
-        chosen = ",".join(defaults(model_settings, stderr))
-    scoring = ScoringConfig(
-        methods=tuple(chosen.split(",")),
-        k=() if methods else tuple(args.k),
-        settings=method_settings(args, dataset),
-        online=online_setting(args),
-    )
-    id_field, label_field = getattr(args, "id_field", "id"), getattr(args, "label_field", "label")
-    run_file = getattr(args, "run_file", None)
-    output = OutputConfig(out, args.resume, args.overwrite, args.block_rows, id_field, label_field, run_file)
-    compute = ComputeConfig(
-        batch_tokens=getattr(args, "batch_tokens", None),
-        stats_cache=getattr(args, "stats_cache", None),
-        progress=not args.quiet,
-        verbose=getattr(args, "verbose", False),
-    )
-    return RunConfig(output, model_settings, scoring, compute)
-
-
-def score_settings(config, args: argparse.Namespace) -> dict:
-    """What changes a score of ``config``'s run, as a threshold records it: the run's settings, the input's
-    word cut and neighbour field."""
-    return {**config.recorded(), "max_words": args.max_words, "neighbor_field": args.neighbor_field}
-
-
-def single_column(method: str) -> str:
-    """The one score column ``method`` names (``mink_0.2``, ``loss``); refuses a method of several columns."""
-    from mia_fast.methods import resolve_methods
-
-    columns = [c for r in resolve_methods([method], []) for c in r.columns]
-    if len(columns) != 1:
-        raise MiaFastError(f"--method takes one score column, e.g. mink_0.2 or loss; {method!r} is not one")
-    return columns[0]
-
-
-def input_name(args: argparse.Namespace) -> str:
-    if args.suite:
-        return (
-            f"{args.suite}:{args.split or SUITES[args.suite].default_split}"
-            + (f":{args.config}" if args.config else "")
-            + (f" ({args.data})" if args.data else "")
-        )
-    return str(args.data)
+def add_overwrite_and_quiet(parser: argparse.ArgumentParser, overwrite_help: str) -> None:
+    """--overwrite (``overwrite_help``: what it replaces) and --quiet, for a command that writes one output and has
+    no output group."""
+    parser.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def load_input(args: argparse.Namespace, require_labels: bool = False, stream: bool = False):
     """DATA, or a benchmark suite (from the hub, or from DATA in its layout), cut to --max-words. With ``stream``
     a DATA file is read block by block as it is scored (a DataStream), unless --neighbor-field needs every
     row's neighbours at hand."""
-    from mia_fast.data import DataStream, load_suite, read_dataset
+    from mia_fast.data import DataStream, Fields, load_suite, read_dataset
     from mia_fast.data.files import cut_to_words
 
     if getattr(args, "neighbor_field", None) and getattr(args, "neighbor_model", None):
@@ -453,52 +350,9 @@ def load_input(args: argparse.Namespace, require_labels: bool = False, stream: b
         raise MiaFastError("give DATA (a file of texts) or --suite NAME")
     elif args.split or args.config:
         raise MiaFastError("--split and --config select within a --suite")
-    elif stream and not args.neighbor_field:
-        return DataStream(
-            args.data,
-            args.text_field,
-            args.id_field,
-            args.label_field,
-            require_labels=require_labels,
-            group_field=args.group_field,
-            max_words=args.max_words,
-        )
     else:
-        dataset = read_dataset(
-            args.data,
-            args.text_field,
-            args.id_field,
-            args.label_field,
-            require_labels=require_labels,
-            group_field=args.group_field,
-            neighbor_field=args.neighbor_field,
-        )
+        fields = Fields(args.text_field, args.id_field, args.label_field, args.group_field, args.neighbor_field or None)
+        if stream and not fields.neighbors:
+            return DataStream(args.data, fields, require_labels=require_labels, max_words=args.max_words)
+        dataset = read_dataset(args.data, fields, require_labels=require_labels)
     return cut_to_words(dataset, args.max_words) if args.max_words is not None else dataset
-
-
-def _quiet(value: Any, args: argparse.Namespace) -> Any:
-    """A settings object with its progress bar off under --quiet (one that has one)."""
-    shows_progress = any(f.name == "progress" for f in fields(value))
-    return replace(value, progress=False) if shows_progress and getattr(args, "quiet", False) else value
-
-
-def online_setting(args: argparse.Namespace):
-    """--online W with its --online-stride and --online-method as an OnlineSetting (checked here); None without
-    --online."""
-    from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting
-
-    if getattr(args, "online", None) is None:
-        stray = [
-            f"--online-{name}" for name in ("stride", "method") if getattr(args, f"online_{name}", None) is not None
-        ]
-        if stray:
-            raise MiaFastError(f"{' and '.join(stray)} need --online W")
-        return None
-    return OnlineSetting(args.online, args.online_stride, args.online_method or DEFAULT_ONLINE_METHOD)
-
-
-def score_into(args: argparse.Namespace, dataset, out, methods: str | None = None, model: str | None = None) -> None:
-    """Scores ``dataset`` into ``out`` with the command's options (resumable, block by block)."""
-    from mia_fast.scoring.runner import score_file
-
-    score_file(dataset, run_config(args, dataset, out, methods, model), log=stderr, data_name=input_name(args))

@@ -6,7 +6,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from mia_fast.cli.options import add_model_options, batch_texts, batch_tokens, bounded, epochs, learning_rate, seed
+from mia_fast.cli.options import (
+    add_model_options,
+    add_overwrite_and_quiet,
+    batch_texts,
+    batch_tokens,
+    bounded,
+    epochs,
+    learning_rate,
+    seed,
+)
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.data.gate import Output
 from mia_fast.evaluation.probe import ProbeTraining
@@ -72,22 +81,22 @@ def add_command(name: str, probe: argparse.ArgumentParser) -> None:
     )
     train.add_argument("--out", required=True, help="the probe directory: probe.json, probe.safetensors, dev_auroc.png")
     train.add_argument("--keep-proxy", action="store_true", help="also save the fine-tuned proxy model in OUT/proxy")
-    train.add_argument("--overwrite", action="store_true", help="write into a directory that is not empty")
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_overwrite_and_quiet(train, "write into a directory that is not empty")
     train.set_defaults(handler=command_train)
 
 
 def command_train(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
-    from mia_fast.data import read_dataset
+    from mia_fast.data import Fields, read_dataset
     from mia_fast.evaluation.probe import check_labelled, save_probe, train_probe
     from mia_fast.pipeline.models import load_model
 
     out = Path(args.out)
     check_command_outputs(args, Output(out, folder=True))
-    train = read_dataset(args.train, args.text_field, None, args.label_field, require_labels=True)
-    dev = read_dataset(args.dev, args.text_field, None, args.label_field, require_labels=True)
+    fields = Fields(args.text_field, id=None, label=args.label_field)
+    train = read_dataset(args.train, fields, require_labels=True)
+    dev = read_dataset(args.dev, fields, require_labels=True)
     members, _ = check_labelled(train, "training", 4)
     check_labelled(dev, "dev")
     settings = ProbeTraining(

@@ -54,8 +54,9 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_rescore(args: argparse.Namespace) -> None:
-    from mia_fast.cli.options import input_name, load_input, method_settings, stderr
-    from mia_fast.scoring.config import ComputeConfig, OutputConfig, RunConfig, ScoringConfig
+    from mia_fast.cli.options import load_input
+    from mia_fast.cli.runs import input_name, method_settings, output_config, stderr
+    from mia_fast.scoring.config import ComputeConfig, RunConfig, ScoringConfig
     from mia_fast.scoring.detector import Detector
     from mia_fast.scoring.runner import score_file
 
@@ -68,9 +69,6 @@ def command_rescore(args: argparse.Namespace) -> None:
         detector = Detector.from_token_stats(args.stats, dataset.texts, settings)
     else:
         detector = Detector.from_stats_cache(args.stats_cache, args.setting, settings)
-    output = OutputConfig(
-        args.out, args.resume, args.overwrite, args.block_rows, args.id_field, args.label_field, args.run_file
-    )
     scoring = ScoringConfig(tuple(args.methods.split(",")), tuple(args.k))
-    config = RunConfig(output, scoring=scoring, compute=ComputeConfig(progress=not args.quiet))
+    config = RunConfig(output_config(args, args.out), scoring=scoring, compute=ComputeConfig(progress=not args.quiet))
     score_file(dataset, config, detector, log=stderr, data_name=input_name(args))

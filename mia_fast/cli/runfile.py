@@ -1,4 +1,6 @@
-"""Run files: a whole run described by one TOML file, ``mia-fast run FILE`` (``tomllib``).
+"""Run files: a whole run described by one TOML file, ``mia-fast run FILE``. This module holds a command's run-file
+layout (which key holds which option) and writes the run file of a command line; ``runfile_reader.py`` reads one back
+into a command line, and ``run.py`` is the ``run`` command.
 
 A run file is a command line written out: ``command`` names the command, and every option is a key, named as its
 flag with underscores, in the section of its kind: ``[data]`` (the texts, a suite, the input fields), ``[model]``
@@ -16,18 +18,17 @@ scoring output and report gets the run file that reproduces it (``OUT.run.toml``
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mia_fast.data.outputs import RUN_FILE_HEADER
-from mia_fast.errors import MiaFastError, MiaFastWarning, shown
+from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.pipeline.server_url import environment_key, hide_key, mask_urls
 
 # The commands a run file can describe: every one whose options are plain values and switches (not freq's and
@@ -36,7 +37,7 @@ RUN_COMMANDS = ("score", "rescore", "eval", "calibrate", "classify", "audit-unle
 REPORT_RUN_FILE = "run.toml"
 # What says how to treat an output that is there, how the run looks, or makes it no run: never in a run file, and
 # refused in one with the reason (the others are no option of a run).
-_COMMAND_LINE_ONLY = {
+COMMAND_LINE_ONLY = {
     "resume": "it says what to do with an output that is there",
     "overwrite": "it says what to do with an output that is there",
     "quiet": "it changes how a run looks, not what it does",
@@ -44,10 +45,7 @@ _COMMAND_LINE_ONLY = {
     "print_config": "it makes no run",
     "compare": "it compares two reports instead of running",
 }
-_NOT_RECORDED = {"help", "handler", *_COMMAND_LINE_ONLY}
-# A run file is a command line written out: a few hundred bytes, its values strings, numbers and lists of them.
-RUN_FILE_BYTES = 1 << 20
-RUN_FILE_NESTING = 16
+_NOT_RECORDED = {"help", "handler", *COMMAND_LINE_ONLY}
 _GROUP_SECTIONS = {
     "positional arguments": "data",
     "benchmarks": "data",
@@ -163,7 +161,7 @@ class RunFileLayout:
             if isinstance(value, str):
                 masked = hide_key(mask_urls(value), key)
                 value, hidden = masked, hidden or masked != value
-            if chosen is not None and _read_by_none(keys, chosen):
+            if chosen is not None and self.read_by_none(dest, chosen):
                 readers = ", ".join(k.section.removeprefix("methods.") for k in keys)
                 warnings.warn(
                     MiaFastWarning(
@@ -180,123 +178,15 @@ class RunFileLayout:
             lines += ["", f"[{section}]", *(f"{key} = {_toml(v)}" for key, v in sections[section].items())]
         return "\n".join(lines) + "\n"
 
-    # ---- reading ----
-
-    def argv(self, document: Mapping[str, Any], source: str) -> list[str]:
-        """The command line of a run file's ``document`` (its ``command`` key already read)."""
-        values: dict[str, tuple[str, Any]] = {}
-        for dotted, value in self._leaves(document, source):
-            dest = self.options.get(dotted)
-            if dest is None:
-                raise MiaFastError(f"{source}: {self._unknown_key(dotted)}")
-            if dest in values and values[dest][1] != value:
-                raise MiaFastError(
-                    f"{source}: {values[dest][0]} and {dotted} are one setting "
-                    f"({self.actions[dest].option_strings[0]}) given two values; give it once"
-                )
-            values[dest] = (dotted, value)
-        positional, flags = [], []
-        # Positionals in the parser's order, whatever the file's.
-        for dest in sorted(values, key=list(self.actions).index):
-            action, (dotted, value) = self.actions[dest], values[dest]
-            words = _option_words(action, value, source, dotted)
-            (flags if action.option_strings else positional).extend(words)
-        return [self.command, *positional, *flags]
-
-    def refuse_settings_not_run(self, document: Mapping[str, Any], args: argparse.Namespace, source: str) -> None:
-        """One line for a run file's ``[methods.NAME]`` setting that no method of the run (``args``) reads: it
-        would change nothing, and a file saying otherwise misleads whoever reads it."""
-        chosen = requested_methods(args)
-        tables = document.get("methods", {})
-        if chosen is None:
-            return
-        for name, table in tables.items():
-            if not isinstance(table, dict):
-                continue
-            for key in table:
-                dotted = f"methods.{name}.{key}"
-                if _read_by_none(self.keys[self.options[dotted]], chosen):
-                    raise MiaFastError(
-                        f"{source}: {dotted}: {name} is not among the methods of this run "
-                        f"({', '.join(sorted(chosen))}); a setting of a method that does not run changes nothing: "
-                        f"drop it, or request {name}"
-                    )
+    def read_by_none(self, dest: str, chosen: set[str]) -> bool:
+        """Whether the option ``dest`` is a method setting that none of the ``chosen`` methods reads."""
+        keys = self.keys[dest]
+        methods = [key.section.removeprefix("methods.") for key in keys if key.section.startswith("methods.")]
+        return len(methods) == len(keys) and not chosen.intersection(methods)
 
     @property
     def sections(self) -> list[str]:
         return sorted({key.section for keys in self.keys.values() for key in keys}, key=_section_order)
-
-    def _leaves(self, document: Mapping[str, Any], source: str) -> Iterator[tuple[str, Any]]:
-        """(dotted key, value) of every value of a run file but its ``command``, each in a section of this
-        command; a method's settings are one level deeper, under ``methods.NAME``."""
-        for name, value in document.items():
-            if name == "command":
-                continue
-            if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-                raise MiaFastError(f"{source}: [[{shown(name, quote=False)}]] is an array of tables; {self._has()}")
-            if not isinstance(value, dict):
-                raise MiaFastError(f"{source}: {self._outside(name)}")
-            yield from self._section_leaves(name, value, source)
-
-    def _section_leaves(self, section: str, table: Mapping[str, Any], source: str) -> Iterator[tuple[str, Any]]:
-        self._check_section(section, source)
-        for key, value in table.items():
-            dotted = f"{section}.{key}"
-            if not isinstance(value, dict):
-                yield dotted, value
-            elif section == "methods":
-                yield from self._section_leaves(dotted, value, source)
-            elif dotted in self.options:
-                raise MiaFastError(f"{source}: {dotted} is a table where a value belongs")
-            else:
-                self._check_section(dotted, source)
-
-    def _check_section(self, section: str, source: str) -> None:
-        """One line for a section no key of this command is in: the nearest of its own sections, or the command
-        whose section it is."""
-        if section in self.sections or section == "methods":
-            return
-        unknown = f"{source}: unknown section [{shown(section, quote=False)}] for {self.command}"
-        base, _, method = section.partition(".")
-        if base in RUN_COMMANDS and base != self.command:
-            raise MiaFastError(f"{unknown}: [{base}] holds the options of `mia-fast {base}` (command = {base!r})")
-        if base == "methods":
-            with_settings = [s.removeprefix("methods.") for s in self.sections if s.startswith("methods.")]
-            nearest = difflib.get_close_matches(method, with_settings, n=1, cutoff=0.6)
-            hint = f"did you mean [methods.{nearest[0]}]?" if nearest else "methods with settings: "
-            hint += "" if nearest else ", ".join(with_settings)
-            raise MiaFastError(f"{unknown}: no method of that name has settings; {hint}")
-        nearest = difflib.get_close_matches(section, self.sections, n=1, cutoff=0.6)
-        raise MiaFastError(f"{unknown}; " + (f"did you mean [{nearest[0]}]?" if nearest else self._has()))
-
-    def _has(self) -> str:
-        bases = dict.fromkeys(section.split(".")[0] for section in self.sections)
-        return f"a {self.command} run file has the sections {', '.join(f'[{b}]' for b in bases)}"
-
-    def _outside(self, key: str) -> str:
-        homes = [dotted.rsplit(".", 1)[0] for dotted in self.options if dotted.rsplit(".", 1)[-1] == key]
-        home = f"put it under [{homes[0]}]" if homes else f"and no key of {self.command}; {self._has()}"
-        return f"{shown(key, quote=False)} is a value outside any section: {home}"
-
-    def _unknown_key(self, dotted: str) -> str:
-        """The line for a key this command has no option for: the reason where the option may not be written in a
-        file, else the nearest key of the same section, else the same key in another section."""
-        section, _, key = dotted.rpartition(".")
-        if key in _COMMAND_LINE_ONLY:
-            flag = "--" + key.replace("_", "-")
-            return (
-                f"{dotted}: {flag} is not written in a run file ({_COMMAND_LINE_ONLY[key]}); give it after the "
-                f"file: mia-fast run FILE {flag}"
-            )
-        unknown = f"unknown key {shown(dotted)} for {self.command}"
-        in_section = [k.rpartition(".")[2] for k in self.options if k.rpartition(".")[0] == section]
-        nearest = [f"{section}.{k}" for k in difflib.get_close_matches(key, in_section, n=1, cutoff=0.6)]
-        nearest = nearest or [k for k in self.options if k.rpartition(".")[2] == key][:1]
-        if nearest:
-            return f"{unknown}; did you mean {nearest[0]!r}?"
-        if not in_section:
-            return f"{unknown}; see `mia-fast {self.command} --print-config`"
-        return f"{unknown}; [{section}] holds {', '.join(in_section)}"
 
 
 def _section_order(section: str) -> tuple[int, str]:
@@ -319,12 +209,6 @@ def requested_methods(args: argparse.Namespace) -> set[str] | None:
     return {method.name for name in names if (method := column_method(name)) is not None}
 
 
-def _read_by_none(keys: Sequence[_Key], chosen: set[str]) -> bool:
-    """Whether an option placed at ``keys`` is a method setting that none of the ``chosen`` methods reads."""
-    methods = [key.section.removeprefix("methods.") for key in keys if key.section.startswith("methods.")]
-    return len(methods) == len(keys) and not chosen.intersection(methods)
-
-
 def _file_value(dest: str, value: Any) -> Any:
     """An option's parsed value as a run file holds it: comma-separated names as a list, numbers as numbers."""
     if dest == "methods" and isinstance(value, str):
@@ -332,51 +216,6 @@ def _file_value(dest: str, value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
     return value
-
-
-def _argument_text(value: Any, source: str, dotted: str) -> str:
-    """A run file's value as its option's text: a list comma-separated, a number as Python spells it."""
-    if isinstance(value, list):
-        return ",".join(_argument_text(v, source, dotted) for v in value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (int, str)) and not isinstance(value, bool):
-        return str(value)
-    raise MiaFastError(
-        f"{source}: {dotted}: a value here is a string, a number or a list of them, not {type(value).__name__}"
-    )
-
-
-def _option_words(action: argparse.Action, value: Any, source: str, dotted: str) -> list[str]:
-    """The command-line words that give ``action`` a run file's ``value``, checked as the option's parser checks
-    it."""
-    flag = action.option_strings[0] if action.option_strings else None
-    if isinstance(action, argparse.BooleanOptionalAction):
-        _expect_bool(value, source, dotted)
-        return [flag if value else "--no-" + flag.removeprefix("--")]
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
-        _expect_bool(value, source, dotted)
-        return [flag] if value != action.default else []
-    if isinstance(value, bool):
-        raise MiaFastError(f"{source}: {dotted} takes a value, not {str(value).lower()}")
-    text = _argument_text(value, source, dotted)
-    try:
-        parsed = action.type(text) if action.type is not None else text
-    except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
-        raise MiaFastError(f"{source}: {dotted}: {exc}") from None
-    if action.choices is not None and parsed not in action.choices:
-        choices = ", ".join(map(str, action.choices))
-        raise MiaFastError(f"{source}: {dotted}: {shown(text)} is not one of {choices}")
-    if flag is None:
-        return [text]
-    if action.nargs == "?" and text == action.const:
-        return [flag]
-    return [f"{flag}={text}"]
-
-
-def _expect_bool(value: Any, source: str, dotted: str) -> None:
-    if not isinstance(value, bool):
-        raise MiaFastError(f"{source}: {dotted} is a switch: true or false, not {shown(value)}")
 
 
 def _toml(value: Any) -> str:
@@ -399,116 +238,8 @@ def _toml(value: Any) -> str:
     raise MiaFastError(f"cannot write {value!r} into a run file (strings, numbers, booleans and lists only)")
 
 
-def read_run_file(path: str) -> tuple[str, dict[str, Any]]:
-    """A run file's command and its document (``-``: standard input); one line for a path that is no readable file,
-    a file too large or nested too deep to be a run file, and one that is no TOML of a known command."""
-    import tomllib
-
-    from mia_fast.data.readers import read_small_file
-
-    source = "standard input" if path == "-" else shown(path, quote=False)
-    try:
-        text = read_small_file(path, RUN_FILE_BYTES, "a run file").decode("utf-8")
-    except UnicodeDecodeError:
-        raise MiaFastError(f"{source}: not a TOML run file (not UTF-8 text)") from None
-    depth = nesting_depth(text)
-    if depth > RUN_FILE_NESTING:
-        raise MiaFastError(
-            f"{source}: not a run file: its arrays or inline tables nest {depth} deep (a run file's values are "
-            f"strings, numbers and lists of them; at most {RUN_FILE_NESTING} deep is read)"
-        )
-    try:
-        document = tomllib.loads(text)
-    except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than Python converts
-        raise MiaFastError(f"{source}: not a TOML run file: {exc}") from None
-    command = document.get("command")
-    if not isinstance(command, str) or command not in RUN_COMMANDS:
-        given = "no command" if command is None else f"command {shown(command)}"
-        raise MiaFastError(f"{source}: {given}; a run file's command is one of {', '.join(RUN_COMMANDS)}")
-    return command, document
-
-
-def nesting_depth(text: str) -> int:
-    """How deep the brackets and braces of a TOML text nest outside its strings and comments: read before parsing,
-    as the parser recurses once per level."""
-    depth = deepest = 0
-    at, end = 0, len(text)
-    while at < end:
-        char = text[at]
-        if char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth = max(depth - 1, 0)
-        elif char == "#":
-            at = _after(text, "\n", at)
-            continue
-        elif char in "\"'":
-            at = _string_end(text, at)
-            continue
-        at += 1
-    return deepest
-
-
-def _after(text: str, mark: str, start: int) -> int:
-    found = text.find(mark, start)
-    return len(text) if found < 0 else found + len(mark)
-
-
-def _string_end(text: str, start: int) -> int:
-    """Where the TOML string that opens at ``start`` ends: basic strings take escapes, literal ones do not, and a
-    tripled quote opens a multi-line string (closed by three quotes, and up to two more that belong to it)."""
-    quote = text[start]
-    closing = quote * 3 if text.startswith(quote * 3, start) else quote
-    at = start + len(closing)
-    while at < len(text):
-        if quote == '"' and text[at] == "\\":
-            at += 2
-        elif text.startswith(closing, at):
-            at += len(closing)
-            extra = 0
-            while len(closing) == 3 and extra < 2 and text.startswith(quote, at):
-                at, extra = at + 1, extra + 1
-            return at
-        elif len(closing) == 1 and text[at] == "\n":
-            return at  # an unclosed string: the parser names it
-        else:
-            at += 1
-    return at
-
-
 def write_report_run_file(report: str | os.PathLike, args: argparse.Namespace) -> Path:
     """The run file of ``args`` in the report directory ``report`` (``run.toml``), whole or not at all."""
     from mia_fast.data.artefacts import write_atomic
 
     return write_atomic(Path(report) / REPORT_RUN_FILE, args.run_file)
-
-
-def add_command(name: str, parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Runs what a run file (TOML) describes: 'command' names the command; each option is a key named as its flag "
-        "with underscores, in the section of its kind: [data], [model], [server], [methods] (names, k) with a "
-        "method's settings under [methods.NAME] by their own names, [online], [output], [compute], [ray], and a "
-        "section named after the command for its own options. Flags after FILE win over the file. Every output "
-        "and report carries the run file that reproduces it (OUT.run.toml, REPORT/run.toml); COMMAND "
-        "--print-config prints one. See docs/cli.md."
-    )
-    parser.add_argument("file", metavar="FILE", help="the run file (TOML), e.g. the run.toml beside a report")
-    parser.add_argument("overrides", nargs=argparse.REMAINDER, help="flags of the file's command, which win over it")
-
-
-def run_file_argv(argv: Sequence[str], build_parser: Callable[[list[str]], argparse.ArgumentParser]) -> list[str]:
-    """``run FILE [flags]`` as the command line it stands for: the file's, then the flags; ``argv`` itself where it
-    names no file (``run --help``), for the parser to answer. FILE ``-`` is standard input."""
-    rest = list(argv[argv.index("run") + 1 :])
-    at = next((i for i, word in enumerate(rest) if word == "-" or not word.startswith("-")), None)
-    if at is None:
-        return list(argv)
-    path, overrides = rest[at], rest[:at] + rest[at + 1 :]
-    command, document = read_run_file(path)
-    parser = command_parser(build_parser([command]), command)
-    layout = RunFileLayout(parser, command)
-    source = "standard input" if path == "-" else shown(path, quote=False)
-    command_line = [*layout.argv(document, source), *overrides]
-    layout.refuse_settings_not_run(document, parser.parse_args(command_line[1:]), source)
-    return command_line

@@ -15,18 +15,15 @@ from mia_fast.cli.options import (
     add_server_options,
     bounded,
     bounded_list,
-    input_name,
     load_input,
     out_help,
     resamples,
-    run_config,
-    score_into,
     seed,
-    stderr,
     token_count,
 )
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.cli.runfile import write_report_run_file
+from mia_fast.cli.runs import input_name, run_config, score_into, stderr
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD
@@ -138,7 +135,8 @@ def score_with_ray(args: argparse.Namespace) -> None:
 
 def command_eval(args: argparse.Namespace) -> None:
     from mia_fast.evaluation.assessment import BlindSettings
-    from mia_fast.evaluation.report import compare_reports, format_table
+    from mia_fast.evaluation.comparison import compare_reports
+    from mia_fast.evaluation.report import format_table
     from mia_fast.evaluation.workflows import EvaluationConfig, evaluate_file
 
     if args.compare:

@@ -6,19 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mia_fast.cli.options import (
-    add_input_options,
-    add_scoring_options,
-    fraction,
-    input_name,
-    load_input,
-    run_config,
-    score_settings,
-    single_column,
-    stderr,
-)
+from mia_fast.cli.options import add_device_options, add_input_options, add_scoring_options, fraction, load_input
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.cli.runfile import write_report_run_file
+from mia_fast.cli.runs import checked_threshold, input_name, run_config, single_column, stderr
 from mia_fast.data.gate import Output
 from mia_fast.evaluation.unlearning import DEFAULT_RATIO
 
@@ -41,8 +32,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     models.add_argument(
         "--after", required=True, metavar="MODEL", help="the model after unlearning: hub name, directory or .gguf file"
     )
-    models.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    models.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
+    add_device_options(models)
     add_scoring_options(parser, methods=False)
     audit = parser.add_argument_group("audit")
     audit.add_argument("--method", required=True, help="one score column, e.g. mink_0.2 or loss")
@@ -67,7 +57,6 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_audit_unlearning(args: argparse.Namespace) -> None:
-    from mia_fast.evaluation.thresholds import Threshold
     from mia_fast.evaluation.unlearning import RatioRule, ThresholdRule, format_table
     from mia_fast.evaluation.workflows import (
         UNLEARNING_ROLES,
@@ -87,10 +76,7 @@ def command_audit_unlearning(args: argparse.Namespace) -> None:
         ),
     )
     if args.threshold:
-        threshold = Threshold.load(args.threshold)
-        after = run_config(args, None, report, column, model=args.after)
-        threshold.check_use(args.threshold, score_settings(after, args), column)
-        rule = ThresholdRule(threshold, args.threshold)
+        rule = ThresholdRule(checked_threshold(args, report, model=args.after), args.threshold)
     else:
         rule = RatioRule(column, DEFAULT_RATIO if args.ratio is None else args.ratio)
     dataset = load_input(args)

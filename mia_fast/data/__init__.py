@@ -1,10 +1,21 @@
-"""Reading and writing data: labelled text files, the field's benchmark suites, and score outputs."""
+"""Reading and writing data: labelled text files, the field's benchmark suites, and score outputs.
 
+- ``readers``: reading each file format, streamed (lines, JSON lines, csv, parquet, JSON arrays), with positions
+- ``fields``: which fields of a row hold what (``Fields``), and each read from a row (text, label, neighbours)
+- ``files``: a data file as a ``Dataset`` or a ``DataStream``, checked before scoring; records from a row position
+- ``formats``: the output formats, one class each, and their registry (``OUTPUT_FORMATS``)
+- ``outputs``: ``ResultWriter``, a resumable output written block by block, and its manifest
+- ``gate``: the output gate every writing command passes first
+- ``artefacts``: atomic replacement, checksummed JSON artefacts, the exclusive lock on an output
+- ``suites``: the field's benchmarks, from the hub or local files
+- ``text``: words as the benchmarks count them
+"""
+
+from mia_fast.data.fields import Fields, parse_label
 from mia_fast.data.files import (
     Dataset,
     DataStream,
     input_suffixes,
-    parse_label,
     read_dataset,
     read_rows,
     read_scores,
@@ -12,14 +23,14 @@ from mia_fast.data.files import (
 )
 from mia_fast.data.formats import OUTPUT_FORMATS, OutputFormat, output_suffixes, register_format
 from mia_fast.data.outputs import ResultWriter
-from mia_fast.data.suites import LEAKAGE, SUITES, load_suite
+from mia_fast.data.suites import SUITES, load_suite
 
 __all__ = [
-    "LEAKAGE",
     "OUTPUT_FORMATS",
     "SUITES",
     "Dataset",
     "DataStream",
+    "Fields",
     "OutputFormat",
     "ResultWriter",
     "input_suffixes",

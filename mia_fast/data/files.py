@@ -1,13 +1,11 @@
-"""Reading texts (.jsonl[.gz], .json[.gz], .csv, .parquet, or any output format registered in ``formats``), block by
-block or whole, and score columns back."""
+"""A data file of texts (.jsonl[.gz], .json[.gz], .csv, .parquet, or any output format registered in ``formats``) as
+a :class:`Dataset` in memory or a :class:`DataStream` read block by block, its rows checked before scoring; the
+records of any such file from a row position on, and score columns read back."""
 
 from __future__ import annotations
 
 import copy
-import csv
-import gzip
 import hashlib
-import io
 import json
 import os
 import stat
@@ -21,30 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from mia_fast.data.formats import JSONL, OUTPUT_FORMATS, matching_suffix
-from mia_fast.data.readers import RowPosition, file_kind, iter_lines
-from mia_fast.data.text import replace_lone_surrogates, truncate_words
-from mia_fast.errors import MiaFastError, MiaFastWarning, shown
+from mia_fast.data.fields import Fields, column, neighbor_list, row_label, row_text
+from mia_fast.data.formats import JSONL, OUTPUT_FORMATS, OutputFormat, matching_suffix
+from mia_fast.data.readers import Records, RowPosition, file_kind, json_array_records
+from mia_fast.data.text import truncate_words
+from mia_fast.errors import MiaFastError, MiaFastWarning
 
 # A JSON array of objects, read whole: an input only, listed with JSON lines.
 JSON_ARRAY_SUFFIXES = (".json", ".json.gz")
 # Rows held at a time while a stream is checked before scoring.
 _CHECK_ROWS = 4096
-# Label encodings seen in the field's datasets, mapped to 1 = member, 0 = non-member.
-_LABEL_WORDS = {
-    "0": 0,
-    "1": 1,
-    "0.0": 0,
-    "1.0": 1,
-    "true": 1,
-    "false": 0,
-    "member": 1,
-    "nonmember": 0,
-    "non-member": 0,
-    "non_member": 0,
-    "seen": 1,
-    "unseen": 0,
-}
 
 
 @dataclass
@@ -124,14 +108,14 @@ def _input_path(path: str | os.PathLike) -> tuple[Path, str]:
     return path, suffix
 
 
-def iter_rows(path: str | os.PathLike, start: RowPosition | None = None) -> Iterator[tuple[int, dict, int]]:
+def iter_rows(path: str | os.PathLike, start: RowPosition | None = None) -> Records:
     """(line or row number, record, bytes of the file read so far) of every record of a data file from ``start``
     on, read lazily: one line, or one parquet row group, in memory at a time (a .json array is read whole)."""
     path, suffix = _input_path(path)
     return _guarded(path, _records(path, suffix, start or RowPosition(0, 0)))
 
 
-def _guarded(path: Path, records: Iterator[tuple[int, dict, int]]) -> Iterator[tuple[int, dict, int]]:
+def _guarded(path: Path, records: Iterator) -> Iterator:
     try:
         yield from records
     except MiaFastError:
@@ -142,65 +126,34 @@ def _guarded(path: Path, records: Iterator[tuple[int, dict, int]]) -> Iterator[t
         raise MiaFastError(f"{path}: cannot read: {exc}") from None
 
 
-def _records(path: Path, suffix: str, start: RowPosition) -> Iterator[tuple[int, dict, int]]:
-    if suffix in JSON_ARRAY_SUFFIXES:
-        opener = gzip.open if suffix.endswith(".gz") else open
-        # utf-8-sig: a byte-order mark before the array is no JSON error.
-        with opener(path, "rt", encoding="utf-8-sig") as f:
-            records = _read_json(path, f)
-        size = path.stat().st_size
-        yield from ((number, record, size) for number, record in records[start.row :])
-    else:
-        reader = next(fmt for fmt in OUTPUT_FORMATS.values() if suffix in fmt.read_suffixes)
-        yield from reader.read_back(path, start)
+def _reading_format(suffix: str) -> OutputFormat | None:
+    """The format that reads files of ``suffix``; None for a JSON array, an input only."""
+    return next((fmt for fmt in OUTPUT_FORMATS.values() if suffix in fmt.read_suffixes), None)
+
+
+def _records(path: Path, suffix: str, start: RowPosition) -> Records:
+    fmt = _reading_format(suffix)
+    yield from json_array_records(path, start) if fmt is None else fmt.read_back(path, start)
 
 
 def row_positions(path: str | os.PathLike, every: int) -> tuple[list[RowPosition], int]:
     """The positions of rows 0, every, 2·every, … of a data file, and its number of rows, from one streaming
-    read. Plain .jsonl and .csv positions carry byte offsets, so a reader can start there without reading
-    what comes before."""
+    read. Where the file's format says where its rows start (``OutputFormat.row_starts``: plain .jsonl and .csv),
+    the positions carry byte offsets, so a reader can start there without reading what comes before; elsewhere
+    they are row numbers."""
     if every < 1:
         raise MiaFastError(f"rows per shard must be positive, got {every}")
     path, suffix = _input_path(path)
-    positions, rows = [], 0
-    if suffix == ".jsonl":
-        previous_end = 0
-        for line_number, line, position in _guarded(path, iter_lines(path)):
-            if line.strip():
-                if rows % every == 0:
-                    positions.append(RowPosition(rows, line_number, previous_end))
-                rows += 1
-            previous_end = position
-        return positions, rows
-    if suffix == ".csv":
-        starts = (RowPosition(row, row + 2, offset) for row, offset in enumerate(_guarded(path, _csv_row_starts(path))))
-    else:
+    fmt = _reading_format(suffix)
+    starts = fmt.row_starts(path) if fmt is not None else None
+    if starts is None:
         starts = (RowPosition(row, number) for row, (number, _, _) in enumerate(iter_rows(path)))
-    for position in starts:
+    positions, rows = [], 0
+    for position in _guarded(path, starts):
         if position.row % every == 0:
             positions.append(position)
         rows += 1
     return positions, rows
-
-
-def _csv_row_starts(path: Path) -> Iterator[int]:
-    """The byte offset where each data row of a csv file starts (a quoted field may span lines; blank lines are
-    not rows, as csv.DictReader reads them)."""
-    end = 0
-
-    def lines() -> Iterator[str]:
-        nonlocal end
-        for _, line, line_end in iter_lines(path):
-            end = line_end
-            yield line.decode("utf-8")
-
-    reader = csv.reader(lines())
-    next(reader, None)
-    row_start = end
-    for row in reader:
-        if row:
-            yield row_start
-        row_start = end
 
 
 def read_rows(path: str | os.PathLike) -> list[tuple[int, dict]]:
@@ -208,20 +161,11 @@ def read_rows(path: str | os.PathLike) -> list[tuple[int, dict]]:
     return [(number, record) for number, record, _ in iter_rows(path)]
 
 
-def _read_json(path: Path, f: io.TextIOBase) -> list[tuple[int, dict]]:
-    try:
-        document = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise MiaFastError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
-    if not isinstance(document, list) or not all(isinstance(r, dict) for r in document):
-        raise MiaFastError(f"{path}: expected a JSON array of objects")
-    return list(enumerate(document, start=1))
-
-
 class DataStream:
     """The rows of a data file as consecutive Datasets of a few rows each, read lazily, so memory holds one
-    block whatever the file's size. Texts are cut to ``max_words`` words. :meth:`part` reads only some rows from a
-    position (see :func:`row_positions`).
+    block whatever the file's size. ``fields`` names the fields read; with ``require_labels`` a file without the
+    label field is refused. Texts are cut to ``max_words`` words. :meth:`part` reads only some rows from a position
+    (see :func:`row_positions`).
 
     Whether the file has ids, labels and groups is decided by its first block; a later row that breaks
     that rule stops the read with its line number.
@@ -230,25 +174,15 @@ class DataStream:
     def __init__(
         self,
         path: str | os.PathLike,
-        text_field: str = "text",
-        id_field: str | None = "id",
-        label_field: str | None = "label",
+        fields: Fields = Fields(),  # noqa: B008  (a frozen dataclass)
         *,
         require_labels: bool = False,
-        group_field: str | None = None,
-        neighbor_field: str | None = None,
         max_words: int | None = None,
     ) -> None:
         self.path, _ = _input_path(path)
         if max_words is not None and max_words < 1:
             raise MiaFastError(f"--max-words must be positive, got {max_words}")
-        self.fields = {
-            "text": text_field,
-            "id": id_field,
-            "label": label_field,
-            "group": group_field,
-            "neighbors": neighbor_field,
-        }
+        self.fields = fields
         self.require_labels = require_labels
         self.max_words = max_words
         self.start = RowPosition(0, 0)
@@ -297,19 +231,19 @@ class DataStream:
 
     def _dataset(self, rows: list[tuple[int, dict]], present: dict[str, bool], repeats: _Repeats | None) -> Dataset:
         path, fields = self.path, self.fields
-        texts = [_row_text(path, number, record, fields["text"]) for number, record in rows]
-        ids, labels, groups = (_column(path, rows, fields[name], present) for name in ("id", "label", "group"))
+        texts = [row_text(path, number, record, fields.text) for number, record in rows]
+        ids, labels, groups = (column(path, rows, field, present) for field in (fields.id, fields.label, fields.group))
         if labels is not None:
-            labels = [_row_label(path, number, value) for (number, _), value in zip(rows, labels)]
+            labels = [row_label(path, number, value) for (number, _), value in zip(rows, labels)]
         elif self.require_labels:
             raise MiaFastError(
-                f"{path}: no {fields['label']!r} field; evaluation needs 0/1 labels (pick the field with --label-field)"
+                f"{path}: no {fields.label!r} field; evaluation needs 0/1 labels (pick the field with --label-field)"
             )
-        if fields["group"] and groups is None:
-            raise MiaFastError(f"{path}: no {fields['group']!r} field for --group-field")
+        if fields.group and groups is None:
+            raise MiaFastError(f"{path}: no {fields.group!r} field for --group-field")
         neighbors = (
-            [_neighbor_list(path, number, record, fields["neighbors"]) for number, record in rows]
-            if fields["neighbors"]
+            [neighbor_list(path, number, record, fields.neighbors) for number, record in rows]
+            if fields.neighbors
             else None
         )
         dataset = Dataset(
@@ -389,66 +323,18 @@ def cut_to_words(dataset: Dataset, max_words: int) -> Dataset:
     return replace(dataset, texts=[truncate_words(t, max_words) for t in dataset.texts], neighbors=neighbors)
 
 
-def _row_text(path: Path, number: int, record: dict, field: str) -> str:
-    if field not in record:
-        present = ", ".join(map(str, record)) or "none"
-        raise MiaFastError(
-            f"{path}: row at line {number} has no {shown(field)} field (fields: {present}); pick one with --text-field"
-        )
-    text = record[field]
-    if text is None:
-        return ""
-    if not isinstance(text, str):
-        raise MiaFastError(f"{path}: row at line {number}: {shown(field)} is a {type(text).__name__}, not a string")
-    text, replaced = replace_lone_surrogates(text)
-    if replaced:
-        warnings.warn(
-            MiaFastWarning(f"{path}: row at line {number}: {replaced} lone surrogate(s) replaced by U+FFFD"),
-            stacklevel=2,
-        )
-    return text
-
-
 def read_dataset(
     path: str | os.PathLike,
-    text_field: str = "text",
-    id_field: str | None = "id",
-    label_field: str | None = "label",
+    fields: Fields = Fields(),  # noqa: B008  (a frozen dataclass)
     require_labels: bool = False,
-    group_field: str | None = None,
-    neighbor_field: str | None = None,
 ) -> Dataset:
-    """Reads texts, plus ids, labels and groups where the file has those fields, and with
-    ``neighbor_field`` each row's list of neighbour texts."""
-    stream = DataStream(
-        path,
-        text_field,
-        id_field,
-        label_field,
-        require_labels=require_labels,
-        group_field=group_field,
-        neighbor_field=neighbor_field,
-    )
+    """Reads the texts of ``fields.text``, plus ids, labels and groups where the file has those fields, and with
+    ``fields.neighbors`` each row's list of neighbour texts, all at once."""
+    stream = DataStream(path, fields, require_labels=require_labels)
     repeats = _Repeats()
     dataset = next(stream._blocks(sys.maxsize, repeats))[0]
     repeats.warn(stream.path)
     return dataset
-
-
-def _neighbor_list(path: str | os.PathLike, number: int, record: dict, field: str) -> tuple[str, ...]:
-    value = record.get(field)
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        found = (
-            "missing"
-            if field not in record
-            else f"a {type(value).__name__}"
-            if not isinstance(value, (list, tuple))
-            else "a list holding non-texts"
-        )
-        raise MiaFastError(
-            f"{path}: row at line {number}: {shown(field)} is {found}, not a list of texts (--neighbor-field)"
-        )
-    return tuple(value)
 
 
 def read_texts(path: str | os.PathLike, text_field: str = "text") -> list[str]:
@@ -460,7 +346,7 @@ def read_texts(path: str | os.PathLike, text_field: str = "text") -> list[str]:
         except (OSError, UnicodeDecodeError) as exc:
             raise MiaFastError(f"{path}: cannot read: {exc}") from None
     else:
-        texts = [t for t in read_dataset(path, text_field, id_field=None, label_field=None).texts if t.strip()]
+        texts = [t for t in read_dataset(path, Fields(text_field, id=None, label=None)).texts if t.strip()]
     if not texts:
         raise MiaFastError(f"{path}: holds no texts")
     return texts
@@ -470,33 +356,3 @@ def read_scores(path: str | os.PathLike, columns: Sequence[str]) -> dict[str, np
     """Score columns of a scores file as float64 arrays (NaN where a text could not be scored)."""
     records = [record for _, record in read_rows(path)]
     return {c: np.array([np.nan if r[c] in (None, "") else float(r[c]) for r in records]) for c in columns}
-
-
-def _column(path: Path, rows: list[tuple[int, dict]], field: str | None, present: dict[str, bool]) -> list[Any] | None:
-    """The field's values, or None where the file has no such field; ``present`` remembers that across blocks."""
-    if not field:
-        return None
-    has = present.setdefault(field, any(field in record for _, record in rows))
-    stray = next((number for number, record in rows if (field in record) != has), None)
-    if stray is not None:
-        rule = "has no {!r} field while other rows do" if has else "has the {!r} field while earlier rows do not"
-        raise MiaFastError(f"{path}: row at line {stray} " + rule.format(field))
-    return [record[field] for _, record in rows] if has else None
-
-
-def parse_label(value: Any) -> int:
-    """1 (member) or 0 (non-member) from 0/1, booleans, or words such as "member" and "nonmember"."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return int(value)
-    if isinstance(value, str) and value.strip().lower() in _LABEL_WORDS:
-        return _LABEL_WORDS[value.strip().lower()]
-    raise MiaFastError(f'label {value!r} is neither member (1, true, "member") nor non-member (0, false, "nonmember")')
-
-
-def _row_label(path: Path, number: int, value: Any) -> int:
-    try:
-        return parse_label(value)
-    except MiaFastError as exc:
-        raise MiaFastError(f"{path}: row at line {number}: {exc}") from None

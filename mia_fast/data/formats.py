@@ -1,9 +1,11 @@
 """Output formats: how score rows are written to a file and read back, one small class each.
 
 A format turns blocks of rows into bytes a :class:`~mia_fast.data.outputs.ResultWriter` appends to its stage, and
-reads a finished file back as records (for ``mia-fast eval``, or as an input). A format that cannot be appended to
-a block at a time (parquet) is staged in another (``staged_in``) and converted by :meth:`OutputFormat.finish` once
-the output is complete; such an output cannot be extended by a later ``--resume``.
+reads a finished file back as records (for ``mia-fast eval``, or as an input; the reading itself is in
+:mod:`mia_fast.data.readers`). A format that can seek to a row says where each row starts (``row_starts``), so that a
+shard of a --ray run reads from there; one that cannot is positioned by row number. A format that cannot be appended
+to a block at a time (parquet) is staged in another (``staged_in``) and converted by :meth:`OutputFormat.finish`
+once the output is complete; such an output cannot be extended by a later ``--resume``.
 
 Adding a format is one class and one :func:`register_format` line: ``--out`` accepts its suffix, the stage and the
 manifest work as for the others, and the scores file reads back (docs/adding-an-output-format.md).
@@ -20,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from mia_fast.data.readers import (
-    BadRecord,
+    Records,
     RowPosition,
-    decode_json_record,
-    iter_lines,
+    csv_records,
+    csv_row_starts,
     iter_parquet,
-    refuse_repeated_columns,
+    jsonl_records,
+    jsonl_row_starts,
 )
 from mia_fast.errors import MiaFastError
 
@@ -33,15 +36,15 @@ from mia_fast.errors import MiaFastError
 PARQUET_CONVERSION_ROWS = 8192
 
 Rows = Sequence[Mapping[str, Any]]
-Records = Iterator[tuple[int, dict[str, Any], int]]
 
 
 class OutputFormat:
     """A file format of score rows, registered under its ``suffix``.
 
-    ``encode`` writes blocks of rows after the ``header``; ``read_back`` reads a finished file. A format with
-    ``staged_in`` set is written in that format while the run lasts and turned into its own by ``finish``.
-    ``read_suffixes`` are the file names it reads as an input (e.g. compressed ones as well).
+    ``encode`` writes blocks of rows after the ``header``; ``read_back`` reads a finished file, and ``row_starts``
+    says where each of its rows starts where the format can seek to one. A format with ``staged_in`` set is written
+    in that format while the run lasts and turned into its own by ``finish``. ``read_suffixes`` are the file names
+    it reads as an input (e.g. compressed ones as well).
     """
 
     suffix: str = ""
@@ -75,8 +78,16 @@ class OutputFormat:
         raise NotImplementedError
 
     def read_back(self, path: Path, start: RowPosition) -> Records:
-        """(line or row number, record, bytes of the file read so far) of every record from ``start`` on."""
+        """(line or row number, record, bytes of the file read so far) of every record from ``start`` on: from its
+        byte ``offset`` where ``start`` has one (a position ``row_starts`` gave), else by reading past ``start.row``
+        records."""
         raise NotImplementedError
+
+    def row_starts(self, path: Path) -> Iterator[RowPosition] | None:
+        """The position of each row of ``path`` with the byte offset where it starts, which ``read_back`` seeks to;
+        None (the default) where the file's rows cannot be sought, so that they are positioned by row number and read
+        past."""
+        return None
 
 
 def json_value(value: Any) -> Any:
@@ -99,7 +110,10 @@ class JsonLines(OutputFormat):
         ).encode("utf-8")
 
     def read_back(self, path: Path, start: RowPosition) -> Records:
-        return skip_to(_jsonl_records(path, start), start)
+        return jsonl_records(path, start)
+
+    def row_starts(self, path: Path) -> Iterator[RowPosition] | None:
+        return None if path.name.lower().endswith(".gz") else jsonl_row_starts(path)
 
 
 JSONL = JsonLines()
@@ -121,7 +135,10 @@ class Csv(OutputFormat):
         return buffer.getvalue().encode("utf-8")
 
     def read_back(self, path: Path, start: RowPosition) -> Records:
-        return skip_to(_csv_records(path, start), start)
+        return csv_records(path, start)
+
+    def row_starts(self, path: Path) -> Iterator[RowPosition] | None:
+        return csv_row_starts(path)
 
 
 class Parquet(OutputFormat):
@@ -190,46 +207,3 @@ def matching_suffix(path: Path, allowed: Sequence[str], what: str) -> str:
 def output_format(path: Path) -> OutputFormat:
     """The registered format of an output, by its suffix."""
     return OUTPUT_FORMATS[matching_suffix(path, tuple(OUTPUT_FORMATS), "output")]
-
-
-def skip_to(records: Records, start: RowPosition) -> Records:
-    """The records from ``start.row`` on: reached by seeking where ``start`` has an offset, else by reading past
-    them."""
-    skip = 0 if start.offset is not None else start.row
-    for index, record in enumerate(records):
-        if index >= skip:
-            yield record
-
-
-def _jsonl_records(path: Path, start: RowPosition) -> Records:
-    first_line = start.number if start.offset is not None else 1
-    for line_number, line, position in iter_lines(path, start.offset or 0, first_line):
-        if not line.strip():
-            continue
-        try:
-            yield line_number, decode_json_record(line), position
-        except BadRecord as bad:
-            reason = f"malformed JSON: {bad.detail}" if bad.kind == "json" else str(bad)
-            raise MiaFastError(f"{path}:{line_number}: {reason}") from None
-
-
-def _csv_records(path: Path, start: RowPosition) -> Records:
-    """Rows numbered as a spreadsheet does (the header is row 1); a quoted field may span lines."""
-    position = 0
-
-    def decoded(lines: Iterator[tuple[int, bytes, int]]) -> Iterator[str]:
-        nonlocal position
-        for _, line, line_end in lines:
-            position = line_end
-            yield line.decode("utf-8")
-
-    header = next(csv.reader(decoded(iter_lines(path))), None)
-    if header is None:
-        return
-    refuse_repeated_columns(path, header)
-    if start.offset is None:
-        rows, first = csv.DictReader(decoded(iter_lines(path))), 2
-    else:
-        rows, first = csv.DictReader(decoded(iter_lines(path, start.offset)), fieldnames=header), start.number
-    for number, record in enumerate(rows, start=first):
-        yield number, record, position

@@ -1,13 +1,16 @@
-"""Streaming readers for line-oriented and parquet files, shared by datasets and reference corpora.
+"""Reading each file format, streamed: lines (plain or gzip), JSON lines, csv, parquet and JSON arrays, shared by
+datasets, output formats and reference corpora.
 
-They yield records with their line (or row) number and how far into the file the reader is, so
-callers can report ``file:line`` and drive a progress bar. Whether a bad record stops the read or
-is skipped is the caller's policy: :func:`decode_json_record` raises :class:`BadRecord`.
+Readers yield records with their line (or row) number and how far into the file the reader is, so callers can
+report ``file:line`` and drive a progress bar; the line-oriented formats also give the byte offset where each row
+starts, so that a shard is read from there without what comes before it. Whether a bad record stops the read or is
+skipped is the caller's policy: :func:`decode_json_record` raises :class:`BadRecord`.
 """
 
 from __future__ import annotations
 
 import codecs
+import csv
 import errno
 import gzip
 import json
@@ -20,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from mia_fast.errors import MiaFastError, shown
+
+Records = Iterator[tuple[int, dict[str, Any], int]]
 
 
 class BadRecord(ValueError):
@@ -34,7 +39,8 @@ class BadRecord(ValueError):
 @dataclass(frozen=True)
 class RowPosition:
     """Where a run of rows starts in a data file: the 0-based index of its first row, that row's line (or row)
-    number, and for plain .jsonl and .csv the byte offset of its first line (None: read from the start and skip)."""
+    number, and where the file's format gives one the byte offset of its first line (None: read from the start and
+    skip)."""
 
     row: int
     number: int
@@ -71,9 +77,105 @@ def decode_json_record(line: bytes) -> dict[str, Any]:
     return record
 
 
-def iter_parquet(
-    path: Path, columns: Sequence[str] | None = None, first_row: int = 0
-) -> Iterator[tuple[int, dict[str, Any], int]]:
+def skip_to(records: Records, start: RowPosition) -> Records:
+    """The records from ``start.row`` on: reached by seeking where ``start`` has an offset, else by reading past
+    them."""
+    skip = 0 if start.offset is not None else start.row
+    for index, record in enumerate(records):
+        if index >= skip:
+            yield record
+
+
+def jsonl_records(path: Path, start: RowPosition) -> Records:
+    """The JSON-lines records of ``path`` from ``start`` on (blank lines are no records); a line that is no JSON object
+    stops the read with its line number."""
+    return skip_to(_jsonl_records(path, start), start)
+
+
+def _jsonl_records(path: Path, start: RowPosition) -> Records:
+    first_line = start.number if start.offset is not None else 1
+    for line_number, line, position in iter_lines(path, start.offset or 0, first_line):
+        if not line.strip():
+            continue
+        try:
+            yield line_number, decode_json_record(line), position
+        except BadRecord as bad:
+            reason = f"malformed JSON: {bad.detail}" if bad.kind == "json" else str(bad)
+            raise MiaFastError(f"{path}:{line_number}: {reason}") from None
+
+
+def jsonl_row_starts(path: Path) -> Iterator[RowPosition]:
+    """The position of each record of a plain JSON-lines file, with the byte offset where its line starts."""
+    row, previous_end = 0, 0
+    for line_number, line, position in iter_lines(path):
+        if line.strip():
+            yield RowPosition(row, line_number, previous_end)
+            row += 1
+        previous_end = position
+
+
+class _DecodedLines:
+    """The lines of a utf-8 file from byte ``offset`` on, as text, and ``end``: the byte offset read to (a csv reader
+    pulls lines ahead of the row it yields)."""
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path, self.offset, self.end = path, offset, offset
+
+    def __iter__(self) -> Iterator[str]:
+        for _, line, line_end in iter_lines(self.path, self.offset):
+            self.end = line_end
+            yield line.decode("utf-8")
+
+
+def csv_records(path: Path, start: RowPosition) -> Records:
+    """Rows from ``start`` on, numbered as a spreadsheet does (the header is row 1); a quoted field may span lines."""
+    return skip_to(_csv_records(path, start), start)
+
+
+def _csv_records(path: Path, start: RowPosition) -> Records:
+    header = next(csv.reader(_DecodedLines(path)), None)
+    if header is None:
+        return
+    refuse_repeated_columns(path, header)
+    lines = _DecodedLines(path, start.offset or 0)
+    if start.offset is None:
+        rows, first = csv.DictReader(lines), 2
+    else:
+        rows, first = csv.DictReader(lines, fieldnames=header), start.number
+    for number, record in enumerate(rows, start=first):
+        yield number, record, lines.end
+
+
+def csv_row_starts(path: Path) -> Iterator[RowPosition]:
+    """The position of each data row of a csv file, with the byte offset where it starts (a quoted field may span
+    lines; blank lines are not rows, as csv.DictReader reads them)."""
+    lines = _DecodedLines(path)
+    reader = csv.reader(lines)
+    next(reader, None)
+    row, row_start = 0, lines.end
+    for fields in reader:
+        if fields:
+            yield RowPosition(row, row + 2, row_start)
+            row += 1
+        row_start = lines.end
+
+
+def json_array_records(path: Path, start: RowPosition) -> Records:
+    """The objects of a JSON array (read whole: an input only) from ``start.row`` on, numbered from 1."""
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    # utf-8-sig: a byte-order mark before the array is no JSON error.
+    with opener(path, "rt", encoding="utf-8-sig") as f:
+        try:
+            document = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise MiaFastError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
+    if not isinstance(document, list) or not all(isinstance(r, dict) for r in document):
+        raise MiaFastError(f"{path}: expected a JSON array of objects")
+    size = path.stat().st_size
+    yield from ((number, record, size) for number, record in list(enumerate(document, start=1))[start.row :])
+
+
+def iter_parquet(path: Path, columns: Sequence[str] | None = None, first_row: int = 0) -> Records:
     """(row number, record, approximate bytes read so far) of a parquet file from row ``first_row`` (0-based) on,
     one row group in memory at a time; the row groups before it are skipped unread."""
     import pyarrow.parquet as pq

@@ -1,50 +1,30 @@
 """The field's membership-inference benchmarks, by Hugging Face name or from local files in the same layout.
 
-Every loader returns a :class:`Dataset` with labels normalised to 1 = member, 0 = non-member:
+Each benchmark is one :class:`Suite` of :data:`SUITES`: its layout (hub name, splits, fields, configs, groups, paired
+rows), what it is (``about``) and how far its labels can be trusted (its :class:`Leakage`: how its members and
+non-members were drawn, and what model-free baselines are known to reach on it, as a temporal split can be told apart
+without the model). Every loader returns a :class:`Dataset` with labels normalised to 1 = member, 0 = non-member. The
+table of the suites in docs/cli.md is :func:`suites_table`, generated from them.
 
-- ``wikimia``: ``swj0419/WikiMIA``, splits ``WikiMIA_length32/64/128/256``, text in ``input``;
-- ``wikimia-paraphrased``: ``zjysteven/WikiMIA_paraphrased_perturbed`` (paraphrased and perturbed splits);
-- ``wikimia-24``: ``wjfu99/WikiMIA-24`` (MIA-Tuner), WikiMIA's layout rebuilt with events of 2015-16 as members
-  and of March to December 2024 as non-members;
-- ``wikimia-25``: ``SimMIA/WikiMIA-25`` (SimMIA), ``input`` and ``label``, splits ``WikiMIA_length32/64/128``
-  and ``paper_subset``;
-- ``bookmia``: ``swj0419/BookMIA``, 512-word ``snippet``s; the ``book`` title becomes the group for
-  per-book contamination rates;
-- ``arxivmia``: ``zhliu/ArxivMIA``, ``text`` and ``label``; the ``cs`` or ``math`` config keeps the rows
-  of that ``field``;
-- ``mimir``: ``iamgroot42/mimir``, one config per Pile domain and the ``ngram_7_0.2``, ``ngram_13_0.2``
-  and ``ngram_13_0.8`` splits; each row pairs a ``member`` and a ``nonmember`` text, which become
-  two labelled rows. The hub repository is a loading script, which ``datasets`` 4 and later no longer run, so
-  its files are read directly, as the script reads them: ``cache_100_200_1000_512/train/<config>_<split>.jsonl``
-  (members) and ``test/`` (non-members), one JSON string per line, paired line by line. A local copy of that
-  folder (MIMIR's own instructions download it) loads the same way;
-- ``mimir-temporal-wiki`` and ``mimir-temporal-arxiv``: MIMIR's ``temporal_wiki`` (split ``none``) and
-  ``temporal_arxiv`` configs (a split per month its non-members were posted, ``2020_08`` to ``2023_06``), paired
-  the same way: members from the Pile, non-members written later. Suites of their own, as their splits are not
-  MIMIR's n-gram ones;
-- ``copyright-traps``: ``imperial-cpg/copyright-traps``, synthetic trap sequences of which the members were
-  injected into CroissantLLM's training data; splits ``seq_len_{25,50,100}_n_rep_{10,100,1000}``, ``text``
-  and ``label``, the ``perplexity_bucket`` as the group;
-- ``patentmia``: local files only (Chinese patents, ``input`` and ``label``). Whole patents are cut
-  into 512-word snippets, words counted by jieba's segmentation, each patent a group.
-
-``LEAKAGE`` records, per suite, how its members and non-members were drawn (``split_kind``) and what model-free
-baselines are known to reach on it (``blind_note``): a temporal split can be told apart without the model.
-
-Local files are any of the formats ``read_rows`` reads (.jsonl[.gz], .json[.gz], .csv, .parquet): a
-file, or a directory holding one file per split named after it (``WikiMIA_length64.jsonl``,
-``pile_cc/ngram_13_0.8.jsonl``, ``temporal_arxiv/2021_06.jsonl``), or for MIMIR's suites its cache folder.
+Local files are any of the formats ``read_rows`` reads (.jsonl[.gz], .json[.gz], .csv, .parquet): a file, or a
+directory holding one file per split named after it (``WikiMIA_length64.jsonl``, ``pile_cc/ngram_13_0.8.jsonl``), or
+for MIMIR's suites its cache folder, whose files are read as its hub repository's loading script (which ``datasets``
+4 no longer runs) reads them: ``train/<config>_<split>.jsonl`` (members) and ``test/`` (non-members), one JSON string
+a line, paired line by line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from mia_fast.data.files import Dataset, input_suffixes, parse_label, read_rows
+from mia_fast.data.fields import parse_label
+from mia_fast.data.files import Dataset, input_suffixes, read_rows
 from mia_fast.data.readers import iter_lines
 from mia_fast.data.text import snippets
 from mia_fast.errors import MiaFastError, shown
@@ -68,11 +48,10 @@ SplitKind = Literal["temporal", "i.i.d."]
 @dataclass(frozen=True)
 class Leakage:
     """How far a benchmark's labels can be trusted: ``split_kind`` says how members and non-members were drawn
-    ("temporal": from before and after a training cutoff, so a text's dates and topics can give its label away;
-    "i.i.d.": from one distribution, split at random), and ``blind_note`` what model-free (blind) baselines are known
-    to reach on it, with the source, or "not measured"; where measured, ``known_auroc`` is that AUROC as a number
-    and ``known_column`` the report's blind baseline it was measured with (``blind_bow``, ``blind_ngrams``), so that a
-    report can tell whether its sample was large enough to see it."""
+    ("temporal": before and after a training cutoff, so a text's dates and topics can give its label away; "i.i.d.":
+    from one distribution, split at random), ``blind_note`` what model-free (blind) baselines are known to reach on it,
+    with the source, or "not measured"; where measured, ``known_auroc`` is that AUROC and ``known_column`` the report's
+    blind baseline it was measured with (``blind_bow``, ``blind_ngrams``): can a report's sample see it?"""
 
     split_kind: SplitKind
     blind_note: str
@@ -81,17 +60,28 @@ class Leakage:
 
 
 @dataclass(frozen=True)
+class SuiteRows:
+    """What a suite's rows hold: text and label fields, the field grouping rows into documents, or the (member,
+    non-member) text fields of rows that pair both; ``whole_documents``: texts that load cut into snippets."""
+
+    text_field: str | None
+    label_field: str | None = "label"
+    group_field: str | None = None
+    paired_fields: tuple[str, str] | None = None
+    whole_documents: bool = False
+
+
+@dataclass(frozen=True)
 class Suite:
-    """A benchmark's layout (its leakage is in :data:`LEAKAGE`)."""
+    """A benchmark: its hub name, splits, rows and configs, its ``leakage`` and its notes in the docs (``about``)."""
 
     name: str
     hub_id: str | None
     splits: tuple[str, ...]
-    text_field: str | None
-    label_field: str | None = "label"
+    rows: SuiteRows
     configs: SuiteConfigs = SuiteConfigs()
-    group_field: str | None = None
-    paired_fields: tuple[str, str] | None = None  # (member text, non-member text) in one row
+    leakage: Leakage = dataclasses.field(kw_only=True)
+    about: str = dataclasses.field(default="", kw_only=True)
 
     @property
     def default_split(self) -> str:
@@ -99,30 +89,28 @@ class Suite:
 
 
 _WIKIMIA_LENGTHS = (32, 64, 128, 256)
+_WIKIMIA_SPLITS = tuple(f"WikiMIA_length{n}" for n in _WIKIMIA_LENGTHS)
 _NOT_MEASURED = "not measured"
 _DAS = "Das et al. 2024, ethz-spylab/Blind-MIA"
-# The public splits of MIMIR's temporal_arxiv, each named after the month its non-members were posted. 2021_06 first,
-# the default, being the one Das et al. measured.
+# MIMIR's temporal_arxiv splits, by the month their non-members were posted; the default is Das et al.'s, 2021_06.
 _TEMPORAL_ARXIV_MONTHS = ("2021_06", "2020_08", "2021_01", "2022_01", "2022_06", "2023_01", "2023_06")
-# Copyright traps of 25, 50 or 100 tokens, each injected 10, 100 or 1000 times; the longest and most repeated first,
-# the default, being the setting where Meeus et al. find the traps detectable (AUC 0.75).
+# Traps of 25-100 tokens injected 10-1000 times; the default, longest and most repeated, Meeus et al. detect (AUC 0.75).
 _TRAP_SPLITS = tuple(f"seq_len_{n}_n_rep_{r}" for n in (100, 50, 25) for r in (1000, 100, 10))
-
 
 MIMIR_HUB = "iamgroot42/mimir"
 MIMIR_CACHE = "cache_100_200_1000_512"
 
 
-def _mimir(name: str, splits: tuple[str, ...], configs: SuiteConfigs) -> Suite:
+def _mimir(name: str, splits: tuple[str, ...], configs: SuiteConfigs, leakage: Leakage, about: str) -> Suite:
     """MIMIR's layout: each row pairs a member and a non-member text (and their neighbours, left aside here)."""
     return Suite(
         name,
         MIMIR_HUB,
         splits,
-        None,
-        label_field=None,
-        configs=configs,
-        paired_fields=("member", "nonmember"),
+        SuiteRows(None, label_field=None, paired_fields=("member", "nonmember")),
+        configs,
+        leakage=leakage,
+        about=about,
     )
 
 
@@ -132,8 +120,15 @@ SUITES: dict[str, Suite] = {
         Suite(
             "wikimia",
             "swj0419/WikiMIA",
-            tuple(f"WikiMIA_length{n}" for n in _WIKIMIA_LENGTHS),
-            "input",
+            _WIKIMIA_SPLITS,
+            SuiteRows("input"),
+            leakage=Leakage(
+                "temporal",
+                f"bag of words AUROC 0.99, TPR 94.7% at 5% FPR, on WikiMIA_length128 ({_DAS})",
+                "blind_bow",
+                0.99,
+            ),
+            about="text in `input`",
         ),
         Suite(
             "wikimia-paraphrased",
@@ -143,33 +138,53 @@ SUITES: dict[str, Suite] = {
                 for kind in ("paraphrased", "perturbed", "paraphrased_perturbed")
                 for n in _WIKIMIA_LENGTHS[:3]
             ),
-            "input",
+            SuiteRows("input"),
+            leakage=Leakage("temporal", _NOT_MEASURED),
+            about="WikiMIA's texts paraphrased, perturbed, or both; text in `input`",
         ),
         Suite(
             "wikimia-24",
             "wjfu99/WikiMIA-24",
-            tuple(f"WikiMIA_length{n}" for n in _WIKIMIA_LENGTHS),
-            "input",
+            _WIKIMIA_SPLITS,
+            SuiteRows("input"),
+            leakage=Leakage(
+                "temporal",
+                "bag of words AUROC 0.999, TPR 98.3% at 1% FPR (ai-forever/data_leakage_detect)",
+                "blind_bow",
+                0.999,
+            ),
+            about="MIA-Tuner's WikiMIA rebuilt, events of 2015-16 as members and of March to December 2024 as "
+            "non-members; text in `input`",
         ),
         Suite(
             "wikimia-25",
             "SimMIA/WikiMIA-25",
             (*(f"WikiMIA_length{n}" for n in _WIKIMIA_LENGTHS[:3]), "paper_subset"),
-            "input",
+            SuiteRows("input"),
+            leakage=Leakage("temporal", _NOT_MEASURED),
+            about="SimMIA's; text in `input`",
         ),
         Suite(
             "bookmia",
             "swj0419/BookMIA",
             ("train",),
-            "snippet",
-            group_field="book",
+            SuiteRows("snippet", group_field="book"),
+            leakage=Leakage("temporal", f"bag of words AUROC 0.914, TPR 64.5% at 5% FPR ({_DAS})", "blind_bow", 0.914),
+            about="512-word `snippet`s; the `book` title is the group, for per-book contamination rates",
         ),
         Suite(
             "arxivmia",
             "zhliu/ArxivMIA",
             ("train",),
-            "text",
-            configs=SuiteConfigs(("cs", "math"), filter_field="field"),
+            SuiteRows("text"),
+            SuiteConfigs(("cs", "math"), filter_field="field"),
+            leakage=Leakage(
+                "temporal",
+                "bag of words AUROC 0.60-0.65 on all 2,000 rows, 5-fold (mia-fast's blind_bow; not published)",
+                "blind_bow",
+                0.60,
+            ),
+            about="`--config cs` or `math` keeps the rows of that `field`",
         ),
         _mimir(
             "mimir",
@@ -178,62 +193,64 @@ SUITES: dict[str, Suite] = {
                 ("arxiv", "dm_mathematics", "github", "hackernews", "pile_cc", "pubmed_central", "wikipedia_(en)"),
                 default="pile_cc",
             ),
+            Leakage(
+                "i.i.d.",
+                f"{_NOT_MEASURED}; the Pile's train and test splits, non-members kept below an n-gram overlap",
+            ),
+            "`--config` = Pile domain (default `pile_cc`); each `member`/`nonmember` pair becomes two rows. Read from "
+            "the repository's files (`huggingface_hub`), as its loading script no longer runs under `datasets` ≥ 4; "
+            "or `DATA` = a local copy of its `cache_100_200_1000_512` folder",
         ),
         _mimir(
             "mimir-temporal-wiki",
             ("none",),
             SuiteConfigs(("temporal_wiki",), default="temporal_wiki"),
+            Leakage(
+                "temporal", f"greedy n-gram selection AUROC 0.799, TPR 36.5% at 1% FPR ({_DAS})", "blind_ngrams", 0.799
+            ),
+            "config `temporal_wiki`: members from the Pile, non-members written later; pairs as `mimir`",
         ),
         _mimir(
             "mimir-temporal-arxiv",
             _TEMPORAL_ARXIV_MONTHS,
             SuiteConfigs(("temporal_arxiv",), default="temporal_arxiv"),
+            Leakage(
+                "temporal", f"bag of words AUROC 0.753, TPR 9.1% at 1% FPR, on 2021_06 ({_DAS})", "blind_bow", 0.753
+            ),
+            "config `temporal_arxiv`, a split per month its non-members were posted: members from the Pile, "
+            "non-members written later; pairs as `mimir`",
         ),
         Suite(
             "copyright-traps",
             "imperial-cpg/copyright-traps",
             _TRAP_SPLITS,
-            "text",
-            group_field="perplexity_bucket",
+            SuiteRows("text", group_field="perplexity_bucket"),
+            leakage=Leakage(
+                "i.i.d.", f"{_NOT_MEASURED}; traps of one generator, injected into the training data or not at random"
+            ),
+            about="synthetic trap sequences, the members injected into CroissantLLM's training data; `text`, the "
+            "`perplexity_bucket` is the group",
         ),
-        Suite("patentmia", None, ("train",), "input", group_field="id"),
+        Suite(
+            "patentmia",
+            None,
+            ("train",),
+            SuiteRows("input", group_field="id", whole_documents=True),
+            leakage=Leakage("temporal", _NOT_MEASURED),
+            about="Chinese patents (`input`, `label`); whole patents are cut into 512-word snippets, words counted by "
+            "jieba (`mia-fast[zh]`), each patent a group",
+        ),
     )
 }
 
-# How each suite's members and non-members were drawn, and what model-free baselines are known to reach on it.
-LEAKAGE: dict[str, Leakage] = {
-    "wikimia": Leakage(
-        "temporal", f"bag of words AUROC 0.99, TPR 94.7% at 5% FPR, on WikiMIA_length128 ({_DAS})", "blind_bow", 0.99
-    ),
-    "wikimia-paraphrased": Leakage("temporal", _NOT_MEASURED),
-    "wikimia-24": Leakage(
-        "temporal",
-        "bag of words AUROC 0.999, TPR 98.3% at 1% FPR (ai-forever/data_leakage_detect)",
-        "blind_bow",
-        0.999,
-    ),
-    "wikimia-25": Leakage("temporal", _NOT_MEASURED),
-    "bookmia": Leakage("temporal", f"bag of words AUROC 0.914, TPR 64.5% at 5% FPR ({_DAS})", "blind_bow", 0.914),
-    "arxivmia": Leakage(
-        "temporal",
-        "bag of words AUROC 0.60-0.65 on all 2,000 rows, 5-fold (mia-fast's blind_bow; not published)",
-        "blind_bow",
-        0.60,
-    ),
-    "mimir": Leakage(
-        "i.i.d.", f"{_NOT_MEASURED}; the Pile's train and test splits, non-members kept below an n-gram overlap"
-    ),
-    "mimir-temporal-wiki": Leakage(
-        "temporal", f"greedy n-gram selection AUROC 0.799, TPR 36.5% at 1% FPR ({_DAS})", "blind_ngrams", 0.799
-    ),
-    "mimir-temporal-arxiv": Leakage(
-        "temporal", f"bag of words AUROC 0.753, TPR 9.1% at 1% FPR, on 2021_06 ({_DAS})", "blind_bow", 0.753
-    ),
-    "copyright-traps": Leakage(
-        "i.i.d.", f"{_NOT_MEASURED}; traps of one generator, injected into the training data or not at random"
-    ),
-    "patentmia": Leakage("temporal", _NOT_MEASURED),
-}
+
+def suites_table(suites: Iterable[Suite]) -> str:
+    """The table of ``suites`` in docs/cli.md: name, hub name, splits (the default first), notes."""
+    rows = ["| suite | hub name | splits (default first) | notes |", "|---|---|---|---|"]
+    for suite in suites:
+        hub, notes = f"`{suite.hub_id}`" if suite.hub_id else "local files only", suite.about.replace("|", "\\|")
+        rows.append(f"| `{suite.name}` | {hub} | {', '.join(f'`{split}`' for split in suite.splits)} | {notes} |")
+    return "\n".join(rows) + "\n"
 
 
 def load_suite(
@@ -243,7 +260,8 @@ def load_suite(
     files: str | os.PathLike | None = None,
     patent_snippet_words: int | None = PATENT_SNIPPET_WORDS,
 ) -> Dataset:
-    """Loads a benchmark from ``files`` (local, same layout) or, without them, from the Hugging Face hub."""
+    """Loads a benchmark from ``files`` (local, same layout) or, without them, from the Hugging Face hub; a suite of
+    whole documents is cut into snippets of ``patent_snippet_words`` words (None: kept whole)."""
     suite = SUITES.get(name)
     if suite is None:
         raise MiaFastError(f"unknown benchmark {name!r}; known: {', '.join(SUITES)}")
@@ -257,11 +275,11 @@ def load_suite(
     if cache is not None:
         rows = _mimir_rows(*(cache / name for name in _mimir_files(config, split)))
     elif files is not None:
-        rows = read_rows(_split_file(Path(files), split, config if suite.paired_fields else None))
+        rows = read_rows(_split_file(Path(files), split, config if suite.rows.paired_fields else None))
     elif suite.hub_id is None:
         raise MiaFastError(
             f"{name} is not on the Hugging Face hub: pass its files as DATA "
-            f"(a .jsonl with fields {suite.text_field!r} and 'label')"
+            f"(a .jsonl with fields {suite.rows.text_field!r} and 'label')"
         )
     elif suite.hub_id == MIMIR_HUB:
         rows = _mimir_rows(*_mimir_hub_files(config, split))
@@ -269,8 +287,8 @@ def load_suite(
         rows = _hub_rows(suite, split, config)
     if suite.configs.filter_field and config is not None:
         rows = [(n, r) for n, r in rows if r.get(suite.configs.filter_field) == config]
-    dataset = _paired(suite, rows) if suite.paired_fields else _labelled(suite, rows)
-    if name == "patentmia" and patent_snippet_words:
+    dataset = _paired(suite, rows) if suite.rows.paired_fields else _labelled(suite, rows)
+    if suite.rows.whole_documents and patent_snippet_words:
         dataset = cut_into_snippets(dataset, patent_snippet_words)
     if not dataset.texts:
         raise MiaFastError(f"{name} ({split}{', ' + config if config else ''}) has no rows")
@@ -391,21 +409,21 @@ def _text(suite: Suite, number: int, record: dict, field: str) -> str:
 def _labelled(suite: Suite, rows: list[tuple[int, dict]]) -> Dataset:
     texts, labels, ids, groups = [], [], [], []
     for number, record in rows:
-        texts.append(_text(suite, number, record, suite.text_field))
-        if suite.label_field not in record:
-            raise MiaFastError(f"{suite.name}: row {number} has no {suite.label_field!r} field")
+        texts.append(_text(suite, number, record, suite.rows.text_field))
+        if suite.rows.label_field not in record:
+            raise MiaFastError(f"{suite.name}: row {number} has no {suite.rows.label_field!r} field")
         try:
-            labels.append(parse_label(record[suite.label_field]))
+            labels.append(parse_label(record[suite.rows.label_field]))
         except MiaFastError as exc:
             raise MiaFastError(f"{suite.name}: row {number}: {exc}") from None
         ids.append(record.get("id", number))
-        if suite.group_field:
-            groups.append(str(record.get(suite.group_field, number)))
-    return Dataset(texts, ids, labels, groups if suite.group_field else None)
+        if suite.rows.group_field:
+            groups.append(str(record.get(suite.rows.group_field, number)))
+    return Dataset(texts, ids, labels, groups if suite.rows.group_field else None)
 
 
 def _paired(suite: Suite, rows: list[tuple[int, dict]]) -> Dataset:
-    member_field, nonmember_field = suite.paired_fields
+    member_field, nonmember_field = suite.rows.paired_fields
     texts, labels, ids = [], [], []
     for number, record in rows:
         for field, label, prefix in ((member_field, 1, "member"), (nonmember_field, 0, "nonmember")):

@@ -11,14 +11,14 @@ import numpy as np
 
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.blind import BLIND_COLUMNS, BlindBaselines, blind_baselines
-from mia_fast.evaluation.report import shown_columns
+from mia_fast.evaluation.columns import shown_columns
 from mia_fast.evaluation.verdicts import KnownLeak, Verdict, all_verdicts
 
 
 @dataclass(frozen=True)
 class BlindSettings:
     """Whether the blind baselines run beside the methods, and the most label shuffles their refit test draws
-    (None: by the sample's size, :func:`~mia_fast.evaluation.blind.refit_permutations`)."""
+    (None: by the sample's size, :func:`~mia_fast.evaluation.blind_refit.refit_permutations`)."""
 
     enabled: bool = True
     permutations: int | None = None

@@ -6,15 +6,12 @@ fine-tuned model; the untouched model serves as the reference model of ``ref``. 
 usual evaluation report. Every text is first cut to ``max_tokens`` tokens, so the model is trained
 and scored on exactly the same texts.
 
-The default corpus exists on every machine without a network: passages of the Python standard
-library's own documentation, the docstrings shipped with this interpreter.
+The texts come from :mod:`mia_fast.evaluation.corpus`.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
-import inspect
 import math
 import platform
 import time
@@ -40,12 +37,11 @@ from mia_fast.api import (
 )
 from mia_fast.data.files import Dataset
 from mia_fast.data.outputs import ResultWriter
-from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.assessment import Assessment, BlindSettings, assess
+from mia_fast.evaluation.corpus import prepare_texts, split_members
 from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
 from mia_fast.evaluation.report import write_report
-from mia_fast.frequency.sources import BadRecords, expand_sources, iter_documents
 from mia_fast.methods.probe import Probe
 from mia_fast.methods.registry import (
     DEMO_METHODS,
@@ -63,7 +59,6 @@ from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.neighbors import WORD_DROP
 from mia_fast.pipeline.passes import REFERENCE
 
-MIN_TEXTS = 8
 # Texts drawn beside the experiment's for each prefix of ReCaLL and Con-ReCall, never scored: known
 # non-members (never trained on) and, for Con-ReCall, known members (trained on).
 PREFIX_SHOTS = 4
@@ -75,148 +70,6 @@ KNOWN_NONMEMBERS = 32
 NONMEMBERS_KEY = "nonmembers"  # the setting key (--nonmembers) of those methods' known non-members
 # With the probe, this share of the members and of the non-members is its dev set, not evaluated.
 PROBE_DEV_SHARE = 0.25
-STDLIB_MODULES = (
-    "argparse",
-    "array",
-    "ast",
-    "asyncio",
-    "base64",
-    "bisect",
-    "calendar",
-    "cmath",
-    "codecs",
-    "collections",
-    "colorsys",
-    "concurrent.futures",
-    "configparser",
-    "contextlib",
-    "copy",
-    "csv",
-    "dataclasses",
-    "datetime",
-    "decimal",
-    "difflib",
-    "email.message",
-    "enum",
-    "fnmatch",
-    "fractions",
-    "functools",
-    "getopt",
-    "gettext",
-    "glob",
-    "graphlib",
-    "gzip",
-    "hashlib",
-    "heapq",
-    "hmac",
-    "html",
-    "html.parser",
-    "http.client",
-    "inspect",
-    "io",
-    "ipaddress",
-    "itertools",
-    "json",
-    "locale",
-    "logging",
-    "lzma",
-    "math",
-    "mimetypes",
-    "numbers",
-    "operator",
-    "os",
-    "pathlib",
-    "pickle",
-    "platform",
-    "pprint",
-    "queue",
-    "random",
-    "re",
-    "sched",
-    "secrets",
-    "selectors",
-    "shelve",
-    "shlex",
-    "shutil",
-    "socket",
-    "sqlite3",
-    "statistics",
-    "string",
-    "struct",
-    "subprocess",
-    "tarfile",
-    "tempfile",
-    "textwrap",
-    "threading",
-    "time",
-    "timeit",
-    "traceback",
-    "types",
-    "typing",
-    "unittest",
-    "urllib.parse",
-    "uuid",
-    "warnings",
-    "wave",
-    "weakref",
-    "xml.etree.ElementTree",
-    "zipfile",
-    "zlib",
-)
-_MIN_DOC_WORDS = 40
-
-
-def stdlib_corpus(modules: Sequence[str] = STDLIB_MODULES) -> list[str]:
-    """Docstrings of at least 40 words of standard-library modules, their public functions, classes and
-    methods, deduplicated and in a fixed order."""
-    docs: set[str] = set()
-    for name in modules:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        objects: list[Any] = [module]
-        for attribute in dir(module):
-            value = getattr(module, attribute, None)
-            if attribute.startswith("_") or getattr(value, "__module__", None) != module.__name__:
-                continue
-            objects.append(value)
-            if inspect.isclass(value):
-                objects += [v for a, v in vars(value).items() if not a.startswith("_") and callable(v)]
-        docs.update(d for d in map(inspect.getdoc, objects) if d and len(d.split()) >= _MIN_DOC_WORDS)
-    if not docs:
-        raise MiaFastError(
-            "found no standard-library docstrings (is Python running with -OO?); pass a corpus with --corpus"
-        )
-    return sorted(docs)
-
-
-def read_corpus(path: str | Path, text_field: str = "text") -> list[str]:
-    """Texts of a corpus file (.txt a text per line, .jsonl[.gz], .json.gz, .parquet)."""
-    return [text for source in expand_sources([path]) for text, _ in iter_documents(source, text_field, BadRecords())]
-
-
-def prepare_texts(texts: Sequence[str], tokenizer: Any, count: int, max_tokens: int, seed: int) -> list[str]:
-    """``count`` distinct texts drawn at random (seeded), each cut to its first ``max_tokens`` tokens."""
-    unique = list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
-    if len(unique) < max(count, MIN_TEXTS):
-        raise MiaFastError(
-            f"the corpus has {len(unique)} distinct texts; the experiment needs {max(count, MIN_TEXTS)} (at least "
-            f"{MIN_TEXTS} to split)"
-        )
-    order = np.random.default_rng(seed).permutation(len(unique))[:count]
-    cut = []
-    for i in order:
-        ids = tokenizer(unique[i], add_special_tokens=False)["input_ids"][:max_tokens]
-        cut.append(tokenizer.decode(ids).strip())
-    return cut
-
-
-def split_members(texts: Sequence[str], seed: int) -> tuple[list[str], list[str]]:
-    """A seeded i.i.d. split into two halves: (members, non-members)."""
-    order = np.random.default_rng(seed + 1).permutation(len(texts))
-    half = len(texts) // 2
-    return [texts[i] for i in order[:half]], [texts[i] for i in order[half:]]
 
 
 @dataclass

@@ -36,10 +36,11 @@ from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.figures import pyplot, save_figure
 from mia_fast.evaluation.metrics import auroc
 from mia_fast.methods.probe import CARD_FILE, NORMALIZATIONS, WEIGHTS_FILE, Probe, ProbePrompt, standardise
-from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.finetune import FineTuning, fine_tune
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.passes import HiddenStatesReadout
+from mia_fast.scoring.config import ComputeConfig, ModelConfig
+from mia_fast.scoring.engines import engine_kind
 
 MIN_PER_CLASS = 4
 
@@ -136,15 +137,11 @@ def train_probe(
     seconds["proxy_fine_tune"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    every_layer = HiddenStatesReadout()
-    train_acts = StatsEngine(proxy, batch_tokens=batch_tokens, backend="torch").hidden_states(
-        [prompt(t) for t in train.texts], every_layer, on_progress=on_progress
-    )
+    compute = ComputeConfig(batch_tokens=batch_tokens, progress=False)
+    train_acts = _activations(proxy, [prompt(t) for t in train.texts], compute, on_progress)
     if not keep_proxy:
         proxy = None
-    dev_acts = StatsEngine(target, batch_tokens=batch_tokens, backend="torch").hidden_states(
-        [prompt(t) for t in dev.texts], every_layer, on_progress=on_progress
-    )
+    dev_acts = _activations(target, [prompt(t) for t in dev.texts], compute, on_progress)
     seconds["activations"] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -177,6 +174,16 @@ def train_probe(
     mean, std = train_mean[best, 0].astype(np.float32), train_std[best, 0].astype(np.float32)
     probe = Probe(weights[best].astype(np.float32), best, settings.normalization, mean, std, card)
     return ProbeReport(probe, dev_auroc, proxy_losses, losses[:, best].tolist(), seconds, proxy, weights)
+
+
+def _activations(
+    model: LoadedModel, texts: list[str], compute: ComputeConfig, on_progress: Callable[[int], None] | None
+) -> np.ndarray:
+    """Every decoder layer's state at the last token of each text (float32 [texts, layers, hidden]), read by the
+    engine the registry builds for ``model``, its reductions in torch."""
+    config = ModelConfig(model=model, backend="torch")
+    engine = engine_kind(model).build(config, compute, lambda line: None)
+    return engine.run(HiddenStatesReadout(), texts, on_progress=on_progress)
 
 
 def _fine_tuned_proxy(

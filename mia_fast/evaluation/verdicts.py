@@ -9,7 +9,7 @@ Four verdicts, each with its minimum detectable AUROC (:mod:`mia_fast.evaluation
 - ``above_chance``: which methods the permutation control finds above chance (Holm over the method columns);
 - ``above_model_free``: which of those are also above the best blind baseline (the paired-bootstrap CI of the AUROC
   difference above 0);
-- ``known_leak``: on a suite whose leak is on record (:data:`mia_fast.data.LEAKAGE`) where the blind baselines
+- ``known_leak``: on a suite whose leak is on record (its ``Suite.leakage``) where the blind baselines
   found none, that the suite is known to leak and whether this sample could have shown it.
 
 A positive verdict reads as it always has; a negative one states its figure.
@@ -24,7 +24,8 @@ from typing import Any
 
 from mia_fast.data.suites import Leakage
 from mia_fast.evaluation import metrics, power
-from mia_fast.evaluation.blind import BLIND_COLUMNS, MOST_PERMUTATIONS, RefitTest, Telltale, leaking_baselines
+from mia_fast.evaluation.blind import BLIND_COLUMNS, Telltale, leaking_baselines
+from mia_fast.evaluation.blind_refit import MOST_PERMUTATIONS, RefitTest
 
 # The paired-bootstrap 95% CI of a margin excludes 0 from below at a one-sided 2.5%.
 MARGIN_ALPHA = 0.025

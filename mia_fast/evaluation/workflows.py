@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mia_fast.data.files import Dataset, read_scores
-from mia_fast.data.suites import LEAKAGE
+from mia_fast.data.suites import SUITES
 from mia_fast.data.text import assign_buckets, count_words
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.assessment import BlindSettings, assess
-from mia_fast.evaluation.blind import BLIND_COLUMNS, cross_validation_folds
+from mia_fast.evaluation.blind import BLIND_COLUMNS
+from mia_fast.evaluation.blind_fits import cross_validation_folds
 from mia_fast.evaluation.report import write_report
 from mia_fast.evaluation.thresholds import (
     Threshold,
@@ -90,7 +91,7 @@ def evaluate_file(
     meta = dict(meta or {})
     known = None
     if evaluation.suite is not None:
-        leakage = LEAKAGE[evaluation.suite]
+        leakage = SUITES[evaluation.suite].leakage
         known = KnownLeak(evaluation.suite, leakage)
         meta |= {"split_kind": leakage.split_kind, "blind_baselines_known": leakage.blind_note}
     columns = scored_columns(dataset, config, meta.get("data", "the input"), log)
@@ -125,8 +126,10 @@ def evaluate_file(
     return Evaluation(results, paths, assessed.verdicts)
 
 
-def _one_column(config: RunConfig, column: str) -> RunConfig:
-    return replace(config, scoring=replace(config.scoring, methods=(column,), k=()))
+def _column_scores(dataset: Dataset, config: RunConfig, column: str, data_name: str, log: Log) -> np.ndarray:
+    """Scores ``dataset`` with ``column`` alone (resumably, into ``config.output.out``) and reads it back."""
+    alone = replace(config, scoring=replace(config.scoring, methods=(column,), k=()))
+    return scored_columns(dataset, alone, data_name, log)[column]
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,7 @@ def calibrate_file(
     """A threshold for ``rule.column`` picked on labelled validation texts, scored (resumably) into
     ``config.output.out`` with that column alone; ``settings`` are what the threshold records and later checks."""
     require_both_classes(dataset.labels)  # before any scoring
-    config = _one_column(config, rule.column)
-    scores = scored_columns(dataset, config, data_name, log)[rule.column]
+    scores = _column_scores(dataset, config, rule.column, data_name, log)
     target_fpr = rule.target_fpr if rule.rule == "fpr" else None
     return calibrate(dataset.labels, scores, rule.column, rule.rule, target_fpr, dict(settings))
 
@@ -171,8 +173,7 @@ def classify_file(
     """Flags texts with a calibrated threshold: scores them (resumably, into ``config.output.out``) with the
     threshold's column, writes one row per text with its score and flag to ``out`` and the per-document rates
     beside it (``<out stem>.rates.json``); returns the rates, highest first."""
-    config = _one_column(config, threshold.method)
-    scores = scored_columns(dataset, config, data_name, log)[threshold.method]
+    scores = _column_scores(dataset, config, threshold.method, data_name, log)
     rates_path = out.with_name(out.stem + ".rates.json")
     return write_classification(
         out, rates_path, threshold, threshold_source, scores, dataset.ids, dataset.labels, dataset.groups
@@ -214,8 +215,8 @@ def audit_unlearning_file(
     for role, model in zip(UNLEARNING_ROLES, (models.before, models.after)):
         log(f"scoring {column} under the model {role} unlearning ({model})")
         output = replace(config.output, out=unlearning_scores_path(report, role))
-        run = replace(_one_column(config, column), output=output, model=replace(config.model, model=model))
-        scores[role] = scored_columns(dataset, run, data_name, log)[column]
+        run = replace(config, output=output, model=replace(config.model, model=model))
+        scores[role] = _column_scores(dataset, run, column, data_name, log)
     audit = audit_unlearning(
         column, scores["before"], scores["after"], rule, models.before, models.after, dataset.groups
     )

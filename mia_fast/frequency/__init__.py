@@ -1,8 +1,21 @@
-"""Token-frequency tables of a reference corpus (for DC-PDD): the table and its file (``table``), the
-native counting core (``build``), and the corpus files it reads (``sources``)."""
+"""Token-frequency tables of a reference corpus (for DC-PDD).
 
-from mia_fast.frequency.sources import BuildReport, CorpusFormat, Counting, build_from_text, build_from_tokens
+- ``table``: the table, its checked file format, merge and smoothing
+- ``build``: the Python face of the native counting core, what a table counts (``Counting``), and the batch counter
+  that tokenizes as the model does
+- ``corpus``: text corpus files (a file, a directory of shards, a glob) and their documents, bad records skipped
+  or refused
+- ``text_build``: a table from text corpora, tokenized on threads and counted as it goes, file by file
+- ``checkpoints``: the finished files of a text build kept, so that a rerun resumes
+- ``token_files``: a table from pre-tokenized files (raw streams, .npy, Megatron .bin/.idx)
+- ``progress``: the progress bar of a build
+"""
+
+from mia_fast.frequency.build import Counting
+from mia_fast.frequency.corpus import CorpusFormat
 from mia_fast.frequency.table import FrequencyTable, FrequencyTableError
+from mia_fast.frequency.text_build import BuildReport, build_from_text
+from mia_fast.frequency.token_files import build_from_tokens
 
 __all__ = [
     "BuildReport",

@@ -42,6 +42,21 @@ def check_counting_options(mode: str, max_tokens_per_doc: int | None) -> None:
         raise MiaFastError(f"max_tokens_per_doc must be positive, got {max_tokens_per_doc}")
 
 
+@dataclass(frozen=True)
+class Counting:
+    """What a frequency table counts and into how many ids: ``mode`` ``occurrence`` counts every token,
+    ``document`` the documents each token occurs in; ``max_tokens_per_doc`` counts only the first tokens of
+    every document (None: all of them); ``vocab_size`` is the number of ids (a text build defaults to the
+    tokenizer's: give the model's when its output head is larger; a token build needs it)."""
+
+    mode: str = "occurrence"
+    max_tokens_per_doc: int | None = None
+    vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        check_counting_options(self.mode, self.max_tokens_per_doc)
+
+
 def count_documents(
     ids: np.ndarray,
     offsets: np.ndarray | None,

@@ -1,38 +1,24 @@
-"""Detection methods, one module per family; importing this package registers them all."""
+"""Detection methods, one module per family. Importing this package imports every module of its folder, in name order
+(:mod:`pkgutil`), and a method module registers its methods as it is imported (``registry.register``): a method
+added as a module of its own is found with no line anywhere else. Modules that register nothing are harmless to
+import; they are the methods' machinery:
 
-from mia_fast.methods import (  # noqa: F401  (registration)
-    camia,
-    conrecall,
-    dcpdd,
-    ezmia,
-    fsd,
-    gapk,
-    gradnorm,
-    likelihood,
-    lowercase,
-    mink,
-    minkpp_top,
-    neighbor,
-    ngram_coverage,
-    pac,
-    probe,
-    recall,
-    reference,
-    samia,
-    surp,
-    wbc,
-)
-from mia_fast.methods.camia import CamiaSettings
-from mia_fast.methods.conrecall import ConRecallSettings
-from mia_fast.methods.dcpdd import DcpddSettings, LogFrequencies
-from mia_fast.methods.fsd import FsdSettings
-from mia_fast.methods.gapk import GapkSettings
-from mia_fast.methods.gradnorm import GradnormSettings
-from mia_fast.methods.neighbor import NeighborSettings
-from mia_fast.methods.ngram_coverage import NgramCoverageSettings
-from mia_fast.methods.pac import PacSettings
-from mia_fast.methods.probe import ProbeSettings
-from mia_fast.methods.recall import RecallSettings
+- ``registry``: the registry, and what it derives from the methods' declarations (CLI options, checks, passes, the
+  settings recorded with a run, example settings);
+- ``settings``: how a method declares its settings (fields, flags, ranges), and a run's ``MethodSettings``;
+- ``catalogue``: the methods page of the docs, generated from the registry (``python -m mia_fast.methods.catalogue``;
+  never imported with the package, as it runs as a script);
+- ``reference_tokens``: the target's and the reference model's log-probabilities of the same tokens, for ``ezmia``
+  and ``wbc``;
+- ``online``: the token-level methods' scores on every window of a long text.
+
+Every settings class a registered method reads is a name of this package too (``from mia_fast.methods import
+SamiaSettings``), as is each name below.
+"""
+
+import importlib
+import pkgutil
+
 from mia_fast.methods.registry import (
     DEFAULT_KS,
     DEFAULT_METHODS,
@@ -42,37 +28,35 @@ from mia_fast.methods.registry import (
     register,
     resolve_methods,
     score,
+    settings_classes,
 )
-from mia_fast.methods.samia import SamiaSettings
 from mia_fast.methods.settings import Flag, MethodSettings, setting
-from mia_fast.methods.surp import SurpSettings
-from mia_fast.methods.wbc import WbcSettings
+
+# Run with ``python -m``: a module imported before runpy runs it as __main__ gets a warning.
+_SCRIPTS = {"catalogue"}
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in _SCRIPTS:
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+# What DcpddSettings.frequencies holds once mapped onto the model's vocabulary (users give it from Python too).
+from mia_fast.methods.dcpdd import LogFrequencies  # noqa: E402  (after the others: modules register in name order)
+
+_SETTINGS = {cls.__name__: cls for cls in settings_classes(REGISTRY.values())}
+globals().update(_SETTINGS)
 
 __all__ = [
     "DEFAULT_KS",
     "DEFAULT_METHODS",
     "REGISTRY",
-    "CamiaSettings",
-    "ConRecallSettings",
-    "DcpddSettings",
     "Flag",
-    "FsdSettings",
-    "GapkSettings",
-    "GradnormSettings",
     "LogFrequencies",
     "MethodRequest",
     "MethodSettings",
-    "NeighborSettings",
-    "NgramCoverageSettings",
-    "PacSettings",
-    "ProbeSettings",
-    "RecallSettings",
-    "SamiaSettings",
-    "SurpSettings",
     "ScoringInputs",
-    "WbcSettings",
     "register",
     "resolve_methods",
     "score",
     "setting",
+    *sorted(_SETTINGS),
 ]

@@ -54,12 +54,13 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from mia_fast.methods.recall import refuse_prefix_overlap
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import MethodSettings, known_nonmembers
+from mia_fast.methods.settings import EXAMPLE_NONMEMBERS, CheckedSettings, MethodSettings, known_nonmembers
 from mia_fast.pipeline.passes import PLAIN, Pass
 from mia_fast.pipeline.stats import TokenStats
 
@@ -111,14 +112,16 @@ REPEATED = Pass(transform=Repeated())
 
 
 @dataclass(frozen=True)
-class CamiaSettings:
+class CamiaSettings(CheckedSettings):
     nonmembers: tuple[str, ...] = known_nonmembers()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "nonmembers", tuple(self.nonmembers or ()))
 
     def check_texts(self, texts: Sequence[str]) -> None:
         refuse_prefix_overlap(texts, self.nonmembers, role="non-member reference")
+
+    @classmethod
+    def example(cls, model: Any) -> CamiaSettings:
+        """The examples' known non-members (two texts: a real reference set holds hundreds)."""
+        return cls(nonmembers=EXAMPLE_NONMEMBERS)
 
 
 def lempel_ziv_complexity(x: np.ndarray, bins: int) -> float:

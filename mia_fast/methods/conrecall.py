@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from mia_fast.methods.recall import RecallSettings, recall_pass, refuse_prefix_overlap
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.methods.settings import Flag, MethodSettings, Range, check_ranges, setting
+from mia_fast.methods.settings import CheckedSettings, Flag, MethodSettings, Range, known_texts, setting
 from mia_fast.pipeline.passes import PLAIN, Pass
 
 DEFAULT_GAMMA = 0.5
@@ -33,22 +34,21 @@ GAMMA = Range(-100, 100)
 
 
 @dataclass(frozen=True)
-class ConRecallSettings:
-    prefix_members: tuple[str, ...] = setting(
-        (),
+class ConRecallSettings(CheckedSettings):
+    prefix_members: tuple[str, ...] = known_texts(
+        Flag("prefix-members"),
         "known member texts for the member prefix (same formats as --prefix-nonmembers)",
-        Flag("prefix-members", metavar="FILE", texts_file=True),
-        required=True,
-        supply="known member texts for its prefix (--prefix-members FILE)",
+        "known member texts for its prefix (--prefix-members FILE)",
     )
     gamma: float = setting(DEFAULT_GAMMA, "the weight of the member prefix", "conrecall-gamma", bounds=GAMMA)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "prefix_members", tuple(self.prefix_members or ()))
-        check_ranges(self)
-
     def check_texts(self, texts: Sequence[str]) -> None:
         refuse_prefix_overlap(texts, self.prefix_members)
+
+    @classmethod
+    def example(cls, model: Any) -> ConRecallSettings:
+        """A member prefix of one short text, written for the example (with ReCaLL's example for the other)."""
+        return cls(prefix_members=("a known member text. ",))
 
 
 def member_prefix_pass(settings: MethodSettings) -> Pass:

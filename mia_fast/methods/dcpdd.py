@@ -11,7 +11,7 @@ import numpy as np
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import Flag, Range, check_ranges, setting
+from mia_fast.methods.settings import CheckedSettings, Flag, Range, setting
 from mia_fast.ops.first_occurrence import capped_first_occurrence_mean
 
 DEFAULT_A = 0.01
@@ -33,7 +33,7 @@ class LogFrequencies:
 
 
 @dataclass(frozen=True)
-class DcpddSettings:
+class DcpddSettings(CheckedSettings):
     a: float = setting(DEFAULT_A, "DC-PDD's cap on each token's calibrated score", "a", bounds=CAP)
     frequencies: str | os.PathLike | np.ndarray | FrequencyTable | LogFrequencies | None = setting(
         None,
@@ -43,15 +43,18 @@ class DcpddSettings:
         supply="a token frequency table (--freq-table; build one with 'mia-fast freq build')",
     )
 
-    def __post_init__(self) -> None:
-        check_ranges(self)
-
     def prepare(self, model: Any) -> DcpddSettings:
         """The table mapped onto the model's vocabulary (checked against its tokenizer); nothing without a model."""
         if model is None or self.frequencies is None or isinstance(self.frequencies, LogFrequencies):
             return self
         values = model_log_frequencies(self.frequencies, model.tokenizer, model.vocab_size)
         return replace(self, frequencies=LogFrequencies(values))
+
+    @classmethod
+    def example(cls, model: Any) -> DcpddSettings:
+        """Every token of the model's vocabulary equally frequent (no reference corpus at hand): then the calibration
+        divides every token's probability by the same frequency."""
+        return cls(frequencies=LogFrequencies(np.full(model.vocab_size, -np.log(model.vocab_size))))
 
 
 @register("dcpdd", settings=[DcpddSettings])

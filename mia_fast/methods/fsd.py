@@ -46,7 +46,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,11 +60,12 @@ from mia_fast.methods.registry import REGISTRY, ScoringInputs, derive_model, reg
 from mia_fast.methods.settings import (
     BATCH_TEXTS,
     EPOCHS,
+    EXAMPLE_NONMEMBERS,
     LEARNING_RATE,
     SEED,
     TOKENS,
+    CheckedSettings,
     MethodSettings,
-    check_ranges,
     known_nonmembers,
     recorded,
     setting,
@@ -93,7 +94,7 @@ _ENTRY_FILE = "entry.json"
 
 
 @dataclass(frozen=True)
-class FsdSettings:
+class FsdSettings(CheckedSettings):
     nonmembers: tuple[str, ...] = known_nonmembers()
     epochs: int = setting(3, "epochs of fsd's fine-tuning on the non-member texts", "fsd-epochs", bounds=EPOCHS)
     learning_rate: float = setting(
@@ -108,12 +109,13 @@ class FsdSettings:
     )
     seed: int = setting(0, "seed of fsd's fine-tuning (order of the texts, dropout)", "fsd-seed", bounds=SEED)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "nonmembers", tuple(self.nonmembers or ()))
-        check_ranges(self)
-
     def check_texts(self, texts: Sequence[str]) -> None:
         refuse_prefix_overlap(texts, self.nonmembers, role="known non-member")
+
+    @classmethod
+    def example(cls, model: Any) -> FsdSettings:
+        """A short fine-tuning (2 epochs at 1e-3, two texts a step) on the examples' known non-members."""
+        return cls(nonmembers=EXAMPLE_NONMEMBERS, epochs=2, learning_rate=1e-3, batch_size=2)
 
     @property
     def tuning(self) -> FineTuning:

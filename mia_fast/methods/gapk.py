@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import TOKENS, check_ranges, setting
+from mia_fast.methods.settings import TOKENS, CheckedSettings, setting
 from mia_fast.ops.bottom_k import bottom_k_means
 from mia_fast.ops.segments import segment_moving_average
 
@@ -33,13 +33,10 @@ GAPK_VAR_FLOOR = 1e-8
 
 
 @dataclass(frozen=True)
-class GapkSettings:
+class GapkSettings(CheckedSettings):
     window: int = setting(
         3, "tokens each gap is averaged over before the lowest k are taken", "gapk-window", bounds=TOKENS
     )
-
-    def __post_init__(self) -> None:
-        check_ranges(self)
 
 
 def normalised_gaps(logp: np.ndarray, max_logp: np.ndarray, var: np.ndarray) -> np.ndarray:

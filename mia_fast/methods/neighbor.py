@@ -27,8 +27,14 @@ from typing import Any
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.methods.settings import PER_TEXT, Flag, MethodSettings, check_ranges, method_seed, setting
-from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WORD_DROP, NeighborSource, neighbor_source
+from mia_fast.methods.settings import PER_TEXT, CheckedSettings, Flag, MethodSettings, method_seed, setting
+from mia_fast.pipeline.neighbors import (
+    DEFAULT_NEIGHBORS,
+    WORD_DROP,
+    NeighborSource,
+    WordDropNeighbors,
+    neighbor_source,
+)
 from mia_fast.pipeline.passes import PLAIN, Pass
 
 
@@ -45,7 +51,7 @@ class NthNeighbor:
 
 
 @dataclass(frozen=True)
-class NeighborSettings:
+class NeighborSettings(CheckedSettings):
     """The neighbours: given (``neighbors``: the data's own lists, or any source), or made by :meth:`prepare` from
     ``model``, ``count`` a text, seeded by ``seed``."""
 
@@ -69,9 +75,6 @@ class NeighborSettings:
     # How a run shows its work, never what it computes: not a setting.
     progress: bool = field(default=True, compare=False)
 
-    def __post_init__(self) -> None:
-        check_ranges(self)
-
     def prepare(self, model: Any) -> NeighborSettings:
         """The generator of ``model`` (its masked LM on the target's device), where no neighbours are given."""
         if self.neighbors is not None or self.model is None:
@@ -85,6 +88,11 @@ class NeighborSettings:
 
     def before_scoring(self, texts: Sequence[str]) -> None:
         self.neighbors.prepare(texts)
+
+    @classmethod
+    def example(cls, model: Any) -> NeighborSettings:
+        """Neighbours made without a second model: each text with a word left out."""
+        return cls(WordDropNeighbors(seed=0))
 
 
 def neighbor_passes(settings: MethodSettings) -> tuple[Pass, ...]:

@@ -48,6 +48,7 @@ import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,9 +58,9 @@ from mia_fast.methods.settings import (
     FRACTION,
     PER_TEXT,
     TOKENS,
+    CheckedSettings,
     MethodSettings,
     Range,
-    check_ranges,
     method_seed,
     setting,
 )
@@ -117,7 +118,7 @@ MATCH_WORDS = Range(1, 1000, whole=True)
 
 
 @dataclass(frozen=True)
-class NgramCoverageSettings:
+class NgramCoverageSettings(CheckedSettings):
     samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "ngram-samples", bounds=PER_TEXT)
     n: int = setting(
         DEFAULT_N, "fewest consecutive words of a continuation that count as a match", "ngram-n", bounds=MATCH_WORDS
@@ -133,9 +134,6 @@ class NgramCoverageSettings:
     )
     seed: int = method_seed()
 
-    def __post_init__(self) -> None:
-        check_ranges(self)
-
     def check_texts(self, texts: Sequence[str]) -> None:
         word_tools()
         for i, text in enumerate(texts):
@@ -147,6 +145,11 @@ class NgramCoverageSettings:
                     f"text {i + 1} ({shown!r}) is too short for the n-gram coverage attack: of its {words} word(s), "
                     f"{compared} would follow a prompt (--ngram-suffix {self.suffix:g}), fewer than --ngram-n {self.n}"
                 )
+
+    @classmethod
+    def example(cls, model: Any) -> NgramCoverageSettings:
+        """Two samples a text: a quick check's cost."""
+        return cls(samples=2)
 
 
 def ngram_pass(settings: MethodSettings) -> Pass:

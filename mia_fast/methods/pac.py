@@ -20,11 +20,12 @@ from __future__ import annotations
 import random
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import PER_TEXT, MethodSettings, check_ranges, method_seed, setting
+from mia_fast.methods.settings import PER_TEXT, CheckedSettings, MethodSettings, method_seed, setting
 from mia_fast.ops.bottom_k import bottom_k_means
 from mia_fast.pipeline.passes import PLAIN, Pass
 from mia_fast.pipeline.stats import TokenStats
@@ -57,12 +58,14 @@ DEFAULT_COPIES = 5
 
 
 @dataclass(frozen=True)
-class PacSettings:
+class PacSettings(CheckedSettings):
     copies: int = setting(DEFAULT_COPIES, "word-swapped copies per text", "pac-copies", bounds=PER_TEXT)
     seed: int = method_seed()
 
-    def __post_init__(self) -> None:
-        check_ranges(self)
+    @classmethod
+    def example(cls, model: Any) -> PacSettings:
+        """Two copies a text: a quick check's cost."""
+        return cls(copies=2)
 
 
 def pac_passes(settings: MethodSettings) -> tuple[Pass, ...]:

@@ -200,6 +200,16 @@ class ProbeSettings:
             probe.check_model(model.name, config.hidden_size, config.num_hidden_layers, model.weights_fingerprint())
         return ProbeSettings(probe)
 
+    @classmethod
+    def example(cls, model: Any) -> ProbeSettings:
+        """An UNTRAINED probe for ``model``: random weights on its last layer, standardised by the training split's
+        statistics (zero mean, unit spread). It runs; it detects nothing (train one: 'mia-fast probe train')."""
+        config = model.model.config
+        hidden, ones = config.hidden_size, np.ones(config.hidden_size, np.float32)
+        weight = np.random.default_rng(0).normal(size=hidden).astype(np.float32)
+        card = {"model": {"name": model.name, "weights_fingerprint": model.weights_fingerprint()}}
+        return cls(Probe(weight, config.num_hidden_layers - 1, "train", np.zeros(hidden, np.float32), ones, card))
+
 
 def _loaded_probe(settings: MethodSettings) -> Probe | None:
     probe = settings.of(ProbeSettings).probe

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.methods.settings import Flag, MethodSettings, setting
+from mia_fast.methods.settings import CheckedSettings, Flag, MethodSettings, known_texts
 from mia_fast.pipeline.passes import PLAIN, Pass
 
 
@@ -42,20 +43,21 @@ def refuse_prefix_overlap(texts: Sequence[str], prefix: Sequence[str], role: str
 
 
 @dataclass(frozen=True)
-class RecallSettings:
-    prefix_nonmembers: tuple[str, ...] = setting(
-        (),
+class RecallSettings(CheckedSettings):
+    prefix_nonmembers: tuple[str, ...] = known_texts(
+        Flag("prefix-nonmembers"),
         "known non-member texts for the prefix (.txt a text per line, or any DATA format with --text-field)",
-        Flag("prefix-nonmembers", metavar="FILE", texts_file=True),
-        required=True,
-        supply="known non-member texts for its prefix (--prefix-nonmembers FILE)",
+        "known non-member texts for its prefix (--prefix-nonmembers FILE)",
     )
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "prefix_nonmembers", tuple(self.prefix_nonmembers or ()))
 
     def check_texts(self, texts: Sequence[str]) -> None:
         refuse_prefix_overlap(texts, self.prefix_nonmembers)
+
+    @classmethod
+    def example(cls, model: Any) -> RecallSettings:
+        """A prefix of one short text, written for the example (a long prefix leaves a small model's window no
+        room)."""
+        return cls(prefix_nonmembers=("a known non-member text. ",))
 
 
 def recall_pass(settings: MethodSettings) -> Pass:

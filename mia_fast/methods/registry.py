@@ -4,12 +4,13 @@ Every score is oriented so that higher means more likely a member (DESIGN §2). 
 it reads (a function of the run's settings, e.g. ReCaLL's prefix; by default the plain target pass) and the
 settings classes it reads (``mia_fast.methods.settings``). A method that takes k computes all requested k at
 once and returns one column per k, named ``{name}_{k}``. Adding a method touches its own module only: write
-its settings class and its function, and decorate the function with ``register``.
+its settings class and its function, and decorate the function with ``register``; importing the package imports
+every module of its folder (``mia_fast/methods/__init__.py``), so the module registers with no line elsewhere.
 
 From the settings declarations the registry derives everything around a method: the CLI flags
 (:func:`setting_options`), the settings of a run from flat values (:func:`settings_from_values`), the check
-that what a method needs was supplied (:func:`check_available`) and the settings recorded with a run
-(:func:`recorded_settings`).
+that what a method needs was supplied (:func:`check_available`), the settings recorded with a run
+(:func:`recorded_settings`) and settings any model runs it with for a quick check (:func:`example_settings`).
 """
 
 from __future__ import annotations
@@ -297,6 +298,13 @@ def prepare_settings(settings: MethodSettings, model: Any) -> MethodSettings:
     checked against the model, a frequency table mapped onto its vocabulary); ``model`` is the target's
     LoadedModel, or None before one is loaded (then only what needs no model is done)."""
     return settings.map(lambda value: value.prepare(model) if hasattr(value, "prepare") else value)
+
+
+def example_settings(methods: Iterable[Method], model: Any) -> MethodSettings:
+    """Settings that ``methods`` run with on ``model`` (a LoadedModel), for a quick check: each settings class's own
+    ``example(model)`` where it declares one (a class with a required value must), its defaults otherwise. They run;
+    they are small (few samples, a short fine-tuning), not tuned to detect anything."""
+    return MethodSettings(*(cls.example(model) for cls in settings_classes(methods) if hasattr(cls, "example")))
 
 
 def call_settings_hook(

@@ -26,11 +26,12 @@ import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import PER_TEXT, MethodSettings, check_ranges, method_seed, setting
+from mia_fast.methods.settings import PER_TEXT, CheckedSettings, MethodSettings, method_seed, setting
 from mia_fast.pipeline.passes import Pass, SamplesReadout
 
 PREFIX_RATIO = 0.5
@@ -53,12 +54,14 @@ DEFAULT_SAMPLES = 10
 
 
 @dataclass(frozen=True)
-class SamiaSettings:
+class SamiaSettings(CheckedSettings):
     samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "samia-samples", bounds=PER_TEXT)
     seed: int = method_seed()
 
-    def __post_init__(self) -> None:
-        check_ranges(self)
+    @classmethod
+    def example(cls, model: Any) -> SamiaSettings:
+        """Two samples a text: a quick check's cost."""
+        return cls(samples=2)
 
 
 def samia_pass(settings: MethodSettings) -> Pass:

@@ -5,6 +5,11 @@ a method cannot run without it. The registry derives from these declarations the
 (``mia_fast.methods.registry``). A number's declared :class:`Range` is both the CLI's parse-time check of its flag
 and the settings class's own check (:func:`check_ranges`, from its ``__post_init__``).
 
+A settings class derives from :class:`CheckedSettings`, which checks it once made. Besides its fields it may declare
+hooks: ``prepare(model)``, ``check_texts(texts)``, ``before_scoring(texts)`` (the engine calls them) and the
+classmethod ``example(model)``: settings it runs with on any model for a quick check (the registry's
+``example_settings``), which a class with a required value declares.
+
 A run's settings are one :class:`MethodSettings`: one object per settings class, the class's defaults for a
 class not given. Fields of two classes that share a flag are one CLI option; their declarations must agree, so a
 shared field is declared once, here (:func:`known_nonmembers`, :func:`method_seed`).
@@ -152,16 +157,27 @@ def setting(
     return field(default=default, metadata={SPEC_KEY: SettingSpec(help, flag, scores, required, supply, bounds)})
 
 
+def known_texts(flag: Flag, help: str, supply: str) -> Any:
+    """A required field of known texts (a tuple; :class:`CheckedSettings` freezes a list), which the command line reads
+    from a file (``flag``, given ``FILE`` as its metavar: .txt a text per line, or any DATA format's text field)."""
+    return setting((), help, dataclasses.replace(flag, metavar="FILE", texts_file=True), required=True, supply=supply)
+
+
 def known_nonmembers() -> Any:
     """The field of known non-member texts (``--nonmembers FILE``) that several methods read (CAMIA's reference
     set, FSD's fine-tuning set): one declaration, so that its readers agree."""
-    return setting(
-        (),
+    return known_texts(
+        Flag("nonmembers"),
         "known non-member texts (.txt a text per line, or any DATA format with --text-field)",
-        Flag("nonmembers", metavar="FILE", texts_file=True),
-        required=True,
-        supply="known non-member texts (--nonmembers FILE)",
+        "known non-member texts (--nonmembers FILE)",
     )
+
+
+# The known non-members of the settings' examples (``example(model)``): written for them, never a text to judge.
+EXAMPLE_NONMEMBERS = (
+    "These two sentences were written to be known non-member texts of an example run.",
+    "A detector compares the texts it scores with known non-members such as this one.",
+)
 
 
 def method_seed() -> Any:
@@ -215,6 +231,19 @@ def setting_fields(cls: type) -> list[SettingField]:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             found.append(SettingField(cls, f.name, default, f.metadata[SPEC_KEY]))
     return found
+
+
+@dataclass(frozen=True)
+class CheckedSettings:
+    """The base of a method's settings class (a frozen dataclass too): once made, its known-texts fields hold tuples
+    and its numbers are checked against their declared Range (:func:`check_ranges`). A subclass with checks of its
+    own makes them after ``super().__post_init__()``."""
+
+    def __post_init__(self) -> None:
+        for f in setting_fields(type(self)):
+            if f.spec.flag is not None and f.spec.flag.texts_file:
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name) or ()))
+        check_ranges(self)
 
 
 def check_ranges(settings: Any) -> None:

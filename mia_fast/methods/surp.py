@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.methods.registry import ScoringInputs, register
-from mia_fast.methods.settings import Range, check_ranges, setting
+from mia_fast.methods.settings import CheckedSettings, Range, setting
 from mia_fast.ops.segments import segment_ids
 
 # The public code's score of a text none of whose tokens is surprising.
@@ -29,13 +29,10 @@ MAX_ENTROPY = Range(0, 100, exclusive_minimum=True)
 
 
 @dataclass(frozen=True)
-class SurpSettings:
+class SurpSettings(CheckedSettings):
     max_entropy: float = setting(
         2.0, "entropy (nats) below which a position counts as confident", "surp-max-entropy", bounds=MAX_ENTROPY
     )
-
-    def __post_init__(self) -> None:
-        check_ranges(self)
 
 
 def surprising_means(

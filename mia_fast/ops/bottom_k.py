@@ -7,8 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mia_fast.ops.impl import check_impl, kernel_device
-from mia_fast.ops.segments import to_device
+from mia_fast.ops.impl import implementation, numpy_kernel
 
 # Values sorted at once in the reference: a few tens of MB, so that a block stays near the caches.
 _BLOCK_CELLS = 1 << 22
@@ -28,21 +27,11 @@ def bottom_k_means(
 ) -> np.ndarray:
     """Mean of each text's ``max(1, floor(k*n))`` lowest values, for every k: float64 [n_texts, len(ks)];
     NaN for a text with no positions. ``impl="triton"`` runs the kernel on ``device``."""
-    check_impl(impl)
+    kernel = numpy_kernel("bottom_k_means", (np.float32, np.int64, np.int64), device)
+    run = implementation(impl, _sorted_bottom_k_means, kernel)
     if not len(ks) or not all(0.0 < k <= 1.0 for k in ks):
         raise ValueError(f"ks must be fractions in (0, 1], got {list(ks)}")
-    counts = bottom_k_counts(np.diff(offsets), ks)
-    if impl == "triton":
-        from mia_fast.kernels import bottom_k_means as kernel
-
-        device = kernel_device(device)
-        means = kernel(
-            to_device(values, np.float32, device),
-            to_device(offsets, np.int64, device),
-            to_device(counts, np.int64, device),
-        )
-        return means.cpu().numpy()
-    return _sorted_bottom_k_means(values, offsets, counts)
+    return run(values, offsets, bottom_k_counts(np.diff(offsets), ks))
 
 
 def _sorted_bottom_k_means(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mia_fast.ops.impl import check_impl, kernel_device
-from mia_fast.ops.segments import segment_ids, segment_mean, to_device
+from mia_fast.ops.impl import implementation, numpy_kernel
+from mia_fast.ops.segments import segment_ids, segment_mean
 
 
 def first_occurrence_mask(target_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -32,21 +32,14 @@ def capped_first_occurrence_mean(
 ) -> np.ndarray:
     """Per text, the mean over its first occurrences of min(exp(logp) * -log_frequencies[id], cap)
     (float64); NaN for a text with no positions."""
-    check_impl(impl)
-    if impl == "triton":
-        from mia_fast.kernels import capped_first_occurrence_mean as kernel
+    dtypes = (np.int64, np.float32, np.bool_, np.int64, np.float64, None)
+    run = implementation(impl, _reference_capped_mean, numpy_kernel("capped_first_occurrence_mean", dtypes, device))
+    return run(target_ids, logp, first_occurrence, offsets, log_frequencies, cap)
 
-        device = kernel_device(device)
-        means = kernel(
-            to_device(target_ids, np.int64, device),
-            to_device(logp, np.float32, device),
-            to_device(first_occurrence, np.bool_, device),
-            to_device(offsets, np.int64, device),
-            to_device(log_frequencies, np.float64, device),
-            cap,
-        )
-        return means.cpu().numpy()
-    first = first_occurrence
-    alpha = np.exp(logp[first].astype(np.float64)) * -log_frequencies[target_ids[first]]
+
+def _reference_capped_mean(
+    target_ids: np.ndarray, logp: np.ndarray, first: np.ndarray, offsets: np.ndarray, log_f: np.ndarray, cap: float
+) -> np.ndarray:
+    alpha = np.exp(logp[first].astype(np.float64)) * -log_f[target_ids[first]]
     first_offsets = np.concatenate([[0], np.cumsum(first)])[offsets]
     return segment_mean(np.minimum(alpha, cap), first_offsets)

@@ -1,9 +1,13 @@
-"""The one choice of implementation for every op: the reference or the Triton kernels."""
+"""The one choice of implementation for every op: the reference or the Triton kernels, and the native core or
+torch for a streamed merge. No other module of ``mia_fast.ops`` tests a device or an ``impl``: each asks here."""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
 
 from mia_fast.errors import MiaFastError
 
@@ -12,6 +16,7 @@ if TYPE_CHECKING:
 
 BACKENDS = ("auto", "torch", "triton")
 IMPLS = ("torch", "triton")
+Result = TypeVar("Result")
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -37,6 +42,44 @@ def check_impl(impl: str) -> None:
         raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
 
 
+def implementation(impl: str, reference: Callable[..., Result], kernel: Callable[..., Result]) -> Callable[..., Result]:
+    """What ``impl`` names: the ``reference`` callable (``"torch"``) or the ``kernel`` one (``"triton"``, a
+    :func:`triton_kernel` or :func:`numpy_kernel`), taking the same arguments."""
+    check_impl(impl)
+    return reference if impl == "torch" else kernel
+
+
+def triton_kernel(name: str) -> Callable[..., Any]:
+    """The Triton kernel ``mia_fast.kernels.<name>``, imported when called (triton is optional)."""
+
+    def run(*arguments: Any) -> Any:
+        return _loaded(name)(*arguments)
+
+    return run
+
+
+def _loaded(name: str) -> Callable[..., Any]:
+    import mia_fast.kernels
+
+    return getattr(mia_fast.kernels, name)
+
+
+def numpy_kernel(name: str, dtypes: Sequence[np.dtype | type | None], device: Any = None) -> Callable[..., np.ndarray]:
+    """The Triton kernel ``mia_fast.kernels.<name>`` over numpy arrays: run on :func:`kernel_device` with each
+    argument moved there as a tensor of its dtype in ``dtypes`` (None: passed as it is), its result back as numpy."""
+
+    def run(*arguments: Any) -> np.ndarray:
+        kernel = _loaded(name)
+        on = kernel_device(device)
+        tensors = [
+            argument if dtype is None else to_device(argument, dtype, on)
+            for argument, dtype in zip(arguments, dtypes, strict=True)
+        ]
+        return kernel(*tensors).cpu().numpy()
+
+    return run
+
+
 def kernel_device(device) -> torch.device:
     """Where the kernels run: ``device``, or CUDA when there is one (the CPU runs them only under the interpreter)."""
     import torch
@@ -44,3 +87,16 @@ def kernel_device(device) -> torch.device:
     if device is not None:
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def to_device(array: np.ndarray, dtype: np.dtype, device):
+    """``array`` as a contiguous torch tensor of ``dtype`` on ``device`` (for the kernels)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).to(device)
+
+
+def streams_natively(device: torch.device, native: bool | None) -> bool:
+    """Whether a streamed merge on ``device`` asks for the native core: on CPU, unless ``native`` is False (the
+    native core reads host memory only)."""
+    return native is not False and device.type == "cpu"

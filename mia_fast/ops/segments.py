@@ -23,13 +23,6 @@ def segment_mean(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return means
 
 
-def to_device(array: np.ndarray, dtype: np.dtype, device):
-    """``array`` as a contiguous torch tensor of ``dtype`` on ``device`` (for the kernels)."""
-    import torch
-
-    return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).to(device)
-
-
 def segment_moving_average(values: np.ndarray, offsets: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
     """Each text's means over every run of ``window`` consecutive values (numpy's ``convolve(..., "valid")`` with
     a flat kernel), a text shorter than ``window`` kept as it is: float64 values and their ``offsets``."""

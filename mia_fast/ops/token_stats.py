@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mia_fast.ops.impl import check_impl
+from mia_fast.ops.impl import implementation, streams_natively, triton_kernel
 
 # z - max below this is clamped: its weight is 0 anyway, and the square in var must stay finite in fp32.
 _LOGP_FLOOR = -1e18
@@ -39,12 +39,7 @@ def token_stats_torch(logits: torch.Tensor, targets: torch.Tensor) -> Stats:
 
 def token_stats(logits: torch.Tensor, targets: torch.Tensor, impl: str = "torch") -> Stats:
     """(logp, mu, var, max_logp) in fp32 of logits [N, V] (any float dtype) at targets [N]."""
-    check_impl(impl)
-    if impl == "triton":
-        from mia_fast.kernels import token_stats as kernel
-
-        return kernel(logits, targets)
-    return token_stats_torch(logits, targets)
+    return implementation(impl, token_stats_torch, triton_kernel("token_stats"))(logits, targets)
 
 
 def linear_token_stats(
@@ -112,7 +107,7 @@ class StreamedTokenStats:
 
     def __init__(self, targets: torch.Tensor, native: bool | None = None) -> None:
         self.targets = targets
-        core = _native_core() if native is not False and targets.device.type == "cpu" else None
+        core = _native_core() if streams_natively(targets.device, native) else None
         if native and core is None:
             raise RuntimeError("the native core is not built: reinstall mia-fast (pip install -e .)")
         self.core = core

@@ -28,7 +28,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from mia_fast.pipeline.device import to_device
+from mia_fast.pipeline.device import cpu_flash_attention, on_flash_device, to_device
 
 CAUSAL = (-1, 0)
 # Queries are padded to their length rounded up to this for the reference's padded calls.
@@ -50,7 +50,7 @@ def _varlen_parameters() -> frozenset[str] | None:
 def flash_available(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
     """Whether torch's flash ``varlen_attn`` runs attention of this device, dtype and head size."""
     return (
-        device.type == "cuda"
+        on_flash_device(device)
         and dtype in FLASH_DTYPES
         and head_dim in FLASH_HEAD_DIMS
         and _varlen_parameters() is not None
@@ -193,3 +193,25 @@ def segment_attention(
         )
         out[group.tokens] = attended.transpose(1, 2).reshape(-1, heads, head_dim).index_select(0, group.scored)
     return out
+
+
+def attention_with_lse(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of query [B, H, L, D] to key and value [B, H, S, D] (no mask but ``bias`` [B, 1, 1, S], -inf where a
+    key is hidden), fp32: the output [B, H, L, D] and each query's log-sum-exp [B, H, L] of its scores, to merge
+    attentions split over key sets. On CPU torch's flash attention for CPU, else :func:`plain_attention_with_lse`."""
+    if cpu_flash_attention(query.device):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, False, attn_mask=bias)
+    return plain_attention_with_lse(query, key, value, bias)
+
+
+def plain_attention_with_lse(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`attention_with_lse` in plain products, on any device (a decoding step's few queries per row)."""
+    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(query.shape[-1] ** -0.5)
+    if bias is not None:
+        scores.add_(bias)
+    lse = scores.logsumexp(-1)
+    return torch.matmul(scores.sub_(lse.unsqueeze(-1)).exp_(), value), lse

@@ -14,9 +14,7 @@ device once, at its end.
 
 from __future__ import annotations
 
-import copy
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -28,23 +26,20 @@ from mia_fast.frequency.table import tokenizer_fingerprint
 from mia_fast.ops.impl import resolve_backend
 from mia_fast.ops.token_stats import linear_token_stats, token_stats
 from mia_fast.pipeline.batching import plan_batches
-from mia_fast.pipeline.device import to_device
+from mia_fast.pipeline.device import for_device, to_device
+from mia_fast.pipeline.engine_base import ModelEngine
 from mia_fast.pipeline.forward_path import ALONE_FROM, ForwardPath, choose_forward
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.packed import PackedDecoder
 from mia_fast.pipeline.passes import (
     GradientNormReadout,
     HiddenStatesReadout,
-    Readout,
     SamplesReadout,
     TokenCallback,
-    TokenSpansReadout,
-    TokenStatsReadout,
     TopLogprobsReadout,
 )
 from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
-from mia_fast.pipeline.stats_cache import StatsCache, cached_stats, provenance
-from mia_fast.pipeline.tokenize import Row, TextRows, per_text, token_spans, tokenize
+from mia_fast.pipeline.tokenize import Row, per_text
 
 # Token budget per forward batch. On CPU the forward is compute-bound and large padded batches
 # fall out of cache (measured slower); a GPU wants large batches to fill its cores.
@@ -63,11 +58,7 @@ MIN_HEAD_ROWS = 512
 SAMPLE_BUDGET_FACTOR = {"cpu": 32, "cuda": 4}
 
 
-def default_for(table: dict[str, int], device: torch.device) -> int:
-    return table.get(device.type, table["cuda"])
-
-
-class StatsEngine(TextRows):
+class StatsEngine(ModelEngine):
     """Runs one model over texts; ``backend`` picks the Triton kernels or the torch reference."""
 
     vocabulary_stats = True
@@ -85,8 +76,8 @@ class StatsEngine(TextRows):
         backend: str = "auto",
         forward: str = "auto",
     ) -> None:
-        batch_tokens = batch_tokens or default_for(DEFAULT_BATCH_TOKENS, loaded.device)
-        chunk_bytes = chunk_bytes or default_for(DEFAULT_CHUNK_BYTES, loaded.device)
+        batch_tokens = batch_tokens or for_device(DEFAULT_BATCH_TOKENS, loaded.device)
+        chunk_bytes = chunk_bytes or for_device(DEFAULT_CHUNK_BYTES, loaded.device)
         if batch_tokens < 1:
             raise MiaFastError(f"batch_tokens must be positive, got {batch_tokens}")
         context = loaded.context_length
@@ -107,8 +98,6 @@ class StatsEngine(TextRows):
         self.use_forward(forward)
         tokenizer = loaded.tokenizer
         self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
-        self._ahead_tokenizer = None
-        self.cache: StatsCache | None = None
 
     @property
     def device(self) -> torch.device:
@@ -144,15 +133,11 @@ class StatsEngine(TextRows):
         }
 
     def provenance(self) -> dict[str, Any]:
-        """What a scores file records of this engine (:func:`mia_fast.pipeline.stats_cache.provenance`), and the path
-        its forward takes."""
-        return {**provenance(self.cache_settings()), "forward": self.path.describe()}
+        """What a scores file records of this engine, and the path its forward takes."""
+        return {**super().provenance(), "forward": self.path.describe()}
 
-    def refusal(self, readout: Readout) -> str | None:
-        return None
-
-    def order(self, readout: Readout) -> int:
-        return 0
+    def model_name(self) -> str:
+        return self.loaded.name
 
     def derive(self, loaded: LoadedModel) -> StatsEngine:
         """An engine set up as this one (start token, batch budget, window, back end, stats cache) over ``loaded``,
@@ -165,72 +150,16 @@ class StatsEngine(TextRows):
             backend=self.backend,
             forward=self.forward,
         )
-        if self.cache is not None:
-            engine.use_cache(self.cache.base, log=self.cache.log)
+        if self._cache_place is not None:
+            engine.use_cache(*self._cache_place)
         return engine
 
-    def use_cache(self, directory: str | os.PathLike, log: Callable[[str], None]) -> None:
-        """Keeps every TokenStats pass of this engine in a stats cache under ``directory``."""
-        self.cache = StatsCache(directory, self.cache_settings(), log)
-        others = self.cache.other_settings()
-        if others and not self.cache.root.exists():
-            log(
-                f"stats cache {directory}: it holds the stats of {others} other model setting(s), none of this one "
-                f"({self.loaded.name}); texts are computed and added"
-            )
-
-    def _encode(self, texts: Sequence[str], ahead: bool) -> list[list[int]]:
-        if not ahead:
-            return tokenize(self.loaded.tokenizer, texts, self.prepend_start)
-        if self._ahead_tokenizer is None:
-            self._ahead_tokenizer = copy.deepcopy(self.loaded.tokenizer)
-        return tokenize(self._ahead_tokenizer, texts, self.prepend_start)
-
-    def run(
-        self,
-        readout: Readout,
-        texts: Sequence[str],
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
-    ) -> Any:
-        """What ``readout`` reads out of ``texts`` (each after its prefix): TokenStats, or an array with a row per
-        text."""
-        if isinstance(readout, TokenStatsReadout):
-            return self.compute(texts, on_tokenized, on_progress, prefixes)
-        if isinstance(readout, TokenSpansReadout):
-            return self.token_spans(texts)
-        readers = {
-            HiddenStatesReadout: self.hidden_states,
-            SamplesReadout: self.sample,
-            GradientNormReadout: self.gradient_norms,
-            TopLogprobsReadout: self.top_logprobs,
-        }
-        return readers[type(readout)](texts, readout, prefixes, on_tokenized, on_progress)
-
-    def compute(
+    def _missing_stats(
         self,
         texts: Sequence[str],
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
-        prefixes: Sequence[str] | None = None,
-    ) -> TokenStats:
-        """TokenStats of ``texts`` (each after its prefix in ``prefixes``, unscored), in input order.
-        ``on_tokenized`` receives the number of ids to run, ``on_progress`` the ids finished after each batch.
-        With a stats cache, only the texts it does not hold are run, and they are added to it."""
-        return cached_stats(
-            self.cache,
-            texts,
-            prefixes,
-            lambda missing, missing_prefixes: self._forward_stats(missing, on_tokenized, on_progress, missing_prefixes),
-        )
-
-    def _forward_stats(
-        self,
-        texts: Sequence[str],
+        prefixes: Sequence[str],
         on_tokenized: TokenCallback | None,
         on_progress: TokenCallback | None,
-        prefixes: Sequence[str] | None,
     ) -> TokenStats:
         rows = self.rows(texts, prefixes)
         # Packed, a row's prefix runs once (PackedDecoder.context) and the row runs its text's ids only.
@@ -344,10 +273,6 @@ class StatsEngine(TextRows):
             parts.append(token_stats(chunk, targets[start : start + self.stats_rows], self.backend))
         return tuple(torch.cat(values) for values in zip(*parts))
 
-    def token_spans(self, texts: Sequence[str]) -> np.ndarray:
-        """The character span of each token the plain pass scores in each text (``TokenSpansReadout``)."""
-        return token_spans(self.loaded.tokenizer, texts, self.prepend_start)
-
     @torch.inference_mode()
     def top_logprobs(
         self,
@@ -445,57 +370,20 @@ class StatsEngine(TextRows):
         on_tokenized: TokenCallback | None = None,
         on_progress: TokenCallback | None = None,
     ) -> np.ndarray:
-        """``readout.count`` continuations of each (prefix + text), decoded: object [texts, count] of str.
-        A continuation runs for ``readout.new_tokens`` tokens, or as many as the text has (bar its start token),
-        at most half the window, less where the model ends it; an empty text gets empty continuations."""
-        from mia_fast.pipeline.sampling import generate, plan_prompt_batches, row_key
+        """``readout.count`` continuations of each (prefix + text), decoded: object [texts, count] of str
+        (:func:`mia_fast.pipeline.sampling.sample_texts`); an empty text gets empty continuations."""
+        from mia_fast.pipeline.sampling import SampleRequest, sample_texts
 
-        tokenizer = self.loaded.tokenizer
+        prompts = self.sample_prompts(texts, readout, prefixes)
         prefixes = prefixes if prefixes is not None else [""] * len(texts)
-        result = np.full((len(texts), readout.count), "", dtype=object)
-        budget = self.batch_tokens * default_for(SAMPLE_BUDGET_FACTOR, self.device)
-        # (text index, first sample, samples, prompt ids, new tokens): a text's samples share one prefill, split
-        # only where they would not fit one batch.
-        jobs = []
-        for i, (text, ids, prefix) in enumerate(zip(texts, self.tokenize(texts), prefixes)):
-            if not text:
-                continue
-            new_tokens = min(readout.new_tokens or max(len(ids) - 1, 1), self.max_length // 2)
-            prompt = (self.context_ids(prefix) + ids)[-(self.max_length - new_tokens) :]
-            # Packed, a prompt's keys and values are kept once for all its samples, not once per sample.
-            per_sample = new_tokens if self.packs else len(prompt) + new_tokens
-            per_batch = max((budget - (len(prompt) if self.packs else 0)) // per_sample, 1)
-            jobs.extend(
-                (i, first, min(per_batch, readout.count - first), prompt, new_tokens)
-                for first in range(0, readout.count, per_batch)
-            )
-        row_lengths = [len(prompt) + new for *_, prompt, new in jobs]
-        counts = [count for _, _, count, _, _ in jobs]
-        costs = [count * length for count, length in zip(counts, row_lengths)]  # as if each sample ran its prompt
-        if on_tokenized is not None:
-            on_tokenized(sum(costs))
-        end_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        # A row's share of its batch's cache: its prompt's slots, shared by the prompt's samples when packed.
-        shares = [new + (-(-len(prompt) // count) if self.packs else len(prompt)) for _, _, count, prompt, new in jobs]
-        for batch in plan_prompt_batches(shares, counts, budget):
-            chosen = [jobs[b] for b in batch]
-            continuations = generate(
-                self._packed_decoder() if self.packs else self.loaded.model,
-                [prompt for *_, prompt, _ in chosen],
-                [
-                    [row_key(readout.seed, j, f"{prefixes[i]}\0{texts[i]}") for j in range(first, first + count)]
-                    for i, first, count, _, _ in chosen
-                ],
-                [new for *_, new in chosen],
-                readout.top_k,
-                end_ids,
-                readout.top_p,
-            )
-            for (i, first, count, _, _), samples in zip(chosen, continuations):
-                result[i, first : first + count] = [tokenizer.decode(ids, skip_special_tokens=True) for ids in samples]
-            if on_progress is not None:
-                on_progress(sum(costs[b] for b in batch))
-        return result
+        request = SampleRequest(
+            readout,
+            [f"{prefix}\0{text}" for prefix, text in zip(prefixes, texts)],
+            prompts,
+            self.batch_tokens * for_device(SAMPLE_BUDGET_FACTOR, self.device),
+        )
+        model = self._packed_decoder() if self.packs and prompts else self.loaded.model
+        return sample_texts(model, self.loaded.tokenizer, request, on_tokenized, on_progress)
 
     def gradient_norms(
         self,

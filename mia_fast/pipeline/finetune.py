@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from mia_fast.errors import MiaFastError
+from mia_fast.pipeline.device import forked_generators
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.tokenize import tokenize
 
@@ -81,7 +82,7 @@ def fine_tune(
     model.train()
     # Dropout draws from torch's global generator: seeded (and restored afterwards) so that a fine-tuning repeats
     # exactly.
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    with torch.random.fork_rng(devices=forked_generators(device)):
         torch.manual_seed(seed)
         try:
             untouched = None if ascent else _mean_loss(model, sequences, batch_size, micro_batch, pad, device)

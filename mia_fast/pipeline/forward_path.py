@@ -14,6 +14,7 @@ import torch
 
 from mia_fast.errors import MiaFastError
 from mia_fast.pipeline.attention import flash_available
+from mia_fast.pipeline.device import copies_weights
 from mia_fast.pipeline.packed import head_dim, packed_unsupported
 
 FORWARDS = ("auto", "packed", "model")
@@ -68,7 +69,7 @@ def choose_forward(
         fallback = packed_unsupported(model, max_length)
     if fallback is None:
         flash = flash_available(device, next(model.parameters()).dtype, head_dim(model.config))
-        return ForwardPath(True, flash, True, device.type == "cpu", kernels)
+        return ForwardPath(True, flash, True, copies_weights(device), kernels)
     if forward == "packed":
         raise MiaFastError(f"cannot run this model packed: {fallback}; use --forward auto or model")
     return ForwardPath(False, False, plain_head, False, kernels, fallback)

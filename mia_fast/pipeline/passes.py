@@ -34,6 +34,7 @@ class TokenStatsReadout:
     """Per scored token: target id, logp, mu, var (TokenStats)."""
 
     token_stats = True  # what a stats cache holds
+    reader = "compute"  # the engine's method that serves it (mia_fast.pipeline.engine_base)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class HiddenStatesReadout:
 
     layers: tuple[int, ...] | None = None
     token_stats = False
+    reader = "hidden_states"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class SamplesReadout:
     top_p: float = 1.0
     new_tokens: int | None = None
     token_stats = False
+    reader = "sample"
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class GradientNormReadout:
     norm: float = float("inf")
     parameters: tuple[str, ...] = ()
     token_stats = False
+    reader = "gradient_norms"
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class TopLogprobsReadout:
 
     k: int
     token_stats = False
+    reader = "top_logprobs"
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,7 @@ class TokenSpansReadout:
     models' tokens align them by these."""
 
     token_stats = False
+    reader = "token_spans"
 
 
 TOKEN_STATS = TokenStatsReadout()

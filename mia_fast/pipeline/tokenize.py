@@ -25,10 +25,10 @@ def tokenize(tokenizer, texts: Sequence[str], prepend_start: bool) -> list[list[
     for and not already there."""
     if not texts:
         return []
+    start = start_token_id(tokenizer) if prepend_start else None
     encoded = tokenizer(encodable(texts), add_special_tokens=True, verbose=False)["input_ids"]
-    if not prepend_start:
+    if start is None:
         return [list(ids) for ids in encoded]
-    start = start_token_id(tokenizer)
     return [list(ids) if ids and ids[0] == start else [start, *ids] for ids in encoded]
 
 

@@ -1,1 +1,8 @@
-"""Scoring: the typed run configuration, the Detector over its engines, the pass planner and the file runner."""
+"""Scoring: texts and methods into score columns, over the engines of the registry.
+
+- ``config``: the typed run configuration (``RunConfig``: model, scoring, compute, output), built by the CLI
+- ``engines``: the engine registry (a model source's kind: its engine, checks and limits)
+- ``detector``: the ``Detector``, every requested method over texts, each pass run once
+- ``planner``: the passes the methods ask for, deduplicated and ordered
+- ``runner``: the resumable file runner (also what each Ray actor runs on its shard)
+"""

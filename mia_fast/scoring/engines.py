@@ -121,7 +121,7 @@ def _served_engine(config: ModelConfig, compute: ComputeConfig, log: Log) -> Eng
 
 
 def _served_limits(config: ModelConfig) -> EngineLimits:
-    from mia_fast.pipeline.server import ServedLimits
+    from mia_fast.pipeline.served_model import ServedLimits
 
     return ServedLimits(config.model.tokenizer is not None)
 

@@ -1,4 +1,4 @@
-"""A benchmark suite is added from this file alone: its layout in ``SUITES`` and its leakage in ``LEAKAGE``. ``--suite``
+"""A benchmark suite is added from this file alone: one ``Suite`` in ``SUITES``, its layout and its leakage. ``--suite``
 then accepts it and lists it in ``--help``, its local files load in its layout (text field, labels, groups), and
 ``mia-fast eval`` reports on it with its leakage on record. No other file of the project knows of it
 (docs/adding-a-suite.md walks through the same steps)."""
@@ -10,18 +10,24 @@ import json
 import pytest
 
 from mia_fast.cli import main
-from mia_fast.data import LEAKAGE, SUITES, load_suite
-from mia_fast.data.suites import Leakage, Suite
+from mia_fast.data import SUITES, load_suite
+from mia_fast.data.suites import Leakage, Suite, SuiteRows
 
-TOY = Suite("toy-suite", None, ("short", "long"), "passage", group_field="source")
+TOY = Suite(
+    "toy-suite",
+    None,
+    ("short", "long"),
+    SuiteRows("passage", group_field="source"),
+    leakage=Leakage("i.i.d.", "not measured; drawn at random from one corpus"),
+    about="passages of a toy corpus; the `source` is the group",
+)
 
 
 @pytest.fixture
 def registered():
     SUITES[TOY.name] = TOY
-    LEAKAGE[TOY.name] = Leakage("i.i.d.", "not measured; drawn at random from one corpus")
     yield
-    del SUITES[TOY.name], LEAKAGE[TOY.name]
+    del SUITES[TOY.name]
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import typing
 import pytest
 from helpers import refused, run_cli, write_jsonl
 
-from mia_fast.data import LEAKAGE, SUITES, load_suite
-from mia_fast.data.suites import SplitKind
+from mia_fast.data import SUITES, load_suite
+from mia_fast.data.suites import Leakage, SplitKind
 from mia_fast.errors import MiaFastError
 
 
@@ -181,11 +181,15 @@ def test_without_files_they_name_their_hub_dataset(monkeypatch):
 
 
 def test_every_suite_records_how_it_was_split_and_what_blind_baselines_reach():
-    assert set(LEAKAGE) == set(SUITES)
-    assert {leakage.split_kind for leakage in LEAKAGE.values()} <= set(typing.get_args(SplitKind))
-    assert all(leakage.blind_note.strip() for leakage in LEAKAGE.values())
+    leakages = {name: suite.leakage for name, suite in SUITES.items()}
+    assert all(isinstance(leakage, Leakage) for leakage in leakages.values())
+    assert {leakage.split_kind for leakage in leakages.values()} <= set(typing.get_args(SplitKind))
+    assert all(leakage.blind_note.strip() for leakage in leakages.values())
     # Random draws of one distribution: the Pile's train and test splits, and traps injected or not.
-    assert {name for name, leakage in LEAKAGE.items() if leakage.split_kind == "i.i.d."} == {"mimir", "copyright-traps"}
+    assert {name for name, leakage in leakages.items() if leakage.split_kind == "i.i.d."} == {
+        "mimir",
+        "copyright-traps",
+    }
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -198,7 +202,8 @@ def test_eval_on_each_suite_from_its_local_files(name, tiny_model_dir, tmp_path,
     assert run_cli(*args, "--methods", "loss", "--no-blind", "--bootstrap", "10", "--quiet") == 0
     meta = json.loads((report / "metrics.json").read_text())["meta"]
     assert meta["data"] == f"{name}:{split or SUITES[name].default_split} ({data})"
-    assert (meta["split_kind"], meta["blind_baselines_known"]) == (LEAKAGE[name].split_kind, LEAKAGE[name].blind_note)
+    leakage = SUITES[name].leakage
+    assert (meta["split_kind"], meta["blind_baselines_known"]) == (leakage.split_kind, leakage.blind_note)
     scored = [json.loads(line) for line in (report / "scores.jsonl").read_text().splitlines()]
     assert [(row["id"], row["label"]) for row in scored] == list(zip(ids, labels))
 

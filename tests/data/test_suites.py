@@ -1,12 +1,13 @@
 """Benchmark loaders on small local fixtures written in each suite's layout (nothing is downloaded)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers import write_jsonl
 
 from mia_fast.data import SUITES, load_suite
-from mia_fast.data.suites import cut_into_snippets
+from mia_fast.data.suites import Leakage, Suite, SuiteRows, cut_into_snippets, suites_table
 from mia_fast.data.text import count_words
 from mia_fast.errors import MiaFastError
 
@@ -199,3 +200,19 @@ def test_unknown_suite_and_missing_text_field(tmp_path):
     path = write_jsonl(tmp_path / "x.jsonl", [{"text": "a", "label": 1}])
     with pytest.raises(MiaFastError, match="row 1 has no text field 'input' \\(fields: text, label\\)"):
         load_suite("wikimia", files=path)
+
+
+def test_the_suites_table_of_the_docs_is_generated_from_the_suites():
+    cli = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert suites_table(SUITES.values()) in cli, (
+        "docs/cli.md's suites table differs from SUITES; paste the output of: python -c \"from mia_fast.data.suites "
+        "import SUITES, suites_table; print(suites_table(SUITES.values()), end='')\""
+    )
+
+
+def test_a_suite_is_its_layout_its_leakage_and_its_notes():
+    with pytest.raises(TypeError, match="leakage"):
+        Suite("no-leakage", None, ("train",), SuiteRows("text"))
+    suite = Suite("toy", None, ("b", "a"), SuiteRows("text"), leakage=Leakage("i.i.d.", "not measured"), about="a | b")
+    assert suite.default_split == "b" and not suite.rows.whole_documents and suite.rows.label_field == "label"
+    assert suites_table([suite]).splitlines()[2] == "| `toy` | local files only | `b`, `a` | a \\| b |"

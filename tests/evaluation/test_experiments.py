@@ -12,15 +12,8 @@ from helpers import fail, run_cli
 from mia_fast import load_model
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.blind import BLIND_COLUMNS
-from mia_fast.evaluation.experiments import (
-    ExperimentDesign,
-    FineTuning,
-    TrainingDiverged,
-    prepare_texts,
-    run_experiment,
-    split_members,
-    stdlib_corpus,
-)
+from mia_fast.evaluation.corpus import prepare_texts, split_members, stdlib_corpus
+from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, TrainingDiverged, run_experiment
 from mia_fast.methods.dcpdd import DcpddSettings
 from mia_fast.methods.pac import PacSettings
 from mia_fast.methods.samia import SamiaSettings

@@ -1,3 +1,10 @@
+"""The metrics against scikit-learn and by hand: AUROC and ROC with ties, TPR at low FPR only where the non-members
+resolve it, paired seeded bootstrap CIs, the permutation control (exact against full enumeration, uniform under the
+null), Holm's correction and the paired margin over the best baseline."""
+
+import itertools
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -127,3 +134,91 @@ def test_a_confidence_interval_of_no_defined_resample_is_nan_without_a_warning()
         warnings.simplefilter("error")
         low, high = metrics.confidence_interval(np.full(50, np.nan))
     assert np.isnan(low) and np.isnan(high)
+
+
+def exact_permutation_p(labels: np.ndarray, scores: np.ndarray) -> float:
+    """The share of every relabelling with as many members whose AUROC reaches the observed one."""
+    observed = metrics.auroc(labels, scores)
+    n, members = len(labels), int(labels.sum())
+    reached = total = 0
+    for chosen in itertools.combinations(range(n), members):
+        relabelled = np.zeros(n, dtype=int)
+        relabelled[list(chosen)] = 1
+        reached += metrics.auroc(relabelled, scores) >= observed - 1e-12
+        total += 1
+    return reached / total
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [
+        [0.9, 0.8, 0.7, 0.3, 0.2, 0.1, 0.05],  # perfectly separated: only the true labelling reaches it
+        [0.9, 0.2, 0.7, 0.3, 0.8, 0.1, 0.5],
+        [1.0, 1.0, 0.5, 1.0, 0.5, 0.5, 0.0],  # ties count one half, in both
+    ],
+)
+def test_the_permutation_p_value_matches_full_enumeration(scores):
+    labels = np.array([1, 1, 1, 0, 0, 0, 0])
+    exact = exact_permutation_p(labels, np.asarray(scores))
+    estimate = metrics.permutation_pvalues(labels, {"m": np.asarray(scores)}, permutations=40_000, seed=3)["m"]
+    assert estimate == pytest.approx(exact, abs=4 * math.sqrt(exact * (1 - exact) / 40_000) + 1e-4)
+
+
+def test_permutation_p_values_are_seeded_paired_and_bounded():
+    rng = np.random.default_rng(0)
+    labels = np.r_[np.ones(50), np.zeros(50)].astype(int)
+    columns = {"separates": labels + 0.01 * rng.normal(size=100), "constant": np.ones(100)}
+    first = metrics.permutation_pvalues(labels, columns, permutations=300, seed=1)
+    assert first == metrics.permutation_pvalues(labels, columns, permutations=300, seed=1)
+    assert first["separates"] == 1 / 301  # no shuffle reaches AUROC 1
+    assert first["constant"] == 1.0  # every shuffle ties at 0.5
+    evaluated = metrics.evaluate(labels, columns, resamples=50, permutations=300, seed=1)
+    assert evaluated["separates"].significance.permutation_p == first["separates"]
+
+
+def test_under_the_null_the_p_values_are_uniform():
+    labels = np.r_[np.ones(20), np.zeros(20)].astype(int)
+    rng = np.random.default_rng(5)
+    pvalues = [
+        metrics.permutation_pvalues(labels, {"noise": rng.normal(size=40)}, permutations=200, seed=s)["noise"]
+        for s in range(200)
+    ]
+    assert 0.02 < np.mean(np.array(pvalues) < 0.1) < 0.2 and 0.4 < np.mean(pvalues) < 0.6
+
+
+def test_holm_by_hand():
+    # Sorted p: .001 <= .05/4, .011 <= .05/3, .03 > .05/2: stops there, so .03 and .04 stay although both < .05.
+    assert metrics.holm_rejections({"a": 0.011, "b": 0.001, "c": 0.03, "d": 0.04}) == {"a", "b"}
+    assert metrics.holm_rejections({"a": 0.2}) == set()
+
+
+def test_tpr_is_reported_only_where_the_nonmembers_resolve_the_fpr():
+    rng = np.random.default_rng(1)
+    for nonmembers, shown in ((32, {"5%"}), (99, {"5%"}), (100, {"1%", "5%"}), (1000, {"0.1%", "1%", "5%"})):
+        labels = np.r_[np.ones(20), np.zeros(nonmembers)].astype(int)
+        result = metrics.evaluate(labels, {"m": labels + rng.normal(size=len(labels))}, resamples=20)["m"]
+        assert {k for k, v in result.tpr_at_fpr.items() if v is not None} == shown
+        missing = result.to_dict().get("tpr_at_fpr_missing", {})
+        assert set(missing) == {"0.1%", "1%", "5%"} - shown
+        if "1%" in missing:
+            assert missing["1%"].startswith(f"needs >= 100 non-members; with {nonmembers} the smallest non-zero FPR")
+
+
+def test_the_paired_margin_over_the_best_baseline():
+    rng = np.random.default_rng(2)
+    labels = np.r_[np.ones(100), np.zeros(100)].astype(int)
+    columns = {
+        "strong": 3 * labels + rng.normal(size=200),
+        "weak": 0.3 * labels + rng.normal(size=200),
+        "blind_a": 0.8 * labels + rng.normal(size=200),
+        "blind_b": rng.normal(size=200),
+    }
+    results = metrics.evaluate(labels, columns, resamples=300, baselines=("blind_a", "blind_b"))
+    assert (
+        results["strong"].significance.over_baseline_ci[0] > 0 and results["weak"].significance.over_baseline_ci[1] < 0
+    )
+    assert (
+        results["blind_a"].significance.over_baseline_ci is None
+        and results["blind_b"].significance.over_baseline_ci is None
+    )
+    assert metrics.evaluate(labels, columns, resamples=20)["strong"].significance.over_baseline_ci is None

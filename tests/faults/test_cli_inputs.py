@@ -14,7 +14,7 @@ from conftest import CORPUS
 from helpers import refused, write_jsonl
 
 from mia_fast.errors import MiaFastError
-from mia_fast.frequency import sources
+from mia_fast.frequency import text_build
 from mia_fast.methods import ConRecallSettings, DcpddSettings, PacSettings, SamiaSettings
 from mia_fast.methods.registry import setting_options
 from mia_fast.pipeline import models
@@ -205,9 +205,9 @@ def test_a_build_that_fails_before_counting_anything_leaves_no_partial_directory
 
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "the fox"}])
     tokenizer = models.load_tokenizer(str(tiny_model_dir))
-    monkeypatch.setattr(sources, "_count_text_shard", disk_full)
+    monkeypatch.setattr(text_build, "_count_text_shard", disk_full)
     with pytest.raises(OSError, match="No space left"):
-        sources.build_from_text([corpus], tokenizer, checkpoint_dir=tmp_path / "t.freq.partial")
+        text_build.build_from_text([corpus], tokenizer, checkpoint_dir=tmp_path / "t.freq.partial")
     assert not (tmp_path / "t.freq.partial").exists()
 
 

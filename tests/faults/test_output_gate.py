@@ -296,7 +296,7 @@ def test_freq_build_never_deletes_a_users_partial_folder(work, tiny_model_dir, c
 
 
 def test_a_users_shards_folder_is_never_deleted_by_a_ray_rerun(tmp_path):
-    from mia_fast.cluster import _Manifest
+    from mia_fast.cluster.shards import RayManifest
 
     out = tmp_path / "scores.parquet"
     shards = tmp_path / "scores.parquet.shards"
@@ -304,5 +304,5 @@ def test_a_users_shards_folder_is_never_deleted_by_a_ray_rerun(tmp_path):
     (shards / "mine.parquet").write_bytes(b"my own data")
     for resume, overwrite in ((False, True), (False, False), (True, False)):
         with pytest.raises(MiaFastError, match="is not the shards folder of a --ray run"):
-            _Manifest(shards, {}, resume, overwrite, out)
+            RayManifest(shards, {}, resume, overwrite, out)
         assert (shards / "mine.parquet").read_bytes() == b"my own data"

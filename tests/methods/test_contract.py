@@ -1,36 +1,23 @@
 """The contract every registered method keeps, checked over the whole registry on a tiny model: NaN and a warning
 for an empty text, scores that do not depend on the batch, the Triton kernels agreeing with the torch reference,
 and higher meaning member (on a model fine-tuned on the members). A method added to the registry is checked here
-with no test of its own; it only needs settings to run with (``settings_for``)."""
+with no test of its own and no line here: it runs with the settings its own settings classes give as their example
+(``example(model)``, through the registry's ``example_settings``)."""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from mia_fast.api import (
-    CamiaSettings,
-    ComputeConfig,
-    ConRecallSettings,
-    DcpddSettings,
-    Detector,
-    FsdSettings,
-    LogFrequencies,
-    ModelConfig,
-    NeighborSettings,
-    NgramCoverageSettings,
-    PacSettings,
-    ProbeSettings,
-    RecallSettings,
-    SamiaSettings,
-)
+from mia_fast.api import ComputeConfig, Detector, MethodSettings, ModelConfig
 from mia_fast.methods import REGISTRY
-from mia_fast.methods.probe import Probe
+from mia_fast.methods.registry import example_settings
+from mia_fast.methods.settings import setting_fields
 from mia_fast.pipeline.finetune import FineTuning, fine_tune
 from mia_fast.pipeline.models import LoadedModel, load_model
-from mia_fast.pipeline.neighbors import WordDropNeighbors
 
 TEXTS = [
     "the quick brown fox jumps over the lazy dog",
@@ -50,8 +37,9 @@ NONMEMBERS = [
     "A shepherd counts his flock twice before the winter storms",
     "The glacier moves a little further down the valley every year",
 ]
-# What FSD fine-tunes its copy on and CAMIA compares with: texts of NONMEMBERS' kind, none of them scored.
-FSD_NONMEMBERS = (
+# The known non-members (``--nonmembers``) of the orientation check, which FSD fine-tunes its copy on and CAMIA compares
+# with: texts of NONMEMBERS' kind, none of them scored.
+KNOWN_NONMEMBERS = (
     "High on the ridge the wind bends the pines toward the valley below",
     "The mountain hut keeps a fire burning for climbers caught by the snow",
 )
@@ -68,26 +56,16 @@ ORIENTATION_UNTESTABLE = {
 }
 
 
-def settings_for(loaded: LoadedModel) -> list:
-    """Settings that let every registered method run on ``loaded``."""
-    hidden, layers = loaded.model.config.hidden_size, loaded.model.config.num_hidden_layers
-    rng = np.random.default_rng(0)
-    card = {"model": {"name": loaded.name, "weights_fingerprint": loaded.weights_fingerprint()}}
-    weight, ones = rng.normal(size=hidden).astype(np.float32), np.ones(hidden, np.float32)
-    probe = Probe(weight, layers - 1, "train", np.zeros(hidden, np.float32), ones, card)
-    counts = rng.integers(1, 50, size=loaded.vocab_size)
-    return [
-        DcpddSettings(frequencies=LogFrequencies(np.log(counts / counts.sum()))),
-        RecallSettings(prefix_nonmembers=("a known non-member text. ",)),
-        ConRecallSettings(prefix_members=("a known member text. ",)),
-        NeighborSettings(WordDropNeighbors(seed=0)),
-        SamiaSettings(samples=2),
-        NgramCoverageSettings(samples=2),
-        PacSettings(copies=2),
-        ProbeSettings(probe),
-        FsdSettings(nonmembers=FSD_NONMEMBERS, epochs=2, learning_rate=1e-3, batch_size=2),
-        CamiaSettings(nonmembers=FSD_NONMEMBERS),
-    ]
+def settings_for(loaded: LoadedModel, name: str) -> MethodSettings:
+    """The settings method ``name`` runs with on ``loaded``: the examples of the settings classes it reads."""
+    return example_settings([REGISTRY[name]], loaded)
+
+
+def with_known_nonmembers(settings: MethodSettings, texts: tuple[str, ...]) -> MethodSettings:
+    """``settings`` with ``texts`` in every field of known non-members (``--nonmembers``)."""
+    return settings.map(
+        lambda value: replace(value, **{f.name: texts for f in setting_fields(type(value)) if f.key == "nonmembers"})
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,14 +73,14 @@ def loaded(tiny_model_dir):
     return load_model(str(tiny_model_dir), device="cpu", dtype="fp32")
 
 
-def detector(loaded: LoadedModel, backend: str = "torch", batch_tokens: int | None = None) -> Detector:
+def detector(loaded: LoadedModel, name: str, backend: str = "torch", batch_tokens: int | None = None) -> Detector:
     model = ModelConfig(loaded, ref_model=loaded, backend=backend)
-    return Detector(model, settings_for(loaded), ComputeConfig(batch_tokens=batch_tokens))
+    return Detector(model, settings_for(loaded, name), ComputeConfig(batch_tokens=batch_tokens))
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_an_empty_text_gets_nan_and_a_warning(loaded, name):
-    scores = detector(loaded).score([TEXTS[0], "", "   "], methods=[name], k=[0.5])
+    scores = detector(loaded, name).score([TEXTS[0], "", "   "], methods=[name], k=[0.5])
     for column, values in scores.items():
         assert np.isfinite(values[0]), column
         assert np.isnan(values[1:]).all(), column
@@ -111,8 +89,8 @@ def test_an_empty_text_gets_nan_and_a_warning(loaded, name):
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_the_batch_changes_no_score(loaded, name):
-    small = detector(loaded, batch_tokens=16).score(TEXTS, methods=[name], k=[0.3])
-    large = detector(loaded, batch_tokens=4096).score(TEXTS, methods=[name], k=[0.3])
+    small = detector(loaded, name, batch_tokens=16).score(TEXTS, methods=[name], k=[0.3])
+    large = detector(loaded, name, batch_tokens=4096).score(TEXTS, methods=[name], k=[0.3])
     for column in small:
         np.testing.assert_allclose(small[column], large[column], rtol=1e-5, atol=1e-6, err_msg=column)
 
@@ -120,8 +98,8 @@ def test_the_batch_changes_no_score(loaded, name):
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_triton_kernels_agree_with_the_torch_reference(loaded, name):
     pytest.importorskip("triton")
-    kernel = detector(loaded, backend="triton").score(TEXTS[:2], methods=[name], k=[0.3])
-    reference = detector(loaded, backend="torch").score(TEXTS[:2], methods=[name], k=[0.3])
+    kernel = detector(loaded, name, backend="triton").score(TEXTS[:2], methods=[name], k=[0.3])
+    reference = detector(loaded, name, backend="torch").score(TEXTS[:2], methods=[name], k=[0.3])
     for column in reference:
         np.testing.assert_allclose(kernel[column], reference[column], rtol=1e-4, atol=1e-5, err_msg=column)
 
@@ -140,7 +118,8 @@ def fine_tuned(loaded):
 @pytest.mark.parametrize("name", sorted(set(REGISTRY) - set(ORIENTATION_UNTESTABLE)))
 def test_higher_means_member(fine_tuned, name):
     tuned, untouched = fine_tuned
-    scored = Detector(ModelConfig(tuned, ref_model=untouched), settings_for(tuned))
+    settings = with_known_nonmembers(settings_for(tuned, name), KNOWN_NONMEMBERS)
+    scored = Detector(ModelConfig(tuned, ref_model=untouched), settings)
     scores = scored.score(MEMBERS + NONMEMBERS, methods=[name], k=[0.5])
     for column, values in scores.items():
         members, nonmembers = values[: len(MEMBERS)], values[len(MEMBERS) :]

@@ -7,7 +7,7 @@ import torch
 from helpers import MEMBER_PREFIX, PREFIX, count_sequences, fail, read_jsonl, run_cli, stats_of, write_jsonl
 
 from mia_fast import Detector
-from mia_fast.data import read_dataset
+from mia_fast.data import Fields, read_dataset
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import (
     ConRecallSettings,
@@ -91,10 +91,10 @@ def test_bad_neighbours_are_refused(tiny_model_dir):
 def test_a_neighbour_field_of_the_wrong_type_is_refused(tmp_path, value, found):
     path = write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "neighbors": ["b"]}, {"text": "c", "neighbors": value}])
     with pytest.raises(MiaFastError, match=f"line 2: 'neighbors' is {found}, not a list of texts"):
-        read_dataset(path, neighbor_field="neighbors")
+        read_dataset(path, Fields(neighbors="neighbors"))
     missing = write_jsonl(tmp_path / "m.jsonl", [{"text": "a"}])
     with pytest.raises(MiaFastError, match="'neighbors' is missing"):
-        read_dataset(missing, neighbor_field="neighbors")
+        read_dataset(missing, Fields(neighbors="neighbors"))
 
 
 def test_neighbours_from_a_data_field_on_the_command_line(tiny_model_dir, tmp_path, capsys):

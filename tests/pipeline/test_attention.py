@@ -13,8 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mia_fast.pipeline import attention
-from mia_fast.pipeline.attention import CAUSAL, flash_available, flash_varlen_attention, segment_attention
-from mia_fast.pipeline.packed import attention_with_lse, plain_attention_with_lse
+from mia_fast.pipeline.attention import (
+    CAUSAL,
+    attention_with_lse,
+    flash_available,
+    flash_varlen_attention,
+    plain_attention_with_lse,
+    segment_attention,
+)
 
 
 def packed_inputs(lengths, contexts, heads, kv_heads, head_dim=8, seed=0, dtype=torch.float32):

@@ -4,16 +4,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import benchmark_module, random_sentence
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from helpers import assert_scores_close
 
 from mia_fast import ComputeConfig, DcpddSettings, Detector, ModelConfig, load_model
 from mia_fast.errors import MiaFastError
 from mia_fast.ops.impl import resolve_backend
 from mia_fast.ops.token_stats import token_stats_torch
-from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.engine import StatsEngine
-from mia_fast.pipeline.tokenize import split_windows, start_token_id, tokenize
+from mia_fast.pipeline.tokenize import split_windows, tokenize
 
 public_loop_scores = benchmark_module("reference_loop").public_loop_scores
 
@@ -32,30 +30,7 @@ def texts():
     return [random_sentence(rng, rng.randint(2, 40)) for _ in range(30)]
 
 
-def assert_scores_close(a, b, rtol=1e-4, atol=1e-6):
-    assert list(a) == list(b)
-    for name in a:
-        np.testing.assert_allclose(np.asarray(a[name]), np.asarray(b[name]), rtol=rtol, atol=atol, err_msg=name)
-
-
 # ---- start token ----
-
-
-def test_bos_is_prepended_once(loaded):
-    tok = loaded.tokenizer
-    bos = tok.bos_token_id
-    plain = tokenize(tok, ["the fox"], prepend_start=False)[0]
-    assert plain[0] != bos
-    assert tokenize(tok, ["the fox"], prepend_start=True)[0] == [bos, *plain]
-    # already there (the tokenizer or the text added it): not added twice
-    assert tokenize(tok, ["<s>the fox"], prepend_start=True)[0].count(bos) == 1
-
-
-def test_eos_is_the_start_token_without_bos(tiny_eos_only_model_dir):
-    tok = load_model(str(tiny_eos_only_model_dir)).tokenizer
-    assert tok.bos_token_id is None
-    assert start_token_id(tok) == tok.eos_token_id
-    assert tokenize(tok, ["the fox"], prepend_start=True)[0][0] == tok.eos_token_id
 
 
 def test_prepend_start_scores_the_first_token(loaded):
@@ -67,27 +42,7 @@ def test_prepend_start_scores_the_first_token(loaded):
     assert engine_off.compute(text).lengths[0] == n_ids - 1
 
 
-# ---- windows and batches ----
-
-
-@given(st.integers(0, 500), st.integers(2, 64))
-def test_windows_score_every_target_exactly_once(n_ids, max_length):
-    windows = split_windows(0, n_ids, max_length)
-    scored = [t for w in windows for t in range(w.first_target, w.end)]
-    assert scored == list(range(1, n_ids)) if n_ids >= 2 else scored == []
-    for w in windows:
-        assert w.length <= max_length
-        # every target after the first window keeps at least half a window of context
-        assert w.first_target - w.begin >= (1 if w.begin == 0 else max_length // 2)
-
-
-@given(st.lists(st.integers(1, 100), max_size=60), st.integers(1, 400))
-def test_batches_respect_budget_and_cover_all(lengths, budget):
-    batches = plan_batches(lengths, budget)
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    for batch in batches:
-        width = max(lengths[i] for i in batch)
-        assert len(batch) == 1 or width * len(batch) <= budget
+# ---- windows ----
 
 
 def test_windowed_scores_equal_direct_forward_on_each_window(loaded):
@@ -201,31 +156,6 @@ def test_parity_with_public_loop(tiny_model_dir, texts):
     assert_scores_close(dict(ours), {c: theirs[c] for c in ours}, rtol=1e-4, atol=1e-5)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(budget=st.integers(1, 3000))
-def test_batch_budget_does_not_change_scores(tiny_model_dir, texts, budget):
-    reference = _scores_with_budget(tiny_model_dir, texts, 64)
-    assert_scores_close(_scores_with_budget(tiny_model_dir, texts, budget), reference)
-
-
-_DETECTORS: dict = {}
-
-
-def _scores_with_budget(model_dir, texts, budget):
-    if str(model_dir) not in _DETECTORS:
-        _DETECTORS[str(model_dir)] = Detector(str(model_dir))
-    detector = _DETECTORS[str(model_dir)]
-    detector.target.batch_tokens = budget
-    return dict(detector.score(texts, methods=METHODS, k=KS))
-
-
-def test_scores_return_in_input_order(tiny_model_dir, texts):
-    detector = Detector(str(tiny_model_dir))
-    together = detector.score(texts, methods=["loss"])["loss"]
-    one_by_one = [detector.score([t], methods=["loss"])["loss"][0] for t in texts[:6]]
-    np.testing.assert_allclose(together[:6], one_by_one, rtol=1e-5)
-
-
 def test_lowercase_and_reference_passes(tiny_model_dir, tiny_reference_dir):
     detector = Detector(ModelConfig(str(tiny_model_dir), ref_model=str(tiny_reference_dir)))
     assert detector.reference.loaded.vocab_size != detector.target.loaded.vocab_size
@@ -237,34 +167,9 @@ def test_lowercase_and_reference_passes(tiny_model_dir, tiny_reference_dir):
     np.testing.assert_allclose(scores["ref"], -ref_loss + scores["loss"], rtol=1e-6)
 
 
-def test_empty_and_whitespace_texts_are_nan_with_warning(tiny_model_dir):
-    scores = Detector(ModelConfig(str(tiny_model_dir), prepend_start=False)).score(
-        ["", "   \n", "the fox jumps", "a"], methods=["loss", "mink"], k=[0.5]
-    )
-    assert np.isnan(scores["loss"][:2]).all() and np.isfinite(scores["loss"][2])
-    assert scores.warnings[0] and scores.warnings[1] and scores.warnings[2] is None
-    # a one-token text has nothing to score without a start token...
-    assert scores.n_tokens[3] == 0 and scores.warnings[3]
-    # ...and one scored position with it
-    with_start = Detector(str(tiny_model_dir)).score(["a"], methods=["loss"])
-    assert with_start.n_tokens[0] == 1 and np.isfinite(with_start["loss"][0])
-
-
 def test_dcpdd_counts_must_match_vocabulary(tiny_model_dir):
     with pytest.raises(MiaFastError, match="vocabulary has"):
         Detector(str(tiny_model_dir), [DcpddSettings(frequencies=np.ones(7, np.int64))])
-
-
-def test_missing_model_fails_clearly(tmp_path):
-    with pytest.raises(MiaFastError, match="nowhere: no such model directory"):
-        load_model(str(tmp_path / "nowhere"))
-
-
-def test_cuda_without_cuda_is_refused():
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
-    with pytest.raises(MiaFastError, match="CUDA is not available"):
-        load_model("unused", device="cuda")
 
 
 # ---- back ends ----
@@ -292,13 +197,6 @@ def test_triton_detector_scores_every_one_pass_method_like_the_reference(tiny_mo
     assert kernel.backend == "triton" and reference.backend == "torch"  # the reductions follow the statistics
     methods = [*METHODS, "dcpdd"]
     assert_scores_close(kernel.score(texts, methods, KS), reference.score(texts, methods, KS), rtol=1e-4, atol=1e-6)
-
-
-def test_detector_takes_a_model_already_in_memory(loaded, tiny_model_dir, texts):
-    in_memory = Detector(ModelConfig(loaded, ref_model=loaded), compute=ComputeConfig(batch_tokens=200))
-    assert in_memory.target.loaded is loaded and in_memory.reference.loaded is loaded
-    from_disk = Detector(str(tiny_model_dir), compute=ComputeConfig(batch_tokens=200))
-    assert_scores_close(in_memory.score(texts, METHODS, KS), from_disk.score(texts, METHODS, KS), rtol=1e-6)
 
 
 def test_backend_choice(monkeypatch):

@@ -13,7 +13,6 @@ import torch
 from helpers import FAST, digests, fail, fail_writes, read_jsonl, run_cli, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_packed import ARCHITECTURES, tiny_decoder
 
 from mia_fast import Detector, ModelConfig
 from mia_fast.data.artefacts import read_checked_json, write_checked_json
@@ -23,6 +22,7 @@ from mia_fast.pipeline import engine as engine_module
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.models import LoadedModel, load_model
+from pipeline.test_packed import ARCHITECTURES, tiny_decoder
 
 CUDA = torch.device("cuda")
 

@@ -1,15 +1,11 @@
-"""The server engine without a model server: the top-K estimate of the vocabulary's moments, the HTTP client's
-retries and refusals against small servers made here (one that answers 503 then 200, one that never answers),
-and every refusal that comes before a request. The engine against a real vLLM server: tests/test_vllm_scoring.py."""
+"""The server engine without a model server: the top-K estimate of the vocabulary's moments and every refusal that
+comes before a request. The HTTP client: test_server_client.py; the engine against a real vLLM server:
+tests/test_vllm_scoring.py."""
 
 from __future__ import annotations
 
-import json
 import math
-import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -17,13 +13,9 @@ import torch
 from helpers import refused, write_jsonl
 
 from mia_fast import Detector
-from mia_fast.errors import MiaFastError
 from mia_fast.ops.top_logprobs import approximate_moments
 from mia_fast.pipeline.passes import PLAIN, TopLogprobsReadout
-from mia_fast.pipeline.server_client import RequestSettings, ServerClient, ServerConfig, ServerError
-from mia_fast.scoring.config import ModelConfig
-
-KEY = "sk-test-0123456789abcdef"
+from pipeline.test_server_client import free_port
 
 
 def exact_moments(logprobs: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -77,139 +69,6 @@ def test_a_local_model_estimates_from_its_own_top_k_and_is_exact_with_the_whole_
     scores = detector.score(texts, ["minkpp", "minkpp_top5", "minkpp_top20"], [0.5])
     assert set(scores) == {"minkpp_0.5", "minkpp_top5_0.5", "minkpp_top20_0.5"}
     assert np.isnan(scores["minkpp_top5_0.5"][2])
-
-
-class _Scripted(BaseHTTPRequestHandler):
-    """Answers each request with the next (status, JSON) of the server's script, recording what it was sent."""
-
-    def do_GET(self) -> None:
-        self._answer()
-
-    def do_POST(self) -> None:
-        self._answer()
-
-    def _answer(self) -> None:
-        server = self.server
-        length = int(self.headers.get("Content-Length", 0))
-        server.seen.append((self.path, self.headers.get("Authorization"), self.rfile.read(length)))
-        status, body = server.script.pop(0) if server.script else (200, {"ok": True})
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def scripted():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
-    server.script, server.seen = [], []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def client_of(server, **settings) -> ServerClient:
-    return ServerClient(ServerConfig(f"http://127.0.0.1:{server.server_address[1]}", "m", **settings))
-
-
-def test_overload_and_restarts_are_retried_with_backoff_then_answered(scripted, monkeypatch):
-    monkeypatch.setenv("TEST_KEY", KEY)
-    scripted.script = [(503, {"error": {"message": "busy"}}), (429, {"error": "slow down"}), (200, {"answer": 1})]
-    logged = []
-    client = ServerClient(
-        ServerConfig(f"http://127.0.0.1:{scripted.server_address[1]}/v1", "m", api_key_env="TEST_KEY"), logged.append
-    )
-    assert client.post("v1/completions", {"prompt": [1]}) == {"answer": 1}
-    assert [path for path, _, _ in scripted.seen] == ["/v1/completions"] * 3
-    assert {auth for _, auth, _ in scripted.seen} == {f"Bearer {KEY}"}
-    assert len(logged) == 1 and "HTTP 503 (busy)" in logged[0] and KEY not in logged[0]
-
-
-def test_retries_stop_at_the_configured_window_in_one_line(scripted):
-    scripted.script = [(503, {"error": "down"})] * 50
-    start = time.monotonic()
-    with pytest.raises(ServerError, match=r"answered HTTP 503 \(down\), retried for 1\.5 s"):
-        client_of(scripted, requests=RequestSettings(retry_s=1.5)).get("v1/models")
-    assert time.monotonic() - start < 3
-
-
-@pytest.mark.parametrize(
-    ("status", "message", "expected"),
-    [
-        (401, {"error": "Unauthorized"}, r"refused the key \(HTTP 401: Unauthorized\); check the key in \$TEST_KEY"),
-        (404, {"error": {"message": "The model `m` does not exist."}}, r"has no model 'm' or no /v1/models"),
-        (
-            400,
-            {"error": {"message": f"bad request for key {KEY}"}},
-            r"refused the request \(HTTP 400: bad .* key \*\*\*\)",
-        ),
-    ],
-)
-def test_refusals_are_one_line_at_once_and_never_hold_the_key(scripted, monkeypatch, status, message, expected):
-    monkeypatch.setenv("TEST_KEY", KEY)
-    scripted.script = [(status, message)]
-    with pytest.raises(ServerError, match=expected) as raised:
-        client_of(scripted, api_key_env="TEST_KEY").get("v1/models")
-    assert len(scripted.seen) == 1 and raised.value.status == status
-    assert KEY not in str(raised.value) and "\n" not in str(raised.value)
-
-
-def test_a_server_that_never_answers_is_one_line_after_the_timeout():
-    listener = socket.create_server(("127.0.0.1", 0))  # accepts connections (the kernel's backlog), never answers
-    try:
-        config = ServerConfig(
-            f"http://127.0.0.1:{listener.getsockname()[1]}", "m", requests=RequestSettings(timeout_s=1.0)
-        )
-        start = time.monotonic()
-        with pytest.raises(ServerError, match=r"did not answer within 1 s \(--server-timeout\)"):
-            ServerClient(config).post("v1/completions", {})
-        assert time.monotonic() - start < 1.0 + 10
-    finally:
-        listener.close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def test_nothing_listening_is_refused_at_once_when_not_retrying():
-    start = time.monotonic()
-    with pytest.raises(ServerError, match=r"refuses connections \(is it running\?\)$"):
-        ServerClient(ServerConfig(f"http://127.0.0.1:{free_port()}", "m")).get("v1/models", retry=False)
-    assert time.monotonic() - start < 1
-
-
-@pytest.mark.parametrize(
-    ("url", "settings", "expected"),
-    [
-        ("ftp://host/", {}, "the scheme is 'ftp'; a server is reached over http:// or https://"),
-        ("http://user:pw@host/", {}, "must not hold a user or password"),
-        ("http://host/?key=1", {}, "without a query"),
-        ("http://10.1.2.3:8000", {"api_key_env": "TEST_KEY"}, "would cross the network unencrypted"),
-        ("http://127.0.0.1:8000", {"api_key_env": "UNSET_TEST_KEY"}, "UNSET_TEST_KEY: that environment variable"),
-    ],
-)
-def test_bad_server_settings_are_refused_before_any_request(monkeypatch, url, settings, expected):
-    monkeypatch.setenv("TEST_KEY", KEY)
-    monkeypatch.delenv("UNSET_TEST_KEY", raising=False)
-    with pytest.raises(MiaFastError, match=expected) as raised:
-        ServerClient(ServerConfig(url, "m", **settings))
-    assert KEY not in str(raised.value)
-
-
-def test_plain_http_to_another_host_is_allowed_when_asked(monkeypatch):
-    monkeypatch.setenv("TEST_KEY", KEY)
-    ServerClient(ServerConfig("http://10.1.2.3:8000", "m", api_key_env="TEST_KEY", insecure_http=True))
-    ServerClient(ServerConfig("https://10.1.2.3", "m", api_key_env="TEST_KEY"))
 
 
 @pytest.mark.parametrize(
@@ -266,24 +125,3 @@ def test_an_unreachable_server_is_one_line_within_seconds(tmp_path, capsys):
         keep=[tmp_path],
     )
     assert "refuses connections (is it running?)" in line and time.monotonic() - start < 10
-
-
-def test_a_served_model_is_the_model_of_a_model_config_and_the_server_engine_serves_it():
-    from mia_fast.scoring.engines import ENGINES, engine_kind
-
-    server = ServerConfig("http://127.0.0.1:1", "m", tokenizer="t")
-    assert engine_kind(server) is ENGINES["server"] and engine_kind("m") is ENGINES["local"]
-    assert ModelConfig(model=server).name == "m at http://127.0.0.1:1"
-    assert ModelConfig(model=server).recorded_source() == {"model": {"model": "m", "tokenizer": "t"}, "gguf": None}
-
-
-def test_a_served_model_defaults_to_the_methods_a_server_can_give():
-    from mia_fast.scoring.engines import served_default_methods
-
-    assert served_default_methods(ServerConfig("http://h", "m", tokenizer="t")) == (
-        "loss",
-        "zlib",
-        "mink",
-        "minkpp_top20",
-    )
-    assert served_default_methods(ServerConfig("http://h", "m")) == ("loss", "zlib", "mink")

@@ -1,0 +1,113 @@
+"""``freq build --ray``: each corpus file of a frequency-table build counted in a Ray task of its own, the tables
+added in file order, as :func:`mia_fast.frequency.text_build.build_from_text` does in one process."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mia_fast.cluster.session import last_line, ray_session
+from mia_fast.errors import MiaFastError
+from mia_fast.frequency.build import Counting
+from mia_fast.frequency.checkpoints import ShardCheckpoints
+from mia_fast.frequency.corpus import BAD_EXAMPLES, CorpusFormat, expand_sources, no_tokens
+from mia_fast.frequency.table import FrequencyTable
+from mia_fast.frequency.text_build import BuildReport, count_text_file, text_build_settings
+
+
+def _count_file(
+    path: str, tokenizer: Any, settings: dict[str, Any], threads: int, skip_bad_records: bool
+) -> tuple[Any, int, list[str], str]:
+    """A Ray task: one corpus file's table, its bad-record count and examples, and an error ('' if none)."""
+    try:
+        table, bad = count_text_file(
+            Path(path), tokenizer, settings, workers=threads, skip_bad_records=skip_bad_records
+        )
+    except MiaFastError as exc:
+        return None, 0, [], str(exc)
+    return table, bad.count, bad.examples, ""
+
+
+def build_on_ray(
+    sources: Sequence[str | os.PathLike],
+    tokenizer: Any,
+    counting: Counting = Counting(),  # noqa: B008  (a frozen dataclass, as build_from_text's default)
+    corpus: CorpusFormat = CorpusFormat(),  # noqa: B008
+    *,
+    address: str | None = None,
+    threads: int = 1,
+    checkpoint_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> BuildReport:
+    """:func:`mia_fast.frequency.text_build.build_from_text` with each corpus file counted in a Ray task of its
+    own (``threads`` tokenizer threads and as many CPUs each), the tables added in file order: the same
+    table and report. Finished files are kept in ``checkpoint_dir`` as they come back, so a rerun skips them.
+    The files must be at paths every node can read; the tables come back to this process."""
+    started = time.perf_counter()
+    if threads < 1:
+        raise MiaFastError(f"--workers must be positive, got {threads}")
+    settings = text_build_settings(tokenizer, counting, corpus)
+    files = expand_sources(sources)
+    checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
+    tables: list[Any] = [None] * len(files)
+    bad_counts, examples = [0] * len(files), [[] for _ in files]
+    for index in range(len(files)):
+        finished = checkpoints.load(index) if checkpoints else None
+        if finished is not None:
+            tables[index], bad_counts[index] = finished
+    resumed = sum(table is not None for table in tables)
+    todo = [index for index, table in enumerate(tables) if table is None]
+    sizes = [path.stat().st_size for path in files]
+    if todo:
+        bar = _bytes_bar(sum(sizes), sum(sizes) - sum(sizes[i] for i in todo), progress)
+        with ray_session(address) as ray:
+            count = ray.remote(num_cpus=threads)(_count_file)
+            shared_tokenizer = ray.put(tokenizer)
+            pending = {
+                count.remote(str(files[i]), shared_tokenizer, settings, threads, corpus.skip_bad_records): i
+                for i in todo
+            }
+            try:
+                while pending:
+                    ready, _ = ray.wait(list(pending), num_returns=1)
+                    index = pending.pop(ready[0])
+                    try:
+                        table, bad_counts[index], examples[index], error = ray.get(ready[0])
+                    except ray.exceptions.RayError as exc:
+                        raise MiaFastError(
+                            f"{files[index]}: the Ray task failed: {last_line(exc)}; rerun to continue"
+                        ) from None
+                    if error:
+                        raise MiaFastError(error)
+                    tables[index] = table
+                    if checkpoints:
+                        checkpoints.save(index, table, bad_counts[index])
+                    bar.update(sizes[index])
+            finally:
+                for ref in pending:
+                    ray.cancel(ref)
+                bar.close()
+    table = FrequencyTable.merge(tables)
+    if table.tokens == 0:
+        raise no_tokens(files)
+    first_examples = [example for found in examples for example in found][:BAD_EXAMPLES]
+    return BuildReport(table, sum(bad_counts), first_examples, resumed, time.perf_counter() - started, sum(sizes))
+
+
+def _bytes_bar(total: int, done: int, progress: bool) -> Any:
+    """A progress bar over the corpus's bytes, the files already counted done."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        initial=done,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc="files",
+        dynamic_ncols=True,
+        disable=not progress,
+    )

@@ -1,0 +1,220 @@
+"""The packed decoder's layers, built from a model's modules (:mod:`mia_fast.pipeline.packed` runs them): products
+whose weights are the model's own or a copy fused, reordered for the rotary embedding and laid out for oneDNN
+(:class:`Product`), q/k/v, norms in fp32, the two families' MLPs, and a decoder layer of each family (the Llama
+family's, gpt_neox's parallel residual).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from mia_fast.pipeline.device import onednn_layout
+
+# gpt_neox's activations, as oneDNN's GELU epilogue and torch's gelu name their formula.
+GELUS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+# The products' row count oneDNN lays the weights out for; any row count works, this one is typical.
+_PACKING_ROWS = 1024
+
+
+class Product:
+    """x -> x @ weight.T + bias. With ``reorder`` on a CPU with oneDNN the weight is copied once into its blocked
+    layout, and in fp32 what follows a product (an activation, a product or a sum with another tensor of its shape)
+    runs in oneDNN's epilogue, on each tile while it is in cache, instead of another pass over the output. In bf16 the
+    epilogues moved the built-in model's losses further from fp32 (largest deviation 1.2e-2 against 8.1e-3 over 32
+    texts), so there they stay separate ops. Without ``reorder`` the model's own weight is used as it is."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, reorder: bool) -> None:
+        self.weight = weight.detach()
+        self.bias = bias.detach() if bias is not None else None
+        self.onednn = reorder and onednn_layout(self.weight.device)
+        self.epilogues = self.onednn and self.weight.dtype == torch.float32
+        if self.onednn:
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.contiguous(), _PACKING_ROWS)
+            self.bias = self.bias.contiguous() if self.bias is not None else None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.onednn:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+    def activated(self, x: torch.Tensor, activation: str) -> torch.Tensor:
+        """activation(x @ weight.T + bias): ``silu``, or a GELU of :data:`GELUS`."""
+        if activation == "silu":
+            if self.epilogues:
+                return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "swish", [], "")
+            return F.silu(self(x))
+        if self.epilogues:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "gelu", [], GELUS[activation])
+        return F.gelu(self(x), approximate=GELUS[activation])
+
+    def times(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        """(x @ weight.T + bias) * other, ``other`` of the product's shape and dtype."""
+        if self.epilogues:
+            return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.weight, self.bias, "mul")
+        return self(x).mul_(other)
+
+    def added_to(self, x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        """total + (x @ weight.T + bias): a new tensor where the sum runs in the epilogue, else ``total`` itself,
+        added to in place (a bf16 product onto the fp32 residual stream)."""
+        if self.epilogues:
+            return torch.ops.mkldnn._linear_pointwise.binary(x, total, self.weight, self.bias, "add")
+        return total.add_(self(x))
+
+
+def linear_product(module: torch.nn.Linear, reorder: bool, rows: torch.Tensor | None = None) -> Product:
+    """The product of a linear layer; ``rows`` picks and orders its output rows (a copy, so only with ``reorder``)."""
+    weight, bias = module.weight, module.bias
+    if rows is not None:
+        weight, bias = weight[rows], None if bias is None else bias[rows]
+    return Product(weight, bias, reorder)
+
+
+def fused_product(modules: Sequence[torch.nn.Linear], rows: Sequence[torch.Tensor | None], reorder: bool) -> Product:
+    """One product for several linear layers (a copy of their weights), each layer's output rows ordered by
+    ``rows`` (None: as they are)."""
+    weights = [m.weight if order is None else m.weight[order] for m, order in zip(modules, rows)]
+    if any(m.bias is None for m in modules):
+        return Product(torch.cat(weights), None, reorder)
+    biases = [m.bias if order is None else m.bias[order] for m, order in zip(modules, rows)]
+    return Product(torch.cat(weights), torch.cat(biases), reorder)
+
+
+@dataclass(frozen=True)
+class HeadShape:
+    """Attention heads, key/value heads, dims per head and the rotary embedding's dims (the first of each head)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rotary_dims: int
+
+    def paired(self, heads: int) -> torch.Tensor:
+        """Row order that puts rotary dims j and j + rotary_dims/2 of each head side by side (the rest of the head
+        after them, as it was): the rotary embedding then turns each pair by a complex product. q and k are reordered
+        alike, so their dot products do not change."""
+        half = self.rotary_dims // 2
+        within = torch.cat(
+            [
+                torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).reshape(-1),
+                torch.arange(self.rotary_dims, self.head_dim),
+            ]
+        )
+        return (torch.arange(heads).unsqueeze(1) * self.head_dim + within).reshape(-1)
+
+
+@dataclass(frozen=True)
+class QKV:
+    """q [n, heads, D], k and v [n, kv_heads, D] of the normed input: from three products (the model's own weights),
+    or one whose output is q, k and v side by side, or one whose output holds each head's q, k and v in turn
+    (``per_head``, gpt_neox's own layout)."""
+
+    products: tuple[Product, ...]
+    shape: HeadShape
+    per_head: bool = False
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n, heads, kv_heads, head_dim = x.shape[0], self.shape.heads, self.shape.kv_heads, self.shape.head_dim
+        if len(self.products) == 3:
+            q, k, v = (product(x) for product in self.products)
+        elif self.per_head:
+            q, k, v = self.products[0](x).view(n, heads, 3, head_dim).unbind(2)
+            return q, k, v
+        else:
+            q, k, v = self.products[0](x).split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=1)
+        return q.view(n, heads, head_dim), k.view(n, kv_heads, head_dim), v.view(n, kv_heads, head_dim)
+
+
+class Norm:
+    """RMS norm (the Llama family) or LayerNorm with its bias (gpt_neox), in fp32."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.weight = module.weight.detach().float()
+        self.layer_norm = isinstance(module, torch.nn.LayerNorm)
+        bias = getattr(module, "bias", None) if self.layer_norm else None
+        self.bias = bias.detach().float() if bias is not None else None
+        self.eps = module.eps if self.layer_norm else getattr(module, "variance_epsilon", None) or module.eps
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.layer_norm:
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        return (x * torch.rsqrt(x.square().mean(-1, keepdim=True).add_(self.eps))).mul_(self.weight)
+
+
+@dataclass(frozen=True)
+class MLP:
+    """down(up(x) * SiLU(gate(x))) with a ``gate`` (the Llama family's), else down(activation(up(x))) (gpt_neox's)."""
+
+    up: Product
+    down: Product
+    gate: Product | None = None
+    activation: str = "silu"
+
+    def added_to(self, normed: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        if self.gate is not None:
+            return self.down.added_to(self.up.times(normed, self.gate.activated(normed, "silu")), total)
+        return self.down.added_to(self.up.activated(normed, self.activation), total)
+
+
+@dataclass(frozen=True)
+class DecoderLayer:
+    """One decoder layer. ``parallel``: attention and MLP both read the layer's input (gpt_neox's parallel residual);
+    otherwise the MLP reads the input plus the attention's output."""
+
+    input_norm: Norm
+    qkv: QKV
+    out: Product
+    post_norm: Norm
+    mlp: MLP
+    parallel: bool
+
+
+def llama_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool) -> DecoderLayer:
+    attention, mlp = layer.self_attn, layer.mlp
+    projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+    if reorder:
+        rows = [shape.paired(shape.heads), shape.paired(shape.kv_heads), None]
+        qkv = QKV((fused_product(projections, rows, reorder),), shape)
+    else:
+        qkv = QKV(tuple(linear_product(m, reorder) for m in projections), shape)
+    return DecoderLayer(
+        input_norm=Norm(layer.input_layernorm),
+        qkv=qkv,
+        out=linear_product(attention.o_proj, reorder),
+        post_norm=Norm(layer.post_attention_layernorm),
+        mlp=MLP(
+            linear_product(mlp.up_proj, reorder),
+            linear_product(mlp.down_proj, reorder),
+            linear_product(mlp.gate_proj, reorder),
+        ),
+        parallel=False,
+    )
+
+
+def neox_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool, activation: str) -> DecoderLayer:
+    attention, mlp = layer.attention, layer.mlp
+    if reorder:
+        # The model's rows hold each head's q, k and v in turn: gathered into all q, all k, all v, each paired.
+        heads, head_dim = shape.heads, shape.head_dim
+        head_starts = (torch.arange(heads) * 3 * head_dim).repeat_interleave(head_dim)
+        within = shape.paired(heads) - torch.arange(heads).repeat_interleave(head_dim) * head_dim
+        plain = torch.arange(head_dim).repeat(heads)
+        rows = torch.cat([head_starts + within, head_starts + head_dim + within, head_starts + 2 * head_dim + plain])
+        qkv = QKV((linear_product(attention.query_key_value, reorder, rows),), shape)
+    else:
+        qkv = QKV((linear_product(attention.query_key_value, reorder),), shape, per_head=True)
+    return DecoderLayer(
+        input_norm=Norm(layer.input_layernorm),
+        qkv=qkv,
+        out=linear_product(attention.dense, reorder),
+        post_norm=Norm(layer.post_attention_layernorm),
+        mlp=MLP(
+            linear_product(mlp.dense_h_to_4h, reorder),
+            linear_product(mlp.dense_4h_to_h, reorder),
+            activation=activation,
+        ),
+        parallel=layer.use_parallel_residual,
+    )
