@@ -84,6 +84,7 @@ from mia_fast.pipeline.passes import (
     HiddenStatesReadout,
     Identity,
     Pass,
+    Progress,
     SamplesReadout,
     TokenSpansReadout,
     TokenStatsReadout,
@@ -398,7 +399,7 @@ def main() -> None:
         for kind, passes in pass_kinds.items():
             pass_s, pass_tokens[kind] = timed(
                 lambda on_tokenized, passes=passes: run_passes(
-                    detector._engines_for(passes, options), texts, passes, on_tokenized
+                    detector._engines_for(passes, options), texts, passes, Progress(on_tokenized)
                 )
             )
             pass_seconds[kind].append(pass_s)

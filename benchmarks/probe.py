@@ -29,7 +29,8 @@ from mia_fast import Detector, ProbeSettings, load_model
 from mia_fast.data import Dataset
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.corpus import prepare_texts, split_members
-from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
+from mia_fast.evaluation.figures import plot_dev_auroc
+from mia_fast.evaluation.probe import ProbeTraining, train_probe
 from mia_fast.pipeline.finetune import FineTuning, fine_tune
 
 SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
@@ -69,7 +70,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
         trainings[lr] = (report, seconds)
     chosen = max(trainings, key=lambda lr: max(trainings[lr][0].dev_auroc["split"]))
     report, train_seconds = trainings[chosen]
-    plot_dev_auroc(RESULTS / f"probe-dev-auroc-seed{seed}.png", report)
+    plot_dev_auroc(RESULTS / f"probe-dev-auroc-seed{seed}.png", report.dev_auroc, report.probe.layer)
 
     detector = Detector(loaded, [ProbeSettings(report.probe)])
     scoring = {

@@ -141,3 +141,58 @@ def ray_cluster():
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def texts_of(n: int, seed: int, words: int = 8) -> list[str]:
+    rng = random.Random(seed)
+    return [random_sentence(rng, rng.randint(3, words)) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def trained_probe(tiny_model_dir):
+    """(the model, the report of) a probe trained for the tiny Llama on 12 texts, its layer picked on 8."""
+    from mia_fast import load_model
+    from mia_fast.data import Dataset
+    from mia_fast.evaluation.probe import ProbeTraining, train_probe
+
+    loaded = load_model(str(tiny_model_dir))
+    texts = texts_of(20, seed=1)
+    train = Dataset(texts[:12], None, [i % 2 for i in range(12)])
+    dev = Dataset(texts[12:], None, [i % 2 for i in range(8)])
+    return loaded, train_probe(loaded, train, dev, ProbeTraining(probe_epochs=300))
+
+
+SENTENCES = ["the cat sat on the mat", "a dog ran to the park and back", "we read the book"]
+
+
+@pytest.fixture(scope="module")
+def tiny_masked_lm(tmp_path_factory):
+    """A 2-layer random BERT with a WordPiece vocabulary of the test sentences' words and letters."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    letters = sorted(set("".join(SENTENCES).replace(" ", "")))
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *sorted(set(" ".join(SENTENCES).split())),
+        *letters,
+        *(f"##{c}" for c in letters),
+    ]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(path / "vocab.txt"))
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    BertForMaskedLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

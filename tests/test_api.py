@@ -1,4 +1,5 @@
-"""score_file, the resumable block-by-block scoring behind ``mia-fast score``, used as a library."""
+"""The Python API's front door (mia_fast.api): every name it exports, and score_file, the resumable block-by-block
+scoring behind ``mia-fast score``, used as a library."""
 
 import numpy as np
 import pytest
@@ -86,3 +87,13 @@ def test_needs_are_checked_before_a_model_is_loaded(tiny_model_dir, dataset, tmp
             ),
         )
     assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()
+
+
+def test_every_name_the_api_exports_is_there_and_the_package_exports_it_too():
+    import mia_fast
+    from mia_fast import api
+
+    assert len(api.__all__) == len(set(api.__all__))
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name
+    assert api.Detector is mia_fast.Detector and api.score_file is mia_fast.score_file

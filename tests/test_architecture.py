@@ -538,3 +538,42 @@ def test_the_engine_flow_check_finds_a_repeated_flow():
         "Other.run dispatches on the readout itself",
         "Table.run dispatches on the readout itself",
     ]
+
+
+# ---- tests mirror the source -----------------------------------------------------------------------------------------
+
+
+def mirrored_test(module: str) -> Path:
+    """Where the tests of ``module`` live: mia_fast/<room>/<name>.py in tests/<room>/test_<name>.py, a module at the
+    package's top in tests/test_<name>.py."""
+    *room, name = module.split(".")[1:]
+    return ROOT.joinpath("tests", *room, f"test_{name}.py")
+
+
+def untested_modules(sources: dict[str, str], exists) -> list[str]:
+    """The modules of ``sources`` that hold logic (a function or a method) and have no test file named after them;
+    a package's face (``__init__``) and ``__main__`` aside."""
+    return sorted(
+        name
+        for name, source in sources.items()
+        if not name.endswith(".__main__")
+        and name.count(".") >= 1
+        and any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) for n in ast.walk(ast.parse(source)))
+        and not exists(mirrored_test(name))
+    )
+
+
+def test_every_module_with_logic_has_its_own_test_file():
+    modules = {
+        name: path.read_text()
+        for name, path in source_files().items()
+        if name.startswith("mia_fast.") and path.name != "__init__.py" and not name.startswith("mia_fast.kernels")
+    }
+    assert untested_modules(modules, Path.exists) == []
+
+
+def test_the_mirror_check_names_a_module_without_its_test_file():
+    sources = {"mia_fast.ops.tested": "def f(): pass\n", "mia_fast.ops.untested": "def g(): pass\n"}
+    sources |= {"mia_fast.ops.constants": "X = 1\n", "mia_fast.cli.__main__": "def main(): pass\n"}
+    assert untested_modules(sources, lambda path: path.name == "test_tested.py") == ["mia_fast.ops.untested"]
+    assert mirrored_test("mia_fast.api") == ROOT / "tests" / "test_api.py"

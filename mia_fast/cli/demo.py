@@ -42,13 +42,13 @@ from mia_fast.evaluation.probe import ProbeTraining
 from mia_fast.methods.settings import Range
 from mia_fast.pipeline.finetune import TrainingDiverged
 
+# What the command's --help says of it (argparse wraps it anew).
+DESCRIPTION = """Splits a corpus into members and non-members (seeded, i.i.d.), fine-tunes the model on the members,
+scores both halves with the fine-tuned model (the untouched model is the reference model of the methods that read
+one) and writes the evaluation report. Default corpus: the Python standard library's docstrings."""
+
 
 def add_command(name: str, demo: argparse.ArgumentParser) -> None:
-    demo.description = (
-        "Splits a corpus into members and non-members (seeded, i.i.d.), fine-tunes the model on the members, "
-        "scores both halves with the fine-tuned model (the untouched model is the reference model of the methods "
-        "that read one) and writes the evaluation report. Default corpus: the Python standard library's docstrings."
-    )
     add_model_options(demo, reference=False)  # the reference is the untouched model itself
     demo.add_argument("--report", default="report", help="report directory (default: report)")
     demo.add_argument(

@@ -225,12 +225,9 @@ def command_info(args: argparse.Namespace) -> None:
         decode = tokenizer.convert_ids_to_tokens
     top = np.argsort(table.counts, kind="stable")[::-1][: args.top]
     total = max(int(table.counts.sum()), 1)
-    for rank, token_id in enumerate(top, start=1):
-        label = f" {decode(int(token_id))!r}" if decode else ""
-        print(
-            f"{rank:>4}. id {int(token_id):>7}{label}: {int(table.counts[token_id]):,} "
-            f"({table.counts[token_id] / total:.3%})"
-        )
+    for rank, token_id in enumerate(top.tolist(), start=1):
+        label, count = f" {decode(token_id)!r}" if decode else "", int(table.counts[token_id])
+        print(f"{rank:>4}. id {token_id:>7}{label}: {count:,} ({count / total:.3%})")
 
 
 def command_merge(args: argparse.Namespace) -> None:

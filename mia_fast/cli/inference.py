@@ -26,14 +26,13 @@ FEATURE_METHODS = "loss,zlib,mink,minkpp,lowercase,neighbor"
 FEATURE_KS = "0.05,0.1,0.2,0.3,0.4,0.5,0.6"
 FEATURE_NEIGHBORS = 5
 
+# What the command's --help says of it (argparse wraps it anew).
+DESCRIPTION = """Dataset inference (Maini et al. 2024): scores every text of SUSPECT and VALIDATION with many
+methods, learns a linear model of suspect against validation on half of each, and t-tests its outputs on the other
+halves. VALIDATION must come from SUSPECT's distribution and be known not to be trained on."""
+
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Dataset inference (Maini et al. 2024): scores every text of SUSPECT and VALIDATION with many methods, "
-        "learns a "
-        "linear model of suspect against validation on half of each, and t-tests its outputs on the other halves. "
-        "VALIDATION must come from SUSPECT's distribution and be known not to be trained on."
-    )
     parser.add_argument("suspect", help="the texts in question (.jsonl[.gz], .json[.gz], .csv, .parquet)")
     parser.add_argument("validation", help="texts of the same distribution known not to be in the training data")
     parser.add_argument("--text-field", default="text")

@@ -84,7 +84,9 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
     for name, (help_text, module) in COMMANDS.items():
         command = subparsers.add_parser(name, help=help_text)
         if name in wanted:
-            importlib.import_module(module).add_command(name, command)
+            command_module = importlib.import_module(module)
+            command.description = getattr(command_module, "DESCRIPTION", None)
+            command_module.add_command(name, command)
             if name in RUN_COMMANDS:
                 command.add_argument(
                     "--print-config",

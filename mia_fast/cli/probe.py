@@ -41,33 +41,27 @@ def add_command(name: str, probe: argparse.ArgumentParser) -> None:
     train.add_argument("--text-field", default="text")
     train.add_argument("--label-field", default="label")
     add_model_options(train, reference=False)
-    train.add_argument(
-        "--lr",
-        type=learning_rate,
-        default=ProbeTraining.learning_rate,
-        help="the proxy's fine-tuning learning rate (default 1e-3)",
+    # The proxy's fine-tuning and the regressions, each defaulting to ProbeTraining's field of the same name. A
+    # full-batch epoch of a logistic regression is cheap (the default is 1000), but not 10**12 of them.
+    training = (
+        ("--lr", learning_rate, "learning_rate", "the proxy's fine-tuning learning rate (default 1e-3)"),
+        ("--epochs", epochs, "epochs", "the proxy's fine-tuning epochs (default 2)"),
+        (
+            "--batch-size",
+            batch_texts,
+            "batch_size",
+            "texts per optimizer step of the proxy (default: every member, as the paper)",
+        ),
+        ("--micro-batch", batch_texts, "micro_batch", "texts per forward while fine-tuning (gradients accumulate)"),
+        (
+            "--probe-epochs",
+            bounded(Range(1, 100_000, whole=True)),
+            "probe_epochs",
+            "full-batch epochs of each layer's logistic regression",
+        ),
     )
-    train.add_argument(
-        "--epochs", type=epochs, default=ProbeTraining.epochs, help="the proxy's fine-tuning epochs (default 2)"
-    )
-    train.add_argument(
-        "--batch-size",
-        type=batch_texts,
-        help="texts per optimizer step of the proxy (default: every member, as the paper)",
-    )
-    train.add_argument(
-        "--micro-batch",
-        type=batch_texts,
-        default=ProbeTraining.micro_batch,
-        help="texts per forward while fine-tuning (gradients accumulate)",
-    )
-    # A full-batch epoch of a logistic regression is cheap (the default is 1000), but not 10**12 of them.
-    train.add_argument(
-        "--probe-epochs",
-        type=bounded(Range(1, 100_000, whole=True)),
-        default=ProbeTraining.probe_epochs,
-        help="full-batch epochs of each layer's logistic regression",
-    )
+    for flag, kind, field, help_text in training:
+        train.add_argument(flag, type=kind, default=getattr(ProbeTraining, field), help=help_text)
     train.add_argument(
         "--normalization",
         choices=NORMALIZATIONS,

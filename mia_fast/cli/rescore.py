@@ -19,14 +19,14 @@ from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS
 
+# What the command's --help says of it (argparse wraps it anew).
+DESCRIPTION = """Scores DATA from the token statistics a 'mia-fast score --stats-cache DIR' run kept, or from a
+TokenStats file (Detector.token_stats(texts).save) of DATA's texts in order: no model is loaded and nothing runs
+forward. Methods that read token statistics (loss, zlib, mink, minkpp, lowercase, recall, conrecall) work when their
+passes are in the cache (a TokenStats file holds the plain pass only); the others need the model."""
+
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Scores DATA from the token statistics a 'mia-fast score --stats-cache DIR' run kept, or from a TokenStats "
-        "file (Detector.token_stats(texts).save) of DATA's texts in order: no model is loaded and nothing runs "
-        "forward. Methods that read token statistics (loss, zlib, mink, minkpp, lowercase, recall, conrecall) work "
-        "when their passes are in the cache (a TokenStats file holds the plain pass only); the others need the model."
-    )
     add_input_options(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--stats-cache", metavar="DIR", help="the cache written by 'mia-fast score --stats-cache DIR'")

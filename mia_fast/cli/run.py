@@ -8,16 +8,15 @@ from collections.abc import Callable, Sequence
 from mia_fast.cli.runfile import RunFileLayout, command_parser
 from mia_fast.cli.runfile_reader import command_line, read_run_file, refuse_settings_not_run, source_name
 
+# What the command's --help says of it (argparse wraps it anew).
+DESCRIPTION = """Runs what a run file (TOML) describes: 'command' names the command; each option is a key named as
+its flag with underscores, in the section of its kind: [data], [model], [server], [methods] (names, k) with a
+method's settings under [methods.NAME] by their own names, [online], [output], [compute], [ray], and a section named
+after the command for its own options. Flags after FILE win over the file. Every output and report carries the run
+file that reproduces it (OUT.run.toml, REPORT/run.toml); COMMAND --print-config prints one. See docs/cli.md."""
+
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Runs what a run file (TOML) describes: 'command' names the command; each option is a key named as its flag "
-        "with underscores, in the section of its kind: [data], [model], [server], [methods] (names, k) with a "
-        "method's settings under [methods.NAME] by their own names, [online], [output], [compute], [ray], and a "
-        "section named after the command for its own options. Flags after FILE win over the file. Every output "
-        "and report carries the run file that reproduces it (OUT.run.toml, REPORT/run.toml); COMMAND "
-        "--print-config prints one. See docs/cli.md."
-    )
     parser.add_argument("file", metavar="FILE", help="the run file (TOML), e.g. the run.toml beside a report")
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="flags of the file's command, which win over it")
 

@@ -87,10 +87,6 @@ class _Key:
     section: str
     key: str
 
-    @property
-    def dotted(self) -> str:
-        return f"{self.section}.{self.key}"
-
 
 def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     """The subparser of ``command`` in the top parser of ``mia-fast``."""
@@ -142,7 +138,7 @@ class RunFileLayout:
             else:
                 self.keys[action.dest] = [_Key(section, _KEYS.get(action.dest, action.dest))]
         self.keys.update(_setting_places(set(settings)))
-        self.options = {key.dotted: dest for dest, keys in self.keys.items() for key in keys}
+        self.options = {f"{key.section}.{key.key}": dest for dest, keys in self.keys.items() for key in keys}
 
     # ---- writing ----
 

@@ -13,14 +13,14 @@ from mia_fast.cli.runs import checked_threshold, input_name, run_config, single_
 from mia_fast.data.gate import Output
 from mia_fast.evaluation.unlearning import DEFAULT_RATIO
 
+# What the command's --help says of it (argparse wraps it anew).
+DESCRIPTION = """Scores every text under the model before and after unlearning (each with its own tokenizer) and
+flags the texts that still look like members of the model after: by a calibrated threshold on the after score, or
+(default) when the after score kept at least --ratio of the before score. Meant for the texts that were supposed to
+be unlearned: a text the model never saw keeps its score too."""
+
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Scores every text under the model before and after unlearning (each with its own tokenizer) and flags the "
-        "texts that still look like members of the model after: by a calibrated threshold on the after score, or "
-        "(default) when the after score kept at least --ratio of the before score. Meant for the texts that were "
-        "supposed to be unlearned: a text the model never saw keeps its score too."
-    )
     add_input_options(parser)
     models = parser.add_argument_group("models")
     models.add_argument(

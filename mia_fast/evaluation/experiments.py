@@ -39,8 +39,8 @@ from mia_fast.data.files import Dataset
 from mia_fast.data.outputs import ResultWriter
 from mia_fast.evaluation.assessment import Assessment, BlindSettings, assess
 from mia_fast.evaluation.corpus import prepare_texts, split_members
-from mia_fast.evaluation.figures import pyplot, save_figure
-from mia_fast.evaluation.probe import ProbeTraining, plot_dev_auroc, train_probe
+from mia_fast.evaluation.figures import plot_dev_auroc, pyplot, save_figure
+from mia_fast.evaluation.probe import ProbeTraining, train_probe
 from mia_fast.evaluation.report import write_report
 from mia_fast.methods.probe import Probe
 from mia_fast.methods.registry import (
@@ -172,17 +172,25 @@ def run_experiment(
     report_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     requests = resolve_methods(scoring.methods)
+    drawn = _draw(loaded, corpus, design, requests, corpus_name)
+    experiment = drawn.experiment
     # Ready, and checked, before the fine-tuning: a masked LM for neighbours that fails to load stops it first.
     settings = prepare_settings(experiment_settings(scoring, design.tuning.seed), loaded)
     call_settings_hook(settings, requests, "check_texts", [])
-    drawn = _draw(loaded, corpus, design, requests, corpus_name)
-    experiment = drawn.experiment
     reference = None
     if any(p.model == REFERENCE for p in passes_of(requests, MethodSettings())):
         reference = LoadedModel(
             copy.deepcopy(loaded.model), loaded.tokenizer, f"{loaded.name} (untouched)", loaded.device, loaded.dtype
         )
-    figures = [_fine_tune(loaded, experiment, design.tuning, report_dir, progress, started)]
+    steps_per_epoch = math.ceil(len(experiment.trained) / design.tuning.batch_size)
+    try:
+        experiment.losses = fine_tune(loaded, experiment.trained, design.tuning, on_step=progress.on_step)
+    except TrainingDiverged as diverged:
+        experiment.losses = diverged.losses
+        _write_diverged_report(report_dir, experiment, diverged, steps_per_epoch)
+        raise
+    experiment.seconds["fine_tune"] = time.perf_counter() - started
+    figures = [_losses_figure(report_dir, experiment.losses, steps_per_epoch)]
     probe = None
     if drawn.probe_pool:
         probe, figure = _train_probe(loaded, experiment, drawn.probe_pool, design, report_dir)
@@ -262,28 +270,9 @@ def _draw(
     return _Drawn(experiment, prefix, probe_pool, rest[member_shots + probe_texts :], nonmember_settings)
 
 
-def _fine_tune(
-    loaded: LoadedModel,
-    experiment: Experiment,
-    tuning: FineTuning,
-    report_dir: Path,
-    progress: ExperimentProgress,
-    started: float,
-) -> tuple[str, Path]:
-    """Fine-tunes ``loaded`` in place on the experiment's trained texts; the figure of its losses. On a diverging
-    fine-tuning, writes the report saying so and raises TrainingDiverged."""
-    steps_per_epoch = math.ceil(len(experiment.trained) / tuning.batch_size)
-    try:
-        experiment.losses = fine_tune(loaded, experiment.trained, tuning, on_step=progress.on_step)
-    except TrainingDiverged as diverged:
-        experiment.losses = diverged.losses
-        _write_diverged_report(report_dir, experiment, diverged, steps_per_epoch)
-        raise
-    experiment.seconds["fine_tune"] = time.perf_counter() - started
-    return (
-        "Fine-tuning loss on the members",
-        plot_losses(report_dir / "training_loss.png", experiment.losses, steps_per_epoch),
-    )
+def _losses_figure(report_dir: Path, losses: Sequence[float], steps_per_epoch: int) -> tuple[str, Path]:
+    """The report's figure of the fine-tuning's losses."""
+    return "Fine-tuning loss on the members", plot_losses(report_dir / "training_loss.png", losses, steps_per_epoch)
 
 
 def _train_probe(
@@ -301,7 +290,10 @@ def _train_probe(
     trained_probe = train_probe(loaded, probe_train, dev, design.probe_training)
     probe = trained_probe.probe
     experiment.settings.update(probe_layer=probe.layer, probe_normalization=probe.normalization)
-    figure = ("Probe: dev AUROC by layer", plot_dev_auroc(report_dir / "probe_dev_auroc.png", trained_probe))
+    figure = (
+        "Probe: dev AUROC by layer",
+        plot_dev_auroc(report_dir / "probe_dev_auroc.png", trained_probe.dev_auroc, probe.layer),
+    )
     experiment.seconds["probe_train"] = time.perf_counter() - started
     return probe, figure
 

@@ -145,3 +145,20 @@ def plot_histograms(
     axes.flat[0].legend(fontsize=7)
     fig.suptitle("score distributions (higher = more likely a member)", fontsize=11)
     return save_figure(fig, path)
+
+
+def plot_dev_auroc(path: Path, dev_auroc: Mapping[str, list[float]], kept_layer: int) -> Path:
+    """Dev AUROC of each layer's probe under both normalisations, the kept layer marked."""
+    plt = pyplot()
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name, values in dev_auroc.items():
+        ax.plot(range(len(values)), values, marker=".", label=f"{name} normalisation")
+    ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+    ax.axvline(kept_layer, color="black", linestyle="--", linewidth=1, label=f"kept: layer {kept_layer}")
+    ax.set_xlabel("decoder layer")
+    ax.set_ylabel("dev AUROC")
+    ax.set_title("probe: dev AUROC by layer")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)

@@ -33,12 +33,12 @@ import torch
 
 from mia_fast.data.files import Dataset
 from mia_fast.errors import MiaFastError
-from mia_fast.evaluation.figures import pyplot, save_figure
+from mia_fast.evaluation.figures import plot_dev_auroc
 from mia_fast.evaluation.metrics import auroc
 from mia_fast.methods.probe import CARD_FILE, NORMALIZATIONS, WEIGHTS_FILE, Probe, ProbePrompt, standardise
 from mia_fast.pipeline.finetune import FineTuning, fine_tune
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.passes import HiddenStatesReadout
+from mia_fast.pipeline.passes import HiddenStatesReadout, Progress
 from mia_fast.scoring.config import ComputeConfig, ModelConfig
 from mia_fast.scoring.engines import engine_kind
 
@@ -138,10 +138,9 @@ def train_probe(
 
     started = time.perf_counter()
     compute = ComputeConfig(batch_tokens=batch_tokens, progress=False)
-    train_acts = _activations(proxy, [prompt(t) for t in train.texts], compute, on_progress)
-    if not keep_proxy:
-        proxy = None
-    dev_acts = _activations(target, [prompt(t) for t in dev.texts], compute, on_progress)
+    runs = [(proxy, [prompt(t) for t in train.texts]), (target, [prompt(t) for t in dev.texts])]
+    proxy = proxy if keep_proxy else None
+    (train_acts, dev_acts), model_card = _activations(runs, compute, on_progress)
     seconds["activations"] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -162,7 +161,7 @@ def train_probe(
     seconds["probes"] = time.perf_counter() - started
 
     card = {
-        "model": _model_card(target),
+        "model": model_card,
         "dev_auroc": dev_auroc,
         "best_layer": {name: int(np.argmax(values)) for name, values in dev_auroc.items()},
         "settings": asdict(settings),
@@ -177,13 +176,26 @@ def train_probe(
 
 
 def _activations(
-    model: LoadedModel, texts: list[str], compute: ComputeConfig, on_progress: Callable[[int], None] | None
-) -> np.ndarray:
-    """Every decoder layer's state at the last token of each text (float32 [texts, layers, hidden]), read by the
-    engine the registry builds for ``model``, its reductions in torch."""
-    config = ModelConfig(model=model, backend="torch")
-    engine = engine_kind(model).build(config, compute, lambda line: None)
-    return engine.run(HiddenStatesReadout(), texts, on_progress=on_progress)
+    runs: list[tuple[LoadedModel, list[str]]], compute: ComputeConfig, on_progress: Callable[[int], None] | None
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Each model's state of every decoder layer at the last token of each of its texts (float32 [texts, layers,
+    hidden]), read by the engine the registry builds for it (its reductions in torch); and what a probe's card
+    records of the last model, the one it is trained for. ``runs`` is emptied as it goes, so that a model no one
+    else holds (the proxy) is let go before the next one runs."""
+    states, card = [], {}
+    while runs:
+        model, texts = runs.pop(0)
+        engine = engine_kind(model).build(ModelConfig(model=model, backend="torch"), compute, lambda line: None)
+        states.append(engine.run(HiddenStatesReadout(), texts, progress=Progress(done=on_progress)))
+        layers, hidden = states[-1].shape[1:]
+        card = {
+            "name": model.name,
+            "weights_fingerprint": engine.provenance()["weights"],
+            "hidden_size": hidden,
+            "layers": layers,
+        }
+        del model, engine
+    return states, card
 
 
 def _fine_tuned_proxy(
@@ -205,36 +217,6 @@ def _fine_tuned_proxy(
     return proxy, fine_tune(proxy, members, tuning, on_step=on_step)
 
 
-def _model_card(target: LoadedModel) -> dict[str, Any]:
-    """What a probe's card records of the model it was trained for."""
-    config = target.model.config
-    return {
-        "name": target.name,
-        "weights_fingerprint": target.weights_fingerprint(),
-        "hidden_size": config.hidden_size,
-        "layers": config.num_hidden_layers,
-    }
-
-
-def plot_dev_auroc(path: Path, report: ProbeReport) -> Path:
-    """Dev AUROC of each layer's probe under both normalisations, the kept layer marked."""
-    plt = pyplot()
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for name, values in report.dev_auroc.items():
-        ax.plot(range(len(values)), values, marker=".", label=f"{name} normalisation")
-    ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
-    ax.axvline(
-        report.probe.layer, color="black", linestyle="--", linewidth=1, label=f"kept: layer {report.probe.layer}"
-    )
-    ax.set_xlabel("decoder layer")
-    ax.set_ylabel("dev AUROC")
-    ax.set_title("probe: dev AUROC by layer")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
-
-
 def save_probe(directory: Path, report: ProbeReport) -> list[Path]:
     """The probe (weights, then the card holding their checksum), the dev-AUROC figure and, if kept, the proxy
     model."""
@@ -242,7 +224,7 @@ def save_probe(directory: Path, report: ProbeReport) -> list[Path]:
     written = [
         directory / CARD_FILE,
         directory / WEIGHTS_FILE,
-        plot_dev_auroc(directory / "dev_auroc.png", report),
+        plot_dev_auroc(directory / "dev_auroc.png", report.dev_auroc, report.probe.layer),
     ]
     if report.proxy is not None:
         report.proxy.model.save_pretrained(directory / "proxy")

@@ -32,10 +32,13 @@ from mia_fast.pipeline.forward_path import ALONE_FROM, ForwardPath, choose_forwa
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.packed import PackedDecoder
 from mia_fast.pipeline.passes import (
+    QUIET,
     GradientNormReadout,
     HiddenStatesReadout,
+    Prefixes,
+    Progress,
     SamplesReadout,
-    TokenCallback,
+    Texts,
     TopLogprobsReadout,
 )
 from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
@@ -60,9 +63,6 @@ SAMPLE_BUDGET_FACTOR = {"cpu": 32, "cuda": 4}
 
 class StatsEngine(ModelEngine):
     """Runs one model over texts; ``backend`` picks the Triton kernels or the torch reference."""
-
-    vocabulary_stats = True
-    weights_here = True
 
     def __init__(
         self,
@@ -154,18 +154,11 @@ class StatsEngine(ModelEngine):
             engine.use_cache(*self._cache_place)
         return engine
 
-    def _missing_stats(
-        self,
-        texts: Sequence[str],
-        prefixes: Sequence[str],
-        on_tokenized: TokenCallback | None,
-        on_progress: TokenCallback | None,
-    ) -> TokenStats:
+    def _missing_stats(self, texts: Texts, prefixes: Sequence[str], progress: Progress) -> TokenStats:
         rows = self.rows(texts, prefixes)
         # Packed, a row's prefix runs once (PackedDecoder.context) and the row runs its text's ids only.
         lengths = [len(r.ids) - r.context if self.packs else len(r.ids) for r in rows]
-        if on_tokenized is not None:
-            on_tokenized(sum(lengths))
+        progress.planned(sum(lengths))
         # Each batch's statistics stay on the device until the last batch is queued: one host sync per pass, so
         # a GPU never waits for the host to build the next batch.
         order: list[int] = []
@@ -174,8 +167,7 @@ class StatsEngine(ModelEngine):
         for batch in plan_batches(lengths, self.batch_tokens, packed=self.packs, alone_from=alone_from):
             order.extend(batch)
             outputs.append(self._run_batch([rows[i] for i in batch]))
-            if on_progress is not None:
-                on_progress(sum(lengths[i] for i in batch))
+            progress.advanced(sum(lengths[i] for i in batch))
         columns = [torch.cat(parts).cpu().numpy() for parts in zip(*outputs)] or [np.zeros(0, np.float32)] * 4
         targets = [np.asarray(rows[i].ids[rows[i].first_scored :], dtype=np.int64) for i in order]
         results: list[dict[str, np.ndarray]] = [{}] * len(rows)
@@ -275,18 +267,12 @@ class StatsEngine(ModelEngine):
 
     @torch.inference_mode()
     def top_logprobs(
-        self,
-        texts: Sequence[str],
-        readout: TopLogprobsReadout,
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
+        self, texts: Texts, readout: TopLogprobsReadout, prefixes: Prefixes = None, progress: Progress = QUIET
     ) -> TokenStats:
         """TokenStats with mu and var estimated from the ``readout.k`` likeliest log-probs of each position, as a
         server would return them (to compare the estimate with the exact plain pass on the same model)."""
         rows = self.rows(texts, prefixes)
-        if on_tokenized is not None:
-            on_tokenized(sum(len(r.ids) for r in rows))
+        progress.planned(sum(len(r.ids) for r in rows))
         per_row: list[dict[str, np.ndarray]] = [{}] * len(rows)
         for batch in plan_batches([len(r.ids) for r in rows], self.batch_tokens):
             input_ids, attention_mask = self._padded([rows[i].ids for i in batch])
@@ -302,18 +288,12 @@ class StatsEngine(ModelEngine):
                     "top": top.cpu().numpy(),
                     "target_in_top": (top_ids == targets[:, None]).any(dim=-1).cpu().numpy(),
                 }
-            if on_progress is not None:
-                on_progress(sum(len(rows[i].ids) for i in batch))
+            progress.advanced(sum(len(rows[i].ids) for i in batch))
         return TokenStats.from_top_logprobs(per_text(rows, per_row, len(texts), readout.k), self.loaded.vocab_size)
 
     @torch.inference_mode()
     def hidden_states(
-        self,
-        texts: Sequence[str],
-        readout: HiddenStatesReadout,
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
+        self, texts: Texts, readout: HiddenStatesReadout, prefixes: Prefixes = None, progress: Progress = QUIET
     ) -> np.ndarray:
         """The output of decoder layers ``readout.layers`` at the last token of each (prefix + text):
         float32 [texts, layers, hidden]; NaN for a text with no token. A sequence longer than the window
@@ -325,8 +305,7 @@ class StatsEngine(ModelEngine):
             raise MiaFastError(f"layers {list(layers)} out of range: the model has {len(decoder)} decoder layers")
         prefixes = prefixes if prefixes is not None else [""] * len(texts)
         sequences = [(self.context_ids(p) + ids)[-self.max_length :] for ids, p in zip(self.tokenize(texts), prefixes)]
-        if on_tokenized is not None:
-            on_tokenized(sum(map(len, sequences)))
+        progress.planned(sum(map(len, sequences)))
         model = self.loaded.model
         base = model.base_model if model.base_model is not model else model
         result = np.full((len(texts), len(layers), model.config.hidden_size), np.nan, dtype=np.float32)
@@ -355,20 +334,14 @@ class StatsEngine(ModelEngine):
                 except _DeepestLayerReached:
                     pass
                 result[indices] = torch.stack([captured[layer] for layer in layers], dim=1).cpu().numpy()
-                if on_progress is not None:
-                    on_progress(sum(len(sequences[i]) for i in indices))
+                progress.advanced(sum(len(sequences[i]) for i in indices))
         finally:
             for handle in handles:
                 handle.remove()
         return result
 
     def sample(
-        self,
-        texts: Sequence[str],
-        readout: SamplesReadout,
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
+        self, texts: Texts, readout: SamplesReadout, prefixes: Prefixes = None, progress: Progress = QUIET
     ) -> np.ndarray:
         """``readout.count`` continuations of each (prefix + text), decoded: object [texts, count] of str
         (:func:`mia_fast.pipeline.sampling.sample_texts`); an empty text gets empty continuations."""
@@ -383,15 +356,10 @@ class StatsEngine(ModelEngine):
             self.batch_tokens * for_device(SAMPLE_BUDGET_FACTOR, self.device),
         )
         model = self._packed_decoder() if self.packs and prompts else self.loaded.model
-        return sample_texts(model, self.loaded.tokenizer, request, on_tokenized, on_progress)
+        return sample_texts(model, self.loaded.tokenizer, request, progress)
 
     def gradient_norms(
-        self,
-        texts: Sequence[str],
-        readout: GradientNormReadout,
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
+        self, texts: Texts, readout: GradientNormReadout, prefixes: Prefixes = None, progress: Progress = QUIET
     ) -> np.ndarray:
         """Per text, the mean over the chosen parameter tensors of the ``readout.norm``-norm of the gradient
         of its mean token loss (the plain pass's targets, every window): float64 [texts]. One text at a
@@ -406,8 +374,7 @@ class StatsEngine(ModelEngine):
         if not chosen:
             raise MiaFastError(f"no parameter of {self.loaded.name} matches {', '.join(readout.parameters)}")
         rows = self.rows(texts, prefixes)
-        if on_tokenized is not None:
-            on_tokenized(sum(len(r.ids) for r in rows))
+        progress.planned(sum(len(r.ids) for r in rows))
         per_text: dict[int, list[Row]] = {}
         for row in rows:
             per_text.setdefault(row.text_index, []).append(row)
@@ -428,8 +395,7 @@ class StatsEngine(ModelEngine):
                             torch.nn.functional.cross_entropy(logits, ids[0, row.first_scored :], reduction="sum")
                             / targets
                         ).backward()
-                        if on_progress is not None:
-                            on_progress(len(row.ids))
+                        progress.advanced(len(row.ids))
                     grads = [p.grad.float() for p in chosen if p.grad is not None]
                     norms[i] = torch.stack([torch.linalg.vector_norm(g, ord=readout.norm) for g in grads]).mean().item()
                     for parameter in chosen:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import Readout, SamplesReadout, TokenCallback
+from mia_fast.pipeline.passes import QUIET, Prefixes, Progress, Readout, SamplesReadout, Texts
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import StatsCache, cached_stats, provenance
 from mia_fast.pipeline.tokenize import TextRows, token_spans, tokenize
@@ -31,6 +31,9 @@ class ModelEngine(TextRows):
 
     loaded: Any
     prepend_start: bool
+    # As a model run here: exact moments over the vocabulary, and weights to make other models from.
+    vocabulary_stats = True
+    weights_here = True
     cache: StatsCache | None = None
     _cache_place: tuple[str | os.PathLike, Log] | None = None
     _ahead_tokenizer: Any = None
@@ -43,13 +46,7 @@ class ModelEngine(TextRows):
         """The model as a log line names it."""
         raise NotImplementedError
 
-    def _missing_stats(
-        self,
-        texts: Sequence[str],
-        prefixes: Sequence[str],
-        on_tokenized: TokenCallback | None,
-        on_progress: TokenCallback | None,
-    ) -> TokenStats:
+    def _missing_stats(self, texts: Texts, prefixes: Sequence[str], progress: Progress) -> TokenStats:
         """TokenStats of the texts (each after its prefix) that the stats cache does not hold."""
         raise NotImplementedError
 
@@ -59,40 +56,27 @@ class ModelEngine(TextRows):
     def order(self, readout: Readout) -> int:
         return 0
 
-    def run(
-        self,
-        readout: Readout,
-        texts: Sequence[str],
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
-    ) -> Any:
+    def run(self, readout: Readout, texts: Texts, prefixes: Prefixes = None, progress: Progress = QUIET) -> Any:
         """What ``readout`` reads out of ``texts`` (each after its prefix): TokenStats, or an array with a row per
         text, from the engine's method the readout names."""
         refusal = self.refusal(readout)
         if refusal is not None:
             raise MiaFastError(f"a method here needs {refusal}")
         if readout.token_stats:
-            return self.compute(texts, on_tokenized, on_progress, prefixes)
+            return self.compute(texts, prefixes, progress)
         if readout.reader == "token_spans":
             return self.token_spans(texts)
-        return getattr(self, readout.reader)(texts, readout, prefixes, on_tokenized, on_progress)
+        return getattr(self, readout.reader)(texts, readout, prefixes, progress)
 
-    def compute(
-        self,
-        texts: Sequence[str],
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
-        prefixes: Sequence[str] | None = None,
-    ) -> TokenStats:
-        """TokenStats of ``texts`` (each after its prefix in ``prefixes``, unscored), in input order.
-        ``on_tokenized`` receives the number of ids to run, ``on_progress`` the ids finished as they finish.
+    def compute(self, texts: Texts, prefixes: Prefixes = None, progress: Progress = QUIET) -> TokenStats:
+        """TokenStats of ``texts`` (each after its prefix in ``prefixes``, unscored), in input order, saying how far
+        they are through ``progress``.
         With a stats cache, only the texts it does not hold are computed, and they are added to it."""
         return cached_stats(
             self.cache,
             texts,
             prefixes,
-            lambda missing, missing_prefixes: self._missing_stats(missing, missing_prefixes, on_tokenized, on_progress),
+            lambda missing, missing_prefixes: self._missing_stats(missing, missing_prefixes, progress),
         )
 
     def provenance(self) -> dict[str, Any]:

@@ -180,18 +180,12 @@ def llama_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool) -> Deco
         qkv = QKV((fused_product(projections, rows, reorder),), shape)
     else:
         qkv = QKV(tuple(linear_product(m, reorder) for m in projections), shape)
-    return DecoderLayer(
-        input_norm=Norm(layer.input_layernorm),
-        qkv=qkv,
-        out=linear_product(attention.o_proj, reorder),
-        post_norm=Norm(layer.post_attention_layernorm),
-        mlp=MLP(
-            linear_product(mlp.up_proj, reorder),
-            linear_product(mlp.down_proj, reorder),
-            linear_product(mlp.gate_proj, reorder),
-        ),
-        parallel=False,
+    gated = MLP(
+        linear_product(mlp.up_proj, reorder),
+        linear_product(mlp.down_proj, reorder),
+        linear_product(mlp.gate_proj, reorder),
     )
+    return _decoder_layer(layer, qkv, linear_product(attention.o_proj, reorder), gated, parallel=False)
 
 
 def neox_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool, activation: str) -> DecoderLayer:
@@ -206,15 +200,12 @@ def neox_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool, activati
         qkv = QKV((linear_product(attention.query_key_value, reorder, rows),), shape)
     else:
         qkv = QKV((linear_product(attention.query_key_value, reorder),), shape, per_head=True)
-    return DecoderLayer(
-        input_norm=Norm(layer.input_layernorm),
-        qkv=qkv,
-        out=linear_product(attention.dense, reorder),
-        post_norm=Norm(layer.post_attention_layernorm),
-        mlp=MLP(
-            linear_product(mlp.dense_h_to_4h, reorder),
-            linear_product(mlp.dense_4h_to_h, reorder),
-            activation=activation,
-        ),
-        parallel=layer.use_parallel_residual,
-    )
+    up, down = linear_product(mlp.dense_h_to_4h, reorder), linear_product(mlp.dense_4h_to_h, reorder)
+    feed_forward = MLP(up, down, activation=activation)
+    out = linear_product(attention.dense, reorder)
+    return _decoder_layer(layer, qkv, out, feed_forward, parallel=layer.use_parallel_residual)
+
+
+def _decoder_layer(layer: torch.nn.Module, qkv: QKV, out: Product, mlp: MLP, parallel: bool) -> DecoderLayer:
+    """A decoder layer of either family: both name their norms ``input_layernorm`` and ``post_attention_layernorm``."""
+    return DecoderLayer(Norm(layer.input_layernorm), qkv, out, Norm(layer.post_attention_layernorm), mlp, parallel)

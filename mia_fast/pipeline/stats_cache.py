@@ -31,7 +31,7 @@ import numpy as np
 
 from mia_fast.data.artefacts import write_atomic
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import TOKEN_STATS, Readout, TokenSpansReadout
+from mia_fast.pipeline.passes import QUIET, TOKEN_STATS, Prefixes, Progress, Readout, Texts, TokenSpansReadout
 from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
 
 CACHE_FORMAT = 2
@@ -323,21 +323,13 @@ class _StatsOnlyEngine:
     def order(self, readout: Readout) -> int:
         return 0
 
-    def run(
-        self,
-        readout: Readout,
-        texts: Sequence[str],
-        prefixes: Sequence[str] | None = None,
-        on_tokenized=None,
-        on_progress=None,
-    ) -> TokenStats:
+    def run(self, readout: Readout, texts: Texts, prefixes: Prefixes = None, progress: Progress = QUIET) -> TokenStats:
         prefixes = list(prefixes) if prefixes is not None else [""] * len(texts)
         refusal = self._refusal(readout, prefixes)
         if refusal is not None:
             raise MiaFastError(refusal)
         stats = self._stats(texts, prefixes)
-        if on_progress is not None:
-            on_progress(int(stats.lengths.sum()))
+        progress.advanced(int(stats.lengths.sum()))
         return stats
 
     def _refusal(self, readout: Readout, prefixes: Sequence[str]) -> str | None:

@@ -18,7 +18,17 @@ from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting, TextWi
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, MethodRequest, ScoringInputs
 from mia_fast.methods.settings import MethodSettings
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Engine, EngineLimits, Pass, TokenCallback, WeightsEngine
+from mia_fast.pipeline.passes import (
+    PLAIN,
+    REFERENCE,
+    TARGET,
+    Engine,
+    EngineLimits,
+    Pass,
+    Progress,
+    TokenCallback,
+    WeightsEngine,
+)
 from mia_fast.pipeline.server_client import ServerConfig
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.pipeline.stats_cache import CacheOnlyEngine, SavedStatsEngine, open_cache
@@ -251,7 +261,8 @@ class Detector:
             raise MiaFastError(f"online detection with {online.method} needs {refusal}")
         if online is not None and PLAIN not in passes:
             passes.append(PLAIN)
-        results = run_passes(self._engines_for(passes, settings), cleaned, passes, on_tokenized, on_progress)
+        engines = self._engines_for(passes, settings)
+        results = run_passes(engines, cleaned, passes, Progress(on_tokenized, on_progress))
         plain = results.pop(PLAIN, None)
         calibration = {
             texts: self._calibration_inputs(texts, needed, settings)

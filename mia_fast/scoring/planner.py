@@ -6,16 +6,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import Engine, Pass, TokenCallback
+from mia_fast.pipeline.passes import QUIET, Engine, Pass, Progress, Texts
 from mia_fast.pipeline.stats import TokenStats
 
 
 def run_passes(
-    engines: Mapping[str, Engine],
-    texts: Sequence[str],
-    passes: Sequence[Pass],
-    on_tokenized: TokenCallback | None = None,
-    on_progress: TokenCallback | None = None,
+    engines: Mapping[str, Engine], texts: Texts, passes: Sequence[Pass], progress: Progress = QUIET
 ) -> dict[Pass, Any]:
     """The result of every pass over ``texts``: TokenStats, or an array with a row per text for the other readouts.
 
@@ -33,7 +29,7 @@ def run_passes(
     ordered = sorted(groups.items(), key=lambda item: engines[item[0][0]].order(item[0][1]))
     for (model, readout), units in ordered:
         prefixes, unit_texts = [u[0] for u in units], [u[1] for u in units]
-        computed[model, readout] = engines[model].run(readout, unit_texts, prefixes, on_tokenized, on_progress)
+        computed[model, readout] = engines[model].run(readout, unit_texts, prefixes, progress)
     results = {}
     for p, indices in positions.items():
         result = computed[p.model, p.readout]

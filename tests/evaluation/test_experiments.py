@@ -10,9 +10,8 @@ from conftest import CORPUS
 from helpers import fail, run_cli
 
 from mia_fast import load_model
-from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.blind import BLIND_COLUMNS
-from mia_fast.evaluation.corpus import prepare_texts, split_members, stdlib_corpus
+from mia_fast.evaluation.corpus import prepare_texts
 from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, TrainingDiverged, run_experiment
 from mia_fast.methods.dcpdd import DcpddSettings
 from mia_fast.methods.pac import PacSettings
@@ -24,22 +23,6 @@ def corpus_texts(n=40):
     words = " ".join(CORPUS).split()
     rng = np.random.default_rng(3)
     return [" ".join(rng.choice(words, size=int(rng.integers(8, 20)))) for _ in range(n)]
-
-
-def test_stdlib_corpus_is_real_documentation_and_stable():
-    first, second = stdlib_corpus(), stdlib_corpus()
-    assert first == second and len(first) > 200
-    assert all(len(t.split()) >= 40 for t in first)
-    assert any("JSON" in t for t in first)
-
-
-def test_split_is_seeded_disjoint_and_halved(tiny_model_dir):
-    tokenizer = load_model(str(tiny_model_dir)).tokenizer
-    texts = prepare_texts(corpus_texts(), tokenizer, count=20, max_tokens=12, seed=5)
-    assert len(texts) == 20 and all(len(tokenizer(t, add_special_tokens=False)["input_ids"]) <= 13 for t in texts)
-    members, nonmembers = split_members(texts, seed=5)
-    assert len(members) == len(nonmembers) == 10 and not set(members) & set(nonmembers)
-    assert split_members(texts, seed=5) == (members, nonmembers) != split_members(texts, seed=6)
 
 
 def test_fine_tuning_plants_members_that_the_methods_find(tiny_model_dir, tmp_path):
@@ -154,12 +137,6 @@ def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_metho
     assert meta["probe_texts"] == 12 and 0 <= meta["probe_layer"] < 2
     assert (tmp_path / "r" / "probe_dev_auroc.png").stat().st_size > 5000
     assert "Probe: dev AUROC by layer" in (tmp_path / "r" / "report.md").read_text()
-
-
-def test_a_corpus_too_small_to_split_is_refused(tiny_model_dir, tmp_path):
-    loaded = load_model(str(tiny_model_dir))
-    with pytest.raises(MiaFastError, match="the corpus has 5 distinct texts; the experiment needs 8"):
-        run_experiment(loaded, ["a b", "c d", "e f", "g h", "a b", "i j"], tmp_path / "r", ExperimentDesign(texts=4))
 
 
 def test_a_diverging_fine_tuning_stops_and_keeps_a_report(tiny_model_dir, tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ from mia_fast.methods.conrecall import member_prefix_pass
 from mia_fast.methods.lowercase import LOWERCASE
 from mia_fast.methods.recall import recall_pass
 from mia_fast.pipeline.engine import StatsEngine
-from mia_fast.pipeline.passes import PLAIN, HiddenStatesReadout, Pass
+from mia_fast.pipeline.passes import PLAIN, HiddenStatesReadout, Pass, Progress
 from mia_fast.scoring.planner import run_passes
 
 
@@ -59,9 +59,9 @@ def test_lowercase_pass_of_lowercase_texts_costs_no_forward(tiny_model_dir):
 def test_identical_units_run_once_across_passes_and_texts(tiny_model_dir):
     detector = Detector(str(tiny_model_dir))
     seen = []
-    run_passes(detector.engines, ["a fox", "a fox", "A Fox"], [PLAIN, LOWERCASE], on_tokenized=seen.append)
+    run_passes(detector.engines, ["a fox", "a fox", "A Fox"], [PLAIN, LOWERCASE], Progress(seen.append))
     one = []
-    run_passes(detector.engines, ["a fox", "A Fox"], [PLAIN], on_tokenized=one.append)
+    run_passes(detector.engines, ["a fox", "A Fox"], [PLAIN], Progress(one.append))
     assert seen == one  # 3 texts x 2 passes: the two distinct texts, once each
 
 

@@ -209,7 +209,7 @@ def test_a_logprob_in_range_is_a_float_at_most_zero(value, expected):
         (-math.inf, "not finite"),
         (0.5, "a positive log-prob"),
         (1, "a positive log-prob"),
-        (-2e6, "a log-prob below -1e+06"),
+        (-2e6, r"a log-prob below -1e\+06 \(-2000000\.0\)"),
     ],
 )
 def test_a_logprob_out_of_range_is_malformed(value, expected):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mia_fast.cli import main
-from mia_fast.pipeline.passes import Readout, TokenCallback, TokenStatsReadout
+from mia_fast.pipeline.passes import QUIET, Progress, Readout, TokenStatsReadout
 from mia_fast.pipeline.stats import TokenStats
 from mia_fast.scoring.engines import ENGINES, EngineKind
 
@@ -43,16 +43,10 @@ class ToyEngine:
         return 0
 
     def run(
-        self,
-        readout: Readout,
-        texts: Sequence[str],
-        prefixes: Sequence[str] | None = None,
-        on_tokenized: TokenCallback | None = None,
-        on_progress: TokenCallback | None = None,
+        self, readout: Readout, texts: Sequence[str], prefixes: Sequence[str] | None = None, progress: Progress = QUIET
     ) -> TokenStats:
         ids = self.tokenize(texts)
-        if on_tokenized is not None:
-            on_tokenized(sum(map(len, ids)))
+        progress.planned(sum(map(len, ids)))
         per_text = []
         for text_ids in ids:
             targets = np.array(text_ids[1:], dtype=np.int64)  # every byte after the first is scored
@@ -66,8 +60,7 @@ class ToyEngine:
                     "max_logp": uniform,
                 }
             )
-        if on_progress is not None:
-            on_progress(sum(map(len, ids)))
+        progress.advanced(sum(map(len, ids)))
         return TokenStats.from_texts(per_text)
 
     def provenance(self) -> dict[str, str]:
