@@ -196,3 +196,18 @@ def tiny_masked_lm(tmp_path_factory):
     BertForMaskedLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def tiny_loaded(tiny_model_dir):
+    """The tiny Llama, loaded."""
+    from mia_fast import load_model
+
+    return load_model(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def mixed_texts():
+    """30 sentences of 2 to 40 words."""
+    rng = random.Random(5)
+    return [random_sentence(rng, rng.randint(2, 40)) for _ in range(30)]

@@ -15,6 +15,9 @@ from mia_fast.cli import main
 from mia_fast.pipeline.stats import TokenStats
 
 FAST = ["--methods", "loss,zlib,mink,minkpp", "--k", "0.2,1.0", "--quiet"]
+# The one-pass methods every engine test scores, and every k fraction they score.
+ONE_PASS_METHODS = ["loss", "zlib", "mink", "minkpp"]
+ALL_KS = [0.1, 0.2, 0.5, 1.0]
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 

@@ -182,20 +182,14 @@ def _activations(
     hidden]), read by the engine the registry builds for it (its reductions in torch); and what a probe's card
     records of the last model, the one it is trained for. ``runs`` is emptied as it goes, so that a model no one
     else holds (the proxy) is let go before the next one runs."""
-    states, card = [], {}
+    states = []
     while runs:
         model, texts = runs.pop(0)
         engine = engine_kind(model).build(ModelConfig(model=model, backend="torch"), compute, lambda line: None)
         states.append(engine.run(HiddenStatesReadout(), texts, progress=Progress(done=on_progress)))
-        layers, hidden = states[-1].shape[1:]
-        card = {
-            "name": model.name,
-            "weights_fingerprint": engine.provenance()["weights"],
-            "hidden_size": hidden,
-            "layers": layers,
-        }
-        del model, engine
-    return states, card
+    layers, hidden = states[-1].shape[1:]
+    weights = engine.provenance()["weights"]
+    return states, {"name": model.name, "weights_fingerprint": weights, "hidden_size": hidden, "layers": layers}
 
 
 def _fine_tuned_proxy(

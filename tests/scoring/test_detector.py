@@ -4,36 +4,19 @@ TokenStats score as the model; what an engine cannot serve is refused before any
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 import torch
-from conftest import random_sentence
-from helpers import assert_scores_close
+from helpers import ALL_KS, ONE_PASS_METHODS, assert_scores_close
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mia_fast import ComputeConfig, Detector, ModelConfig, load_model
+from mia_fast import ComputeConfig, Detector, ModelConfig
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import MethodSettings, resolve_methods
 from mia_fast.pipeline.passes import TARGET
 from mia_fast.pipeline.served_model import ServedLimits
 from mia_fast.scoring.detector import Scores, check_served
-
-METHODS = ["loss", "zlib", "mink", "minkpp"]
-KS = [0.1, 0.2, 0.5, 1.0]
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_model_dir):
-    return load_model(str(tiny_model_dir))
-
-
-@pytest.fixture(scope="module")
-def texts():
-    rng = random.Random(5)
-    return [random_sentence(rng, rng.randint(2, 40)) for _ in range(30)]
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +24,13 @@ def detector(tiny_model_dir):
     return Detector(str(tiny_model_dir))
 
 
-def test_loss_is_the_mean_log_probability_of_each_texts_scored_tokens(detector, loaded):
+def test_loss_is_the_mean_log_probability_of_each_texts_scored_tokens(detector, tiny_loaded):
     texts = ["the quick brown fox", "all that glitters is not gold"]
     scores = detector.score(texts, ["loss"])
     for text, loss, n_tokens in zip(texts, scores["loss"], scores.n_tokens):
         ids = detector.target.tokenize([text])[0]
         with torch.inference_mode():
-            logp = torch.log_softmax(loaded.model(torch.tensor([ids])).logits[0, :-1].double(), -1)
+            logp = torch.log_softmax(tiny_loaded.model(torch.tensor([ids])).logits[0, :-1].double(), -1)
         expected = logp.gather(-1, torch.tensor(ids[1:])[:, None]).mean().item()
         assert n_tokens == len(ids) - 1 and loss == pytest.approx(expected, rel=1e-5)
     np.testing.assert_allclose(scores["loss"], detector.token_stats(texts).mean_logp, rtol=1e-6)
@@ -82,26 +65,26 @@ def test_a_method_an_engine_cannot_serve_is_refused_naming_what_it_needs():
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(budget=st.integers(1, 3000))
-def test_batch_budget_does_not_change_scores(tiny_model_dir, texts, budget):
-    reference = _scores_with_budget(tiny_model_dir, texts, 64)
-    assert_scores_close(_scores_with_budget(tiny_model_dir, texts, budget), reference)
+def test_batch_budget_does_not_change_scores(tiny_model_dir, mixed_texts, budget):
+    reference = _scores_with_budget(tiny_model_dir, mixed_texts, 64)
+    assert_scores_close(_scores_with_budget(tiny_model_dir, mixed_texts, budget), reference)
 
 
 _DETECTORS: dict = {}
 
 
-def _scores_with_budget(model_dir, texts, budget):
+def _scores_with_budget(model_dir, mixed_texts, budget):
     if str(model_dir) not in _DETECTORS:
         _DETECTORS[str(model_dir)] = Detector(str(model_dir))
     detector = _DETECTORS[str(model_dir)]
     detector.target.batch_tokens = budget
-    return dict(detector.score(texts, methods=METHODS, k=KS))
+    return dict(detector.score(mixed_texts, methods=ONE_PASS_METHODS, k=ALL_KS))
 
 
-def test_scores_return_in_input_order(tiny_model_dir, texts):
+def test_scores_return_in_input_order(tiny_model_dir, mixed_texts):
     detector = Detector(str(tiny_model_dir))
-    together = detector.score(texts, methods=["loss"])["loss"]
-    one_by_one = [detector.score([t], methods=["loss"])["loss"][0] for t in texts[:6]]
+    together = detector.score(mixed_texts, methods=["loss"])["loss"]
+    one_by_one = [detector.score([t], methods=["loss"])["loss"][0] for t in mixed_texts[:6]]
     np.testing.assert_allclose(together[:6], one_by_one, rtol=1e-5)
 
 
@@ -118,8 +101,12 @@ def test_empty_and_whitespace_texts_are_nan_with_warning(tiny_model_dir):
     assert with_start.n_tokens[0] == 1 and np.isfinite(with_start["loss"][0])
 
 
-def test_detector_takes_a_model_already_in_memory(loaded, tiny_model_dir, texts):
-    in_memory = Detector(ModelConfig(loaded, ref_model=loaded), compute=ComputeConfig(batch_tokens=200))
-    assert in_memory.target.loaded is loaded and in_memory.reference.loaded is loaded
+def test_detector_takes_a_model_already_in_memory(tiny_loaded, tiny_model_dir, mixed_texts):
+    in_memory = Detector(ModelConfig(tiny_loaded, ref_model=tiny_loaded), compute=ComputeConfig(batch_tokens=200))
+    assert in_memory.target.loaded is tiny_loaded and in_memory.reference.loaded is tiny_loaded
     from_disk = Detector(str(tiny_model_dir), compute=ComputeConfig(batch_tokens=200))
-    assert_scores_close(in_memory.score(texts, METHODS, KS), from_disk.score(texts, METHODS, KS), rtol=1e-6)
+    assert_scores_close(
+        in_memory.score(mixed_texts, ONE_PASS_METHODS, ALL_KS),
+        from_disk.score(mixed_texts, ONE_PASS_METHODS, ALL_KS),
+        rtol=1e-6,
+    )
