@@ -13,11 +13,14 @@ bytes from the ptxas log. Exits with status 1 on a compile error or on any spill
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Before triton is imported: a fresh cache so that ptxas really runs (its log carries the spills),
 # the compiler rather than the interpreter, and the fp-fusion default stated (triton 3.9 warns otherwise).
+# The cache (30 MB) goes when the script ends: every CI run compiles anew, so a kept one only fills the disk.
 os.environ.pop("TRITON_INTERPRET", None)
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="mia-fast-aot-")
 os.environ["TRITON_ALWAYS_COMPILE"] = "1"
@@ -38,6 +41,8 @@ from pathlib import Path
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+
+atexit.register(shutil.rmtree, os.environ["TRITON_CACHE_DIR"], ignore_errors=True)
 
 # By module name: the package re-exports a function called token_stats.
 aggregate = importlib.import_module("mia_fast.kernels.aggregate")
