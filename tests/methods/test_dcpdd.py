@@ -10,13 +10,6 @@ from helpers import HAND_STATS, method_scores
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import laplace_log_frequencies, load_counts
 from mia_fast.methods import DcpddSettings, LogFrequencies
-from mia_fast.ops.first_occurrence import first_occurrence_mask
-
-
-def test_first_occurrence_mask_is_per_text():
-    ids = np.array([3, 4, 3, 4, 3, 9, 3], dtype=np.int64)
-    offsets = np.array([0, 4, 4, 7])
-    np.testing.assert_array_equal(first_occurrence_mask(ids, offsets), [1, 1, 0, 0, 1, 1, 0])
 
 
 def test_dcpdd_hand_checked_example():

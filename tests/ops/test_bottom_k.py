@@ -1,8 +1,12 @@
 """Min-K%'s reduction by hand: the counts max(1, floor(k n)), the mean of each text's lowest values for every k (an
 empty text NaN), texts of one length side by side and ragged ones alike, across blocks, and bad k refused."""
 
+import math
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mia_fast.ops import bottom_k
 from mia_fast.ops.bottom_k import bottom_k_counts, bottom_k_means
@@ -50,3 +54,28 @@ def test_k_outside_0_1_is_refused(ks):
         bottom_k_means(np.zeros(3), np.array([0, 3]), ks)
     with pytest.raises(ValueError, match="impl must be one of torch, triton"):
         bottom_k_means(np.zeros(3), np.array([0, 3]), ks, impl="numpy")
+
+
+def test_bottom_k_counts_reproduce_python_int_of_float_product():
+    lengths = np.arange(0, 500)
+    for k in (0.1, 0.2, 0.29, 0.3, 0.7, 0.9):
+        expected = [max(1, int(n * k)) for n in lengths]
+        np.testing.assert_array_equal(bottom_k_counts(lengths, [k])[:, 0], expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.floats(-50, 0, width=32), min_size=0, max_size=30), min_size=1, max_size=8),
+    st.lists(st.floats(0.01, 1.0), min_size=1, max_size=4),
+)
+def test_bottom_k_means_match_per_text_sort(texts, ks):
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])]).astype(np.int64)
+    values = np.array([v for t in texts for v in t], dtype=np.float32)
+    got = bottom_k_means(values, offsets, ks)
+    for i, text in enumerate(texts):
+        for j, k in enumerate(ks):
+            if not text:
+                assert math.isnan(got[i, j])
+            else:
+                expected = np.mean(np.sort(np.array(text, np.float64))[: max(1, int(len(text) * k))])
+                assert got[i, j] == pytest.approx(expected, rel=1e-9, abs=1e-9)

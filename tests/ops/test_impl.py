@@ -27,6 +27,9 @@ def test_on_cpu_auto_and_torch_mean_the_reference_and_triton_needs_the_interpret
     assert resolve_backend("auto", CPU) == "torch"  # never the interpreter on its own
     assert resolve_backend("torch", CPU) == "torch"
     assert resolve_backend("triton", CPU) == "triton"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # set, but off
+    with pytest.raises(MiaFastError, match="the triton backend needs a CUDA device"):
+        resolve_backend("triton", CPU)
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(MiaFastError, match="the triton backend needs a CUDA device"):
         resolve_backend("triton", CPU)

@@ -93,3 +93,26 @@ def test_fused_linear_equals_matmul_then_token_stats(dtype, with_bias):
 def test_fused_linear_refuses_mismatched_shapes():
     with pytest.raises(ValueError, match="hidden"):
         linear_token_stats(torch.randn(3, 8), torch.randn(10, 9), torch.tensor([1, 2, 3]), chunk_rows=2, impl="triton")
+
+
+def test_token_stats_match_fp64_definition():
+    torch.manual_seed(0)
+    logits = torch.randn(37, 1001) * 4
+    logits[3] = -1e4
+    logits[3, 7] = 30.0  # a fully peaked row
+    targets = torch.randint(0, 1001, (37,))
+    logp, mu, var, max_logp = token_stats_torch(logits, targets)
+    lp = torch.log_softmax(logits.double(), -1)
+    p = lp.exp()
+    mu64 = (p * lp).sum(-1)
+    var64 = (p * lp.square()).sum(-1) - mu64.square()
+    np.testing.assert_allclose(logp, lp.gather(-1, targets[:, None])[:, 0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mu, mu64, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(var, var64, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(max_logp, lp.amax(-1), rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(var).all() and (var >= 0).all() and (max_logp >= logp).all()
+
+
+def test_token_stats_survive_minus_inf_logits():
+    logits = torch.tensor([[0.0, 1.0, -float("inf"), 2.0]])
+    assert all(torch.isfinite(value).all() for value in token_stats_torch(logits, torch.tensor([1])))

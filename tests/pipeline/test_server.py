@@ -1,59 +1,18 @@
-"""The server engine without a model server: the top-K estimate of the vocabulary's moments and every refusal that
-comes before a request. The HTTP client: test_server_client.py; the engine against a real vLLM server:
-tests/test_vllm_scoring.py."""
+"""The server engine without a model server: a local model's own top-K estimate, and every refusal that comes
+before a request (the estimate by hand: tests/ops/test_top_logprobs.py). The HTTP client: test_server_client.py;
+the engine against a real vLLM server: tests/test_vllm_scoring.py."""
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 import pytest
-import torch
 from helpers import refused, write_jsonl
 
 from mia_fast import Detector
-from mia_fast.ops.top_logprobs import approximate_moments
 from mia_fast.pipeline.passes import PLAIN, TopLogprobsReadout
 from pipeline.test_server_client import free_port
-
-
-def exact_moments(logprobs: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    p = logprobs.exp()
-    mu = (p * logprobs).sum(-1)
-    return mu.numpy(), ((p * logprobs * logprobs).sum(-1) - mu**2).numpy()
-
-
-def test_estimate_is_exact_when_the_top_k_is_the_whole_vocabulary():
-    torch.manual_seed(0)
-    logprobs = torch.log_softmax(torch.randn(7, 40, dtype=torch.float64) * 3, -1)
-    targets = torch.randint(0, 40, (7,))
-    top, ids = logprobs.topk(40, -1)
-    mu, var = approximate_moments(
-        logprobs.gather(1, targets[:, None])[:, 0].numpy(), top.numpy(), (ids == targets[:, None]).any(-1).numpy(), 40
-    )
-    exact_mu, exact_var = exact_moments(logprobs)
-    np.testing.assert_allclose(mu, exact_mu, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(var, exact_var, rtol=1e-5, atol=1e-6)
-
-
-def test_estimate_spreads_the_mass_left_evenly_and_counts_the_target_outside_the_top():
-    # p = (0.5, 0.25, 0.125, 0.125): the top 1 and the target (0.25, outside it) leave 0.25 for two tokens, 0.125
-    # each, which is exactly the truth.
-    logprobs = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.125]], dtype=torch.float64))
-    mu, var = approximate_moments(np.log([0.25]), np.log([[0.5]]), np.array([False]), 4)
-    exact_mu, exact_var = exact_moments(logprobs)
-    np.testing.assert_allclose(mu, exact_mu, rtol=1e-6)
-    np.testing.assert_allclose(var, exact_var, rtol=1e-6)
-    # The target among the top K is not counted twice; a position whose top K hold all the mass has no remainder.
-    mu, var = approximate_moments(np.log([0.5]), np.log([[0.5, 0.5]]), np.array([True]), 1000)
-    np.testing.assert_allclose([mu[0], var[0]], [math.log(0.5), 0.0], atol=1e-7)
-
-
-def test_estimate_leaves_out_what_a_server_did_not_return():
-    mu_nan, var_nan = approximate_moments(np.log([0.5]), np.array([[math.log(0.5), np.nan]]), np.array([True]), 3)
-    mu, var = approximate_moments(np.log([0.5]), np.array([[math.log(0.5)]]), np.array([True]), 3)
-    np.testing.assert_array_equal([mu_nan, var_nan], [mu, var])
 
 
 def test_a_local_model_estimates_from_its_own_top_k_and_is_exact_with_the_whole_vocabulary(tiny_model_dir):
