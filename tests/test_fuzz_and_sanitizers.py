@@ -33,6 +33,7 @@ def test_bounded_fuzz_run_finds_nothing(target, tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        env=os.environ | {"TMPDIR": str(tmp_path)},  # the seeds and the files a target writes, kept with the test's
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Done 60000 runs" in result.stderr

@@ -25,6 +25,8 @@ _USER_PART = re.compile(r"[^/?#@\s]*@")
 # An environment variable's name; a longer one with digits and small letters reads as a key, not a name.
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _KEY_LIKE_LENGTH = 20
+# An IPv6 zone (RFC 6874): an interface's name or number, after its percent-encoding is undone.
+_ZONE = re.compile(r"[A-Za-z0-9._~-]+\Z")
 
 
 @dataclass(frozen=True)
@@ -124,8 +126,11 @@ class Endpoint:
             return False
 
     def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}{self.base}"
+        address, percent, zone = self.host.partition("%")
+        host = f"[{address}{percent and '%25'}{zone}]" if ":" in address else self.host
+        # Reading takes one /v1 off the path: a base that itself ends in /v1 is written with that one.
+        api = "/v1" if self.base.endswith("/v1") else ""
+        return f"{self.scheme}://{host}:{self.port}{self.base}{api}"
 
 
 def endpoint(url: str) -> Endpoint:
@@ -164,12 +169,20 @@ def endpoint(url: str) -> Endpoint:
 
 
 def _ipv6(text: str, refuse) -> str:
-    address, _, zone = unquote(text).partition("%")
+    """The address in brackets, with its zone where it has one: ``%25`` (RFC 6874) or a bare ``%`` parts them, and
+    only the zone is percent-decoded (an address has no escapes: ``%41`` must not read as an ``A`` of it)."""
+    address, percent, zone = text.partition("%")
     try:
         ipaddress.IPv6Address(address)
     except ValueError:
         raise refuse(f"{shown(text)} in brackets is not an IPv6 address") from None
-    return f"{address}%{zone}" if zone else address
+    if not percent:
+        return address
+    zone = zone.removeprefix("25")
+    decoded = unquote(zone)
+    if _ZONE.match(decoded) is None:
+        raise refuse(f"the zone {shown(zone)} of [{address}] is no interface's name or number, e.g. [fe80::1%25eth0]")
+    return f"{address}%{decoded}"
 
 
 def environment_key(variable: str | None) -> str | None:

@@ -135,6 +135,10 @@ def test_the_generated_run_files_reach_past_the_toml_parser(folder):
     find(run_file_documents(), refused_past_the_parser, settings=SEARCH)
 
 
+# An IPv6 zone's pieces: its separator, bare or escaped, escapes of a letter, of a % and of no character at all.
+ZONE_PIECES = ["%", "%25", "eth0", "%41", "%2541", "%A0", "%%", "-", " ", "ü"]
+
+
 def with_secret(part: str) -> st.SearchStrategy[str]:
     return st.sampled_from([part.replace("S", SECRET), ""])
 
@@ -144,7 +148,7 @@ def good_urls(draw) -> tuple[str, str]:
     scheme = draw(st.sampled_from(["http", "https", "HTTP"]))
     host = draw(st.sampled_from(["127.0.0.1", "localhost", "[::1]", "[fe80::1%25eth0]", "host-1.example"]))
     port = draw(st.just("") | st.integers(1, 65_535).map(lambda p: f":{p}"))
-    path = draw(st.sampled_from(["", "/", "/v1", "//v1", "/base/v1/", "/a%20b"]))
+    path = draw(st.sampled_from(["", "/", "/v1", "//v1", "/base/v1/", "/a%20b", "/v1/v1"]))
     return f"{scheme}://{host}{port}{path}", ""
 
 
@@ -167,8 +171,14 @@ def messy_urls(draw) -> tuple[str, str]:
     return url, secret
 
 
+def zoned_urls() -> st.SearchStrategy[tuple[str, str]]:
+    """A link-local address with a zone drawn from pieces, well or badly escaped."""
+    zones = st.lists(st.sampled_from(ZONE_PIECES), min_size=1, max_size=4).map("".join)
+    return zones.map(lambda zone: (f"http://[fe80::1{zone}]:8000/v1", ""))
+
+
 @FUZZ
-@given(drawn=good_urls() | messy_urls() | st.tuples(st.text(max_size=40), st.just("")))
+@given(drawn=good_urls() | messy_urls() | zoned_urls() | st.tuples(st.text(max_size=40), st.just("")))
 def test_any_url_gives_an_endpoint_or_one_line_and_never_shows_a_key(drawn):
     fuzz.url_outcome(*drawn)
 
