@@ -417,4 +417,8 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     """An exception's message on one line (its lines joined, so a sentence continued on the next is kept), cut to
     about ``limit`` characters."""
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + " …"
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    whole_words = head if text[limit - 1] == " " else head.rsplit(" ", 1)[0]  # a word cut short goes, not one whole
+    return whole_words + " …"

@@ -114,3 +114,4 @@ def test_an_exceptions_message_is_one_line_cut_at_a_word():
     assert one_line(ValueError("first line\n  second   line")) == "first line second line"
     assert one_line(KeyError()) == "KeyError"
     assert one_line(ValueError("alpha beta gamma delta"), limit=14) == "alpha beta …"
+    assert one_line(ValueError("alpha beta gamma delta"), limit=11) == "alpha beta …"  # the cut at a word's end
