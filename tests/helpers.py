@@ -112,6 +112,22 @@ def count_sequences(engine) -> list[int]:
     return _count(engine, len)
 
 
+def record_generations(monkeypatch) -> list[tuple]:
+    """The arguments after the model of every call of the sampler's ``generate`` (prompts, keys, new tokens, then
+    the rest), each call still made."""
+    import mia_fast.pipeline.sampling as sampling
+
+    calls = []
+    original = sampling.generate
+
+    def recorded(model, *arguments):
+        calls.append(arguments)
+        return original(model, *arguments)
+
+    monkeypatch.setattr(sampling, "generate", recorded)
+    return calls
+
+
 def _count(engine, measure) -> list[int]:
     total = [0]
     run_batch = engine._run_batch

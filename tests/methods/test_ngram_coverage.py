@@ -6,7 +6,7 @@ import socket
 
 import numpy as np
 import pytest
-from helpers import refused, write_jsonl
+from helpers import record_generations, refused, write_jsonl
 
 from mia_fast import ComputeConfig, Detector, NgramCoverageSettings
 from mia_fast.errors import MiaFastError
@@ -102,17 +102,7 @@ def test_texts_too_short_to_compare_n_words_are_refused_naming_the_text():
 
 
 def test_its_pass_samples_by_top_p_for_a_fixed_length_whatever_the_batch(tiny_model_dir, monkeypatch):
-    import mia_fast.pipeline.sampling as sampling
-
-    calls = []
-    original = sampling.generate
-    monkeypatch.setattr(
-        sampling,
-        "generate",
-        lambda model, prompts, keys, new_tokens, *rest: (
-            calls.append((new_tokens, rest)) or original(model, prompts, keys, new_tokens, *rest)
-        ),
-    )
+    calls = record_generations(monkeypatch)
     texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be that is the question"]
     samples = {}
     for budget in (8, 100_000):
@@ -126,8 +116,8 @@ def test_its_pass_samples_by_top_p_for_a_fixed_length_whatever_the_batch(tiny_mo
         ]
     np.testing.assert_array_equal(samples[8], samples[100_000])
     assert samples[8].shape == (2, 3) and any(s for s in samples[8].ravel())
-    top_k, top_p = calls[0][1][0], calls[0][1][-1]
-    assert (top_k, top_p) == (0, 0.95) and all(n == 5 for new_tokens, _ in calls for n in new_tokens)
+    top_k, top_p = calls[0][3], calls[0][-1]
+    assert (top_k, top_p) == (0, 0.95) and all(n == 5 for _, _, new_tokens, *_ in calls for n in new_tokens)
 
 
 def test_a_served_model_is_not_refused_the_attack(tmp_path, capsys):

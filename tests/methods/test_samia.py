@@ -4,7 +4,7 @@ the batch (the keyed Gumbel noise it draws with), and the one generation samia a
 import numpy as np
 import pytest
 import torch
-from helpers import fail, read_jsonl, run_cli, write_jsonl
+from helpers import fail, read_jsonl, record_generations, run_cli, write_jsonl
 
 from mia_fast import ComputeConfig, Detector
 from mia_fast.errors import MiaFastError
@@ -85,22 +85,12 @@ def test_samples_do_not_depend_on_batch_size_or_on_the_other_texts(tiny_model_di
 
 
 def test_samia_and_samia_zlib_share_one_generation_as_long_as_each_first_half(tiny_model_dir, monkeypatch):
-    import mia_fast.pipeline.sampling as sampling
-
-    calls = []
-    original = sampling.generate
-    monkeypatch.setattr(
-        sampling,
-        "generate",
-        lambda model, prompts, keys, new_tokens, *rest: (
-            calls.append((prompts, keys, new_tokens)) or original(model, prompts, keys, new_tokens, *rest)
-        ),
-    )
+    calls = record_generations(monkeypatch)
     detector = Detector(str(tiny_model_dir), [SamiaSettings(samples=4)])
     detector.score(TEXTS, methods=["samia", "samia_zlib"])
     rows = [
         (prompt, len(prompt_keys), new)
-        for prompts, keys, new_tokens in calls
+        for prompts, keys, new_tokens, *_ in calls
         for prompt, prompt_keys, new in zip(prompts, keys, new_tokens)
     ]
     assert len(rows) == len(TEXTS) and all(samples == 4 for _, samples, _ in rows)  # each prompt once, 4 samples
