@@ -8,10 +8,14 @@ Pre-tokenized: a Zipf-distributed uint16 file (vocabulary 50257) and a uint32 on
 DC-PDD code's Python loop (on a slice, per token), and the machine's read bandwidth: the same file
 read through a fresh memory map by as many threads, doing nothing but touching every byte.
 
-Text: the shared pile_test corpus repeated to ``--text-mib`` MiB of JSON lines, tokenized with the
-built-in model's tokenizer. Contenders: ``build_from_text`` (what ``mia-fast freq build`` runs),
-the same reading, batching and threads with tokenization alone (no counting), and the public
-per-document loop (``tok.encode(text)[:max_tok]`` then ``counts[id] += 1``) on the first documents.
+Text: the shared pile_test corpus copied to ``--text-mib`` MiB of JSON lines (each copy's documents distinct), and
+again with each copy's letters permuted (no word repeats across copies: the tokenizers' caches see fresh text),
+tokenized with the built-in model's tokenizer. Contenders, interleaved round by round: ``build_from_text`` (what
+``mia-fast freq build`` runs) on 1 and 2 workers; fastokens alone on the same parsed texts, batches and threads;
+HF ``tokenizers`` alone (on the first two pieces: it is 20-100x slower); reading and parsing alone; with
+``--before``, the build of the commit before issue 55 in its own process; and the public per-document loop
+(``tok.encode(text)[:max_tok]`` then ``counts[id] += 1``) on the first documents. Also each stage's share on one core
+(read and parse, tokenize, count) and decompression throughput (gzip: standard library and ISA-L; zstd).
 
 Writes ``results/freq-<cores>core.json``.
 """
@@ -23,7 +27,10 @@ import gzip
 import itertools
 import json
 import os
+import random
 import statistics
+import string
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,9 +40,17 @@ from pathlib import Path
 import numpy as np
 from common import RESULTS, SHARED_DATA, machine
 
-from mia_fast.frequency import build, text_build
-from mia_fast.frequency.build import Counting
-from mia_fast.frequency.corpus import BadRecords, iter_documents
+from mia_fast.data import readers
+from mia_fast.frequency import counting_tokenizers, text_build
+from mia_fast.frequency.build import Counting, count_documents
+from mia_fast.frequency.corpus import BadRecords
+from mia_fast.frequency.counting_tokenizers import (
+    FastokensCounter,
+    RustCounter,
+    one_thread_per_worker,
+    tokenizer_json,
+)
+from mia_fast.frequency.pieces import PIECE_BYTES, piece_documents, plan_pieces
 from mia_fast.frequency.text_build import build_from_text
 from mia_fast.frequency.token_files import build_from_tokens
 from mia_fast.pipeline.models import load_tokenizer
@@ -128,36 +143,77 @@ def bench_tokens(workdir: Path, gib: float, n_rounds: int, threads: int) -> dict
     return results
 
 
-def repeated_corpus(path: Path, mib: int) -> Path:
-    """pile_test's four subsets as JSON lines, repeated until the file holds ``mib`` MiB."""
+def repeated_corpus(path: Path, mib: int, permuted: bool = False) -> Path:
+    """pile_test's four subsets as JSON lines, copied until the file holds ``mib`` MiB; each copy's documents start
+    with a line of their own, so no input repeats. With ``permuted``, every copy after the first also swaps the
+    letters of its words (a permutation of a-z of its own), so no word repeats across copies either: the
+    tokenizers' word caches then see text as fresh as a real corpus's."""
     if path.is_file() and path.stat().st_size >= mib * 2**20:
         return path
-    lines = [line for f in sorted((SHARED_DATA / "pile_test").glob("*.jsonl.gz")) for line in gzip.open(f, "rb")]
-    with open(path, "wb") as out:
-        written = 0
+    files = sorted((SHARED_DATA / "pile_test").glob("*.jsonl.gz"))
+    records = [json.loads(line) for f in files for line in gzip.open(f)]
+    with open(path, "w", encoding="utf-8") as out:
+        written, copy = 0, 0
         while written < mib * 2**20:
-            for line in lines:
+            letters = list(string.ascii_lowercase)
+            if permuted and copy:
+                random.Random(copy).shuffle(letters)
+            swap = str.maketrans(string.ascii_letters, "".join(letters) + "".join(letters).upper())
+            for index, record in enumerate(records):
+                line = json.dumps({"text": f"copy {copy} document {index}\n" + record["text"].translate(swap)}) + "\n"
                 out.write(line)
-                written += len(line)
+                written += len(line.encode())
+            copy += 1
     return path
 
 
-def tokenize_only(path: Path, tokenizer, workers: int) -> int:
-    """build_from_text's reading, batching and threads, with the tokenizer alone: the floor for counting."""
-    rust = build.counting_tokenizer(tokenizer)
-    encode = getattr(rust, "encode_batch_fast", rust.encode_batch)
+def parsed_pieces(path: Path) -> list[list[str]]:
+    """The documents of every piece of a corpus file, read and parsed as a build reads them."""
+    bad = BadRecords()
+    return [[text for block in piece_documents(piece, "text", bad) for text in block] for piece in plan_pieces(0, path)]
+
+
+def read_whole(path: Path) -> None:
+    """Reading alone: the file's bytes, in a build's pieces."""
+    with open(path, "rb") as f:
+        while f.read(PIECE_BYTES):
+            pass
+
+
+def read_and_parse(path: Path) -> int:
+    """Reading and parsing alone, as a build does, keeping no text: the documents of a corpus file."""
+    bad = BadRecords()
+    return sum(len(block) for piece in plan_pieces(0, path) for block in piece_documents(piece, "text", bad))
+
+
+def tokenize_alone(counter, pieces: list[list[str]], workers: int) -> int:
+    """The counting tokenizer alone on texts already in memory, in the build's batches and worker threads."""
 
     def tokenize(texts: list[str]) -> int:
-        return sum(len(e.ids) for e in encode(texts, add_special_tokens=False))
+        return sum(len(counter.encode(batch)[0]) for batch in text_build._batches([texts]))
 
-    tokens, pending = 0, []
     with ThreadPoolExecutor(workers) as pool:
-        for texts, _ in text_build._batches(iter_documents(path, "text", BadRecords())):
-            pending.append(pool.submit(tokenize, texts))
-            while len(pending) > 2 * workers:
-                tokens += pending.pop(0).result()
-        tokens += sum(f.result() for f in pending)
-    return tokens
+        return sum(pool.map(tokenize, pieces))
+
+
+def decompression(path: Path, workdir: Path) -> dict[str, float]:
+    """MB/s of decompressed corpus out of gzip (the standard library's and ISA-L's) and zstd, on the first 64 MiB."""
+    data = path.read_bytes()[: 64 << 20]
+    gz, zst = workdir / "sample.jsonl.gz", workdir / "sample.jsonl.zst"
+    gz.write_bytes(gzip.compress(data, 6))
+    zst.write_bytes(readers._zstd.compress(data, 3))
+    rates = {}
+    for name, target, opener in (
+        ("gzip_stdlib", gz, lambda p: gzip.open(p, "rb")),
+        ("gzip_isal", gz, lambda p: readers._gzip.open(p, "rb")),
+        ("zstd", zst, lambda p: readers._zstd.open(p, "rb")),
+    ):
+        started = time.perf_counter()
+        with opener(target) as f:
+            while f.read(8 << 20):
+                pass
+        rates[name] = len(data) / (time.perf_counter() - started) / 1e6
+    return rates
 
 
 def public_text_loop(path: Path, tokenizer, documents: int) -> dict[str, float]:
@@ -182,37 +238,134 @@ def public_text_loop(path: Path, tokenizer, documents: int) -> dict[str, float]:
     }
 
 
-def bench_text(workdir: Path, mib: int, n_rounds: int, workers: int) -> dict:
-    path = repeated_corpus(workdir / "pile-repeated.jsonl", mib)
-    tokenizer = load_tokenizer("default")
-    size = path.stat().st_size
-    result_tokens = {}
+def before_build(before: Path, python: str, path: Path, workers: int) -> float:
+    """Seconds of ``build_from_text`` as the checkout ``before`` has it (its tokenizer loaded first, not timed)."""
+    code = (
+        "import sys, time; sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "
+        "'ScikitBuildRedirectingFinder']; from mia_fast.pipeline.models import load_tokenizer; "
+        "from mia_fast.frequency.text_build import build_from_text; tok = load_tokenizer('default'); "
+        f"t = time.perf_counter(); build_from_text([{str(path)!r}], tok, workers={workers}); "
+        "print(time.perf_counter() - t)"
+    )
+    environment = USER_ENVIRONMENT | {"PYTHONPATH": str(before)}  # as a user runs it, without the build's settings
+    done = subprocess.run([python, "-c", code], env=environment, capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
 
-    def build() -> None:
-        result_tokens["build"] = build_from_text([path], tokenizer, workers=workers).table.tokens
 
-    def tokenize() -> None:
-        result_tokens["tokenize"] = tokenize_only(path, tokenizer, workers)
-
+def bench_corpus(path: Path, tokenizer, n_rounds: int, before: Path | None, before_python: str) -> dict:
+    """The contenders on one corpus file, interleaved round by round."""
     path.read_bytes()  # into the page cache
-    median = rounds({"mia_fast_build": build, "tokenize_only": tokenize}, n_rounds)
-    public = public_text_loop(path, tokenizer, PUBLIC_LOOP_DOCUMENTS)
-    tokens = result_tokens["build"]
-    assert tokens == result_tokens["tokenize"], "counting and tokenizing alone saw different tokens"
-    return {
-        "bytes": size,
-        "tokens": tokens,
-        "workers": workers,
-        "tokenizer": "built-in SmolLM2-135M",
-        "median_seconds": median,
-        "tokens_per_second": {name: tokens / s for name, s in median.items()}
-        | {"public_loop": public["tokens_per_second"]},
-        "megabytes_per_second": {name: size / s / 1e6 for name, s in median.items()},
-        "counting_overhead_vs_tokenizing": median["mia_fast_build"] / median["tokenize_only"] - 1,
-        "speedup_vs_public_loop": tokens / median["mia_fast_build"] / public["tokens_per_second"],
-        "public_loop_documents": PUBLIC_LOOP_DOCUMENTS,
-        "public_loop_tokenizing_share": public["tokenizing_share"],
+    size = path.stat().st_size
+    spec = tokenizer_json(tokenizer)
+    pieces = parsed_pieces(path)
+    first_pieces = pieces[:2]  # the tokenizers library alone runs on the first two pieces, one per worker
+    tokens: dict[str, int] = {}
+    counting: dict[int, list[float]] = {1: [], 2: []}  # of each build, the seconds after the tokenizers' check
+
+    # Every contender tokenizes with a tokenizer of its own, built anew: the libraries' word caches would carry one
+    # contender's warm-up into the next. A build loads its own (timed, as a user's build does); a library alone is
+    # loaded before the clock starts.
+    def build(workers: int) -> float:
+        counting_tokenizers._LOADED.clear()
+        started = time.perf_counter()
+        report = build_from_text([path], tokenizer, workers=workers)
+        tokens["build"] = report.table.tokens
+        counting[workers].append(report.counting_seconds)
+        return time.perf_counter() - started
+
+    def alone(name: str, library, texts: list[list[str]], workers: int) -> float:
+        counter = library(spec)
+        started = time.perf_counter()
+        tokens[name] = tokenize_alone(counter, texts, workers)
+        return time.perf_counter() - started
+
+    contenders = {
+        "build_1_worker": lambda: build(1),
+        "build_2_workers": lambda: build(2),
+        "fastokens_alone_1": lambda: alone("fast", FastokensCounter, pieces, 1),
+        "fastokens_alone_2": lambda: alone("fast", FastokensCounter, pieces, 2),
+        "tokenizers_alone_2_first_pieces": lambda: alone("exact", RustCounter, first_pieces, 2),
+        "read_and_parse_1": lambda: timed(lambda: read_and_parse(path)),
     }
+    if before is not None:
+        contenders["before_build_2_workers"] = lambda: before_build(before, before_python, path, 2)
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    loads = []
+    for r in range(n_rounds):
+        loads.append(os.getloadavg()[0])
+        for name, fn in contenders.items():
+            seconds = fn()
+            times[name].append(seconds)
+            print(f"{path.name} round {r + 1}: {name} {seconds:.2f}s", file=sys.stderr)
+    median = {name: statistics.median(t) for name, t in times.items()}
+    n = tokens["build"]
+    assert n == tokens["fast"], "the build and fastokens alone saw different tokens"
+    rates = {name: n / s for name, s in median.items() if not name.startswith("tokenizers")}
+    rates["tokenizers_alone_2_first_pieces"] = tokens["exact"] / median["tokenizers_alone_2_first_pieces"]
+    entry = {
+        "bytes": size,
+        "tokens": n,
+        "rounds": n_rounds,
+        "load_average_1min": loads,
+        "median_seconds": median,
+        "all_seconds": times,
+        "tokens_per_second": rates,
+        "megabytes_per_second": {name: size / s / 1e6 for name, s in median.items() if "first_pieces" not in name},
+        "build_over_fastokens_alone_2_workers": median["build_2_workers"] / median["fastokens_alone_2"],
+        "build_over_fastokens_alone_1_worker": median["build_1_worker"] / median["fastokens_alone_1"],
+        "two_workers_over_one": median["build_1_worker"] / median["build_2_workers"],
+        "build_counting_seconds": {f"{w}_workers": statistics.median(t) for w, t in counting.items()},
+    }
+    counted = entry["build_counting_seconds"]
+    entry["counting_over_fastokens_alone_2_workers"] = counted["2_workers"] / median["fastokens_alone_2"]
+    entry["counting_over_fastokens_alone_1_worker"] = counted["1_workers"] / median["fastokens_alone_1"]
+    entry["counting_two_workers_over_one"] = counted["1_workers"] / counted["2_workers"]
+    if before is not None:
+        entry["speedup_vs_before_2_workers"] = median["before_build_2_workers"] / median["build_2_workers"]
+    fast = FastokensCounter(spec)
+    encoded = [fast.encode(batch) for texts in pieces for batch in text_build._batches([texts])]
+    started = time.perf_counter()
+    for ids, offsets in encoded:
+        count_documents(ids, offsets, len(tokenizer), threads=1)
+    read = timed(lambda: read_whole(path))
+    stages = {
+        "read": read,
+        "parse": max(median["read_and_parse_1"] - read, 0.0),
+        "tokenize": median["fastokens_alone_1"],
+        "count": time.perf_counter() - started,
+    }
+    entry["stages_one_core"] = {
+        name: {"seconds": t, "share": t / sum(stages.values()), "megabytes_per_second": size / max(t, 1e-9) / 1e6}
+        for name, t in stages.items()
+    }
+    entry["tokens_per_second_per_core"] = {
+        "fastokens": n / median["fastokens_alone_1"],
+        "tokenizers": rates["tokenizers_alone_2_first_pieces"] / 2,
+        "build": n / median["build_1_worker"],
+    }
+    return entry
+
+
+# The environment before this process kept its tokenizer libraries to one thread each: the build before ran as users ran
+# it, with the libraries' own thread pools.
+USER_ENVIRONMENT = dict(os.environ)
+
+
+def bench_text(workdir: Path, mib: int, n_rounds: int, before: Path | None, before_python: str) -> dict:
+    one_thread_per_worker()
+    tokenizer = load_tokenizer("default")
+    result = {"tokenizer": "built-in SmolLM2-135M", "before": str(before) if before else None}
+    for corpus, permuted in (("repeated", False), ("permuted", True)):
+        path = repeated_corpus(workdir / f"pile-{corpus}-{mib}.jsonl", mib, permuted)
+        result[corpus] = bench_corpus(
+            path, tokenizer, n_rounds, before if corpus == "repeated" else None, before_python
+        )
+    result["decompression_megabytes_per_second"] = decompression(path, workdir)
+    public = public_text_loop(path, tokenizer, PUBLIC_LOOP_DOCUMENTS)
+    result["public_loop"] = public
+    build_rate = result["repeated"]["tokens_per_second"]["build_2_workers"]
+    result["speedup_2_workers_vs_public_loop"] = build_rate / public["tokens_per_second"]
+    return result
 
 
 def main() -> None:
@@ -227,6 +380,13 @@ def main() -> None:
         help="where the generated inputs are kept",
     )
     parser.add_argument("--only", choices=["tokens", "text"], help="run one half")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a checkout of the commit before issue 55, importable (its compiled core in its package): its build "
+        "runs beside this one, in its own process, on the same corpus",
+    )
+    parser.add_argument("--before-python", default=sys.executable, help="the Python that imports --before")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
@@ -234,7 +394,7 @@ def main() -> None:
     if args.only != "text":
         result["pre_tokenized"] = bench_tokens(args.workdir, args.gib, args.rounds, cores)
     if args.only != "tokens":
-        result["text"] = bench_text(args.workdir, args.text_mib, args.rounds, cores)
+        result["text"] = bench_text(args.workdir, args.text_mib, args.rounds, args.before, args.before_python)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"freq-{cores}core.json"
     if out.is_file() and args.only:
@@ -248,12 +408,19 @@ def main() -> None:
             f"({r['read_bandwidth_bytes_per_second'] / 1e9:.1f} GB/s)"
         )
     if "text" in result:
-        t = result["text"]
-        print(
-            f"text: {t['tokens_per_second']['mia_fast_build'] / 1e6:.2f}M tok/s, "
-            f"counting adds {t['counting_overhead_vs_tokenizing']:+.1%} "
-            f"over tokenizing alone, {t['speedup_vs_public_loop']:.1f}x the public loop"
-        )
+        for corpus in ("repeated", "permuted"):
+            t = result["text"][corpus]
+            rate = t["tokens_per_second"]
+            print(
+                f"text ({corpus}): build {rate['build_1_worker'] / 1e6:.1f}M tok/s on 1 worker, "
+                f"{rate['build_2_workers'] / 1e6:.1f}M on 2 ({t['two_workers_over_one']:.2f}x); "
+                f"build / fastokens alone {t['build_over_fastokens_alone_2_workers']:.2f} on 2 workers"
+                + (
+                    f"; {t['speedup_vs_before_2_workers']:.1f}x the build before"
+                    if "speedup_vs_before_2_workers" in t
+                    else ""
+                )
+            )
     print(f"wrote {out}")
 
 

@@ -40,3 +40,14 @@ def readable(line: str) -> str:
         return line
     head, tail = line[: LINE_CHARACTERS * 3 // 4], line[-LINE_CHARACTERS // 5 :]
     return f"{head} […{len(line) - len(head) - len(tail):,} characters…] {tail}"
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line (its lines joined, so a sentence continued on the next is kept), cut to
+    about ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    whole_words = head if text[limit - 1] == " " else head.rsplit(" ", 1)[0]  # a word cut short goes, not one whole
+    return whole_words + " …"

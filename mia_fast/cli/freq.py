@@ -17,6 +17,7 @@ from mia_fast.errors import MiaFastError
 from mia_fast.frequency.build import Counting
 from mia_fast.frequency.checkpoints import check_checkpoints, remove_checkpoints
 from mia_fast.frequency.corpus import CorpusFormat, expand_sources, require_text
+from mia_fast.frequency.counting_tokenizers import BACKENDS, one_thread_per_worker
 from mia_fast.frequency.table import MODES, FrequencyTable, tokenizer_fingerprint
 from mia_fast.frequency.text_build import build_from_text
 from mia_fast.frequency.token_files import TOKEN_DTYPES, build_from_tokens
@@ -68,7 +69,8 @@ def _add_build(actions: Any) -> None:
     build.add_argument(
         "sources",
         nargs="+",
-        help=".txt (a document per line), .jsonl[.gz], .json.gz (C4), .parquet files, directories or globs",
+        help=".txt (a document per line), .jsonl and .json lines (plain, .gz as C4, .zst as RedPajama and Dolma), "
+        ".parquet (FineWeb) files, directories or globs",
     )
     build.add_argument(
         "--tokenizer",
@@ -77,7 +79,17 @@ def _add_build(actions: Any) -> None:
     )
     build.add_argument("--text-field", default="text", help="JSON field or parquet column holding the text")
     build.add_argument(
-        "--workers", type=bounded(Range(1, MOST_THREADS, whole=True)), help="tokenizer threads (default: one per core)"
+        "--workers",
+        type=bounded(Range(1, MOST_THREADS, whole=True)),
+        help="cores to count on (default: all); with --ray, threads per Ray task (default 1)",
+    )
+    build.add_argument(
+        "--tokenizer-backend",
+        choices=BACKENDS,
+        default="auto",
+        help="who tokenizes: auto (default) counts with fastokens once it tokenizes the corpus's first documents and "
+        "a set of hard strings exactly as the model's tokenizer does, else with that tokenizer; fast insists on "
+        "fastokens; exact always uses the model's tokenizer",
     )
     build.add_argument(
         "--vocab-size",
@@ -141,13 +153,19 @@ def _summary(table: FrequencyTable, path: Path) -> str:
 
 
 def command_build(args: argparse.Namespace) -> None:
+    one_thread_per_worker()
     out = Path(args.out)
     sources = expand_sources(args.sources)
     _check_output(args, out, sources)
     checkpoints = out.with_name(out.name + ".partial")
     check_checkpoints(checkpoints)
     corpus = CorpusFormat(text_field=args.text_field, skip_bad_records=args.skip_bad_records)
-    counting = Counting(mode=args.mode, max_tokens_per_doc=args.max_tokens_per_doc, vocab_size=args.vocab_size)
+    counting = Counting(
+        mode=args.mode,
+        max_tokens_per_doc=args.max_tokens_per_doc,
+        vocab_size=args.vocab_size,
+        tokenizer_backend=args.tokenizer_backend,
+    )
     require_text(sources, corpus)  # before torch and the tokenizer, which take long to load
     if args.overwrite:
         remove_checkpoints(checkpoints)
@@ -178,10 +196,17 @@ def command_build(args: argparse.Namespace) -> None:
         print(f"skipped {report.bad_records} bad record(s), e.g.:", file=sys.stderr)
         for example in report.bad_examples:
             print(f"  {example}", file=sys.stderr)
-    rate = report.table.tokens / max(report.seconds, 1e-9)
+    if report.surrogate_documents:
+        print(
+            f"{report.surrogate_documents} document(s) held lone surrogates (escaped in JSON), counted as U+FFFD "
+            "as scoring tokenizes them",
+            file=sys.stderr,
+        )
+    rate = report.table.tokens / max(report.counting_seconds, 1e-9)
     print(
-        f"{_summary(report.table, out)} ({report.bytes_read / 2**20:.1f} MiB in {report.seconds:.1f}s, "
-        f"{rate / 1e6:.2f}M tokens/s)"
+        f"{_summary(report.table, out)} ({report.bytes_read / 2**20:.1f} MiB in {report.seconds:.1f}s, of which "
+        f"{report.seconds - report.counting_seconds:.1f}s loading and checking the tokenizers; counting "
+        f"{rate / 1e6:.2f}M tokens/s, tokenized by {report.tokenized_by})"
     )
 
 
@@ -209,7 +234,9 @@ def command_build_tokens(args: argparse.Namespace) -> None:
 def command_info(args: argparse.Namespace) -> None:
     table = FrequencyTable.load(args.table)
     for key, value in table.header().items():
-        if key != "sources":
+        if key == "tokenized_by":
+            print(f"{key:22} {', '.join(value) or 'not recorded (pre-tokenized ids, or a table of version 1)'}")
+        elif key != "sources":
             print(f"{key:22} {value}")
     print(
         f"{'sources':22} {len(table.sources)}: "

@@ -5,30 +5,30 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mia_fast.cluster.session import last_line, ray_session
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.frequency.build import Counting
 from mia_fast.frequency.checkpoints import ShardCheckpoints
-from mia_fast.frequency.corpus import BAD_EXAMPLES, CorpusFormat, expand_sources, no_tokens
+from mia_fast.frequency.corpus import BadRecords, CorpusFormat, expand_sources, no_tokens, require_text
+from mia_fast.frequency.counting_tokenizers import CounterRecipe, choose_counter
 from mia_fast.frequency.table import FrequencyTable
-from mia_fast.frequency.text_build import BuildReport, count_text_file, text_build_settings
+from mia_fast.frequency.text_build import BuildReport, corpus_sample, count_text_file, text_build_settings
 
 
 def _count_file(
-    path: str, tokenizer: Any, settings: dict[str, Any], threads: int, skip_bad_records: bool
-) -> tuple[Any, int, list[str], str]:
-    """A Ray task: one corpus file's table, its bad-record count and examples, and an error ('' if none)."""
+    path: str, recipe: CounterRecipe, settings: dict[str, Any], threads: int, skip_bad_records: bool
+) -> tuple[Any, BadRecords | None, str]:
+    """A Ray task: one corpus file's table, its bad records, and an error ('' if none)."""
     try:
-        table, bad = count_text_file(
-            Path(path), tokenizer, settings, workers=threads, skip_bad_records=skip_bad_records
-        )
+        table, bad = count_text_file(Path(path), recipe, settings, workers=threads, skip_bad_records=skip_bad_records)
     except MiaFastError as exc:
-        return None, 0, [], str(exc)
-    return table, bad.count, bad.examples, ""
+        return None, None, str(exc)
+    return table, bad, ""
 
 
 def build_on_ray(
@@ -43,21 +43,28 @@ def build_on_ray(
     progress: bool = False,
 ) -> BuildReport:
     """:func:`mia_fast.frequency.text_build.build_from_text` with each corpus file counted in a Ray task of its
-    own (``threads`` tokenizer threads and as many CPUs each), the tables added in file order: the same
-    table and report. Finished files are kept in ``checkpoint_dir`` as they come back, so a rerun skips them.
+    own (``threads`` workers and as many CPUs each), the tables added in file order: the same table and report.
+    The counting tokenizer is chosen (and checked) here, once, as ``counting.tokenizer_backend`` says; every task
+    counts with it.
+    Finished files are kept in ``checkpoint_dir`` as they come back, so a rerun skips them.
     The files must be at paths every node can read; the tables come back to this process."""
     started = time.perf_counter()
     if threads < 1:
         raise MiaFastError(f"--workers must be positive, got {threads}")
     settings = text_build_settings(tokenizer, counting, corpus)
     files = expand_sources(sources)
+    require_text(files, corpus)
+    choice = choose_counter(tokenizer, counting.tokenizer_backend, corpus_sample(files, corpus))
+    if choice.fell_back:
+        warnings.warn(MiaFastWarning(choice.fell_back), stacklevel=2)
+    counting_started = time.perf_counter()
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
     tables: list[Any] = [None] * len(files)
-    bad_counts, examples = [0] * len(files), [[] for _ in files]
+    bads = [BadRecords(skip=corpus.skip_bad_records) for _ in files]
     for index in range(len(files)):
         finished = checkpoints.load(index) if checkpoints else None
         if finished is not None:
-            tables[index], bad_counts[index] = finished
+            tables[index], bads[index].count = finished
     resumed = sum(table is not None for table in tables)
     todo = [index for index, table in enumerate(tables) if table is None]
     sizes = [path.stat().st_size for path in files]
@@ -65,26 +72,25 @@ def build_on_ray(
         bar = _bytes_bar(sum(sizes), sum(sizes) - sum(sizes[i] for i in todo), progress)
         with ray_session(address) as ray:
             count = ray.remote(num_cpus=threads)(_count_file)
-            shared_tokenizer = ray.put(tokenizer)
+            shared_recipe = ray.put(choice.recipe)
             pending = {
-                count.remote(str(files[i]), shared_tokenizer, settings, threads, corpus.skip_bad_records): i
-                for i in todo
+                count.remote(str(files[i]), shared_recipe, settings, threads, corpus.skip_bad_records): i for i in todo
             }
             try:
                 while pending:
                     ready, _ = ray.wait(list(pending), num_returns=1)
                     index = pending.pop(ready[0])
                     try:
-                        table, bad_counts[index], examples[index], error = ray.get(ready[0])
+                        table, found, error = ray.get(ready[0])
                     except ray.exceptions.RayError as exc:
                         raise MiaFastError(
                             f"{files[index]}: the Ray task failed: {last_line(exc)}; rerun to continue"
                         ) from None
                     if error:
                         raise MiaFastError(error)
-                    tables[index] = table
+                    tables[index], bads[index] = table, found
                     if checkpoints:
-                        checkpoints.save(index, table, bad_counts[index])
+                        checkpoints.save(index, table, found.count)
                     bar.update(sizes[index])
             finally:
                 for ref in pending:
@@ -93,8 +99,12 @@ def build_on_ray(
     table = FrequencyTable.merge(tables)
     if table.tokens == 0:
         raise no_tokens(files)
-    first_examples = [example for found in examples for example in found][:BAD_EXAMPLES]
-    return BuildReport(table, sum(bad_counts), first_examples, resumed, time.perf_counter() - started, sum(sizes))
+    bad = BadRecords(skip=corpus.skip_bad_records)
+    for found in bads:
+        bad.add(found)
+    seconds = time.perf_counter() - started
+    counting = time.perf_counter() - counting_started
+    return BuildReport(table, bad, resumed, seconds, counting, sum(sizes), choice.counter.library)
 
 
 def _bytes_bar(total: int, done: int, progress: bool) -> Any:

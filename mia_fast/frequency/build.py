@@ -1,17 +1,20 @@
 """Counting token ids into frequency counts: the Python face of the native core (``mia_fast._native``,
-C++ over buffers, the GIL released), and the batch counter that tokenizes text exactly as the model
-does and counts it. The only module that touches the native extension; it knows no files."""
+C++ over buffers, the GIL released), and the batch counter that tokenizes text with a counting tokenizer and
+counts it. The only module that touches the native extension; it knows no files."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mia_fast.errors import MiaFastError
+from mia_fast.frequency.counting_tokenizers import BACKENDS
 from mia_fast.frequency.table import MODES
+
+if TYPE_CHECKING:
+    from mia_fast.frequency.counting_tokenizers import CountingTokenizer
 
 
 def _native():
@@ -47,14 +50,20 @@ class Counting:
     """What a frequency table counts and into how many ids: ``mode`` ``occurrence`` counts every token,
     ``document`` the documents each token occurs in; ``max_tokens_per_doc`` counts only the first tokens of
     every document (None: all of them); ``vocab_size`` is the number of ids (a text build defaults to the
-    tokenizer's: give the model's when its output head is larger; a token build needs it)."""
+    tokenizer's: give the model's when its output head is larger; a token build needs it). ``tokenizer_backend``
+    says which library tokenizes a text build (``auto``, ``fast``, ``exact``:
+    :func:`~mia_fast.frequency.counting_tokenizers.choose_counter`); it never changes a count."""
 
     mode: str = "occurrence"
     max_tokens_per_doc: int | None = None
     vocab_size: int | None = None
+    tokenizer_backend: str = "auto"
 
     def __post_init__(self) -> None:
         check_counting_options(self.mode, self.max_tokens_per_doc)
+        if self.tokenizer_backend not in BACKENDS:
+            backends = ", ".join(BACKENDS)
+            raise MiaFastError(f"tokenizer_backend must be one of {backends}, got {self.tokenizer_backend!r}")
 
 
 def count_documents(
@@ -103,39 +112,23 @@ def parse_megatron_index(image: np.ndarray) -> dict[str, Any]:
     return _native().parse_megatron_index(image)
 
 
-def counting_tokenizer(tokenizer: Any) -> Any:
-    """The Rust ``tokenizers.Tokenizer`` behind a transformers fast tokenizer (or the tokenizer itself),
-    which counting batches go through; a slow Python tokenizer is refused."""
-    rust = getattr(tokenizer, "backend_tokenizer", tokenizer)
-    if not hasattr(rust, "encode_batch"):
-        raise MiaFastError(
-            "building a frequency table needs a fast (Rust) tokenizer; this one is a slow Python tokenizer"
-        )
-    return rust
-
-
 def tokenizer_vocab_size(tokenizer: Any) -> int:
-    return (
-        len(tokenizer)
-        if hasattr(tokenizer, "backend_tokenizer")
-        else counting_tokenizer(tokenizer).get_vocab_size(with_added_tokens=True)
-    )
+    """The ids of a transformers tokenizer (fast or slow) or of a ``tokenizers.Tokenizer``, added tokens included."""
+    if hasattr(tokenizer, "get_vocab_size") and not hasattr(tokenizer, "backend_tokenizer"):
+        return tokenizer.get_vocab_size(with_added_tokens=True)
+    return len(tokenizer)
 
 
 @dataclass(frozen=True)
 class BatchCounter:
-    """Tokenizes one batch of texts exactly as the model's tokenizer does (no special tokens) and counts it."""
+    """Tokenizes one batch of texts with a counting tokenizer (no special tokens) and counts its ids."""
 
-    tokenizer: Any  # a tokenizers.Tokenizer
+    tokenizer: CountingTokenizer
     vocab_size: int
     mode: str
     max_tokens_per_doc: int | None
 
     def __call__(self, texts: list[str]) -> tuple[np.ndarray, int]:
-        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
-        id_lists = [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
-        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
-        ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.uint32, count=int(lengths.sum()))
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        ids, offsets = self.tokenizer.encode(texts)
         counts = count_documents(ids, offsets, self.vocab_size, self.mode, self.max_tokens_per_doc, threads=1)
-        return counts, counted_tokens(lengths, self.max_tokens_per_doc)
+        return counts, counted_tokens(np.diff(offsets), self.max_tokens_per_doc)

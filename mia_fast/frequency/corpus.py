@@ -1,22 +1,29 @@
 """Text corpora of a frequency-table build: the files a source names (a file, a directory of shards, a glob), how
-they are read (:class:`CorpusFormat`), and every document of a file with how far into the file it is. Formats, any
-mix: ``.txt`` (one document per line, blank lines skipped), ``.jsonl``, ``.jsonl.gz`` and ``.json.gz`` (one JSON
-object per line, as in C4's files) and ``.parquet`` (one row per document). A bad record stops the read, or is skipped
-and counted (:class:`BadRecords`)."""
+they are read (:class:`CorpusFormat`), the text of one line, and every document of a file with how far into the file
+it is. Formats, any mix: ``.txt`` (one document per line, blank lines skipped), ``.jsonl`` and ``.json`` lines, plain,
+gzip- or zstd-compressed (one JSON object per line: C4's ``.json.gz``, RedPajama's and Dolma's ``.jsonl.zst``) and
+``.parquet`` (one row per document: FineWeb). A bad record stops the read, or is skipped and counted
+(:class:`BadRecords`); a lone surrogate escaped in JSON is counted as U+FFFD, as scoring tokenizes it."""
 
 from __future__ import annotations
 
 import glob
 import os
-import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mia_fast.data.readers import BadRecord, decode_json_record, iter_lines, iter_parquet, parquet_columns
+from mia_fast.data.readers import (
+    DECOMPRESSION_ERRORS,
+    BadRecord,
+    decode_json_record,
+    iter_lines,
+    refuse_repeated_columns,
+)
+from mia_fast.data.text import replace_lone_surrogates
 from mia_fast.errors import MiaFastError, shown
 
-TEXT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".json.gz", ".parquet")
+TEXT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst", ".parquet")
 BAD_EXAMPLES = 5  # bad records quoted in a build report
 
 
@@ -63,12 +70,13 @@ class CorpusFormat:
 
 @dataclass
 class BadRecords:
-    """Corpus records that are not valid UTF-8, not valid JSON or lack the text field: an error, or
-    skipped and counted when ``skip`` is set."""
+    """Corpus records that are not valid UTF-8 or JSON or lack the text field (an error, or skipped and counted when
+    ``skip`` is set), and the documents whose lone surrogates were counted as U+FFFD."""
 
     skip: bool = False
     count: int = 0
     examples: list[str] = field(default_factory=list)
+    surrogate_documents: int = 0
 
     def record(self, where: str, reason: str) -> None:
         if not self.skip:
@@ -77,56 +85,96 @@ class BadRecords:
         if len(self.examples) < BAD_EXAMPLES:
             self.examples.append(f"{where}: {reason}")
 
+    def add(self, other: BadRecords) -> None:
+        """Adds the records of a later part of the corpus (its examples after these)."""
+        self.count += other.count
+        self.examples = (self.examples + other.examples)[:BAD_EXAMPLES]
+        self.surrogate_documents += other.surrogate_documents
+
+
+def corpus_format(path: Path) -> str:
+    """The format of a corpus file by its suffix: ``txt``, ``json`` (JSON lines, compressed or not) or ``parquet``."""
+    suffix = _suffix(path, TEXT_SUFFIXES) or ""
+    return "parquet" if suffix == ".parquet" else "txt" if suffix == ".txt" else "json"
+
 
 def iter_documents(path: Path, text_field: str, bad: BadRecords) -> Iterator[tuple[str, int]]:
     """(text, bytes of the file consumed so far) for every document of a corpus file."""
-    suffix = _suffix(path, TEXT_SUFFIXES)
+    kind = corpus_format(path)
     try:
-        if suffix == ".parquet":
+        if kind == "parquet":
             yield from _parquet_documents(path, text_field, bad)
             return
         for line_number, line, position in iter_lines(path):
-            text = _line_text(line, suffix, text_field, f"{path}:{line_number}", bad)
+            text = line_text(line, kind, text_field, bad, lambda n=line_number: f"{path}:{n}")
             if text is not None:
                 yield text, position
-    except (OSError, EOFError, zlib.error) as exc:
-        raise MiaFastError(f"{path}: cannot read: {exc}") from None
+    except DECOMPRESSION_ERRORS as exc:
+        raise cannot_read(path, exc) from None
 
 
-def _line_text(line: bytes, suffix: str, text_field: str, where: str, bad: BadRecords) -> str | None:
-    if not line.strip():
+def cannot_read(path: Path, exc: BaseException) -> MiaFastError:
+    return MiaFastError(f"{path}: cannot read: {exc}")
+
+
+def line_text(line: bytes, kind: str, text_field: str, bad: BadRecords, where: Callable[[], str]) -> str | None:
+    """The document of one line of a ``txt`` or ``json`` corpus file, or None for a blank or bad line (``where``
+    names the line, asked only for a bad one)."""
+    if not line or line.isspace():
         return None
     try:
-        if suffix == ".txt":
+        if kind == "txt":
             try:
                 return line.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:
                 raise BadRecord("utf8", f"not valid UTF-8 (byte {exc.start})", str(exc)) from None
         record = decode_json_record(line)
     except BadRecord as problem:
-        bad.record(where, str(problem))
+        bad.record(where(), str(problem))
         return None
-    if not isinstance(record.get(text_field), str):
-        bad.record(where, f"no string field {shown(text_field)} (found: {', '.join(record)})")
+    text = record.get(text_field)
+    if not isinstance(text, str):
+        bad.record(where(), f"no string field {shown(text_field)} (found: {', '.join(record)})")
         return None
-    return record[text_field]
+    text, replaced = replace_lone_surrogates(text)  # json reads lone surrogates, which no tokenizer takes
+    bad.surrogate_documents += replaced > 0
+    return text
 
 
 def _parquet_documents(path: Path, text_field: str, bad: BadRecords) -> Iterator[tuple[str, int]]:
+    for texts, position in parquet_texts(path, text_field, bad):
+        for text in texts:
+            yield text, position
+
+
+def parquet_texts(
+    path: Path, text_field: str, bad: BadRecords, groups: range | None = None
+) -> Iterator[tuple[list[str], int]]:
+    """The texts of each row group of a parquet file (of ``groups``: all by default), with about how many bytes of
+    the file are read by its end; a row whose text is no string is a bad record."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     try:
-        columns = parquet_columns(path)
+        parquet = pq.ParquetFile(path)
+        columns = parquet.schema_arrow.names
+        if text_field not in columns:
+            raise MiaFastError(f"{path}: no column {shown(text_field)} (columns: {', '.join(columns)})")
+        refuse_repeated_columns(path, columns)
+        count, size = parquet.num_row_groups, path.stat().st_size
+        groups = range(count) if groups is None else groups
+        row = sum(parquet.metadata.row_group(g).num_rows for g in range(groups.start))
+        for group in groups:
+            texts = []
+            for value in parquet.read_row_group(group, columns=[text_field]).column(0).to_pylist():
+                row += 1
+                if isinstance(value, str):
+                    texts.append(value)
+                else:
+                    bad.record(f"{path}: row {row}", f"{shown(text_field)} is {type(value).__name__}, not text")
+            yield texts, size * (group + 1) // count
     except (pa.ArrowException, OSError) as exc:
-        raise MiaFastError(f"{path}: cannot read: {exc}") from None
-    if text_field not in columns:
-        raise MiaFastError(f"{path}: no column {shown(text_field)} (columns: {', '.join(columns)})")
-    for row, record, position in iter_parquet(path, [text_field]):
-        value = record[text_field]
-        if isinstance(value, str):
-            yield value, position
-        else:
-            bad.record(f"{path}: row {row}", f"{shown(text_field)} is {type(value).__name__}, not text")
+        raise cannot_read(path, exc) from None
 
 
 def no_tokens(files: Sequence[Path]) -> MiaFastError:

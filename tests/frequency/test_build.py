@@ -1,5 +1,6 @@
 """The Python face of the counting core: what a table counts (checked when made), counts by occurrence or by
-document with a cap, documents cut at a separator id, and the batch counter that tokenizes as the model does."""
+document with a cap, documents cut at a separator id, and the batch counter that counts what each counting tokenizer
+makes of a batch."""
 
 import numpy as np
 import pytest
@@ -12,10 +13,10 @@ from mia_fast.frequency.build import (
     TokenIdOutOfRange,
     count_documents,
     counted_tokens,
-    counting_tokenizer,
     separator_offsets,
     tokenizer_vocab_size,
 )
+from mia_fast.frequency.counting_tokenizers import FastokensCounter, PythonCounter, RustCounter, tokenizer_json
 
 
 def test_counting_settings_are_checked_when_made():
@@ -45,23 +46,16 @@ def test_a_separator_ends_each_document():
     assert separator_offsets(ids, 0).tolist() == [0, 3, 5, 6]
 
 
-def test_the_batch_counter_counts_what_the_tokenizer_makes_of_each_text():
+@pytest.mark.parametrize("library", [FastokensCounter, RustCounter, PythonCounter])
+def test_the_batch_counter_counts_what_the_tokenizer_makes_of_each_text(library):
     tokenizer = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>"}, vocab_size=300)
     texts = ["the fox jumps", "", "the dog and the fox"]
     vocab = tokenizer_vocab_size(tokenizer)
-    assert vocab == len(tokenizer)
-    counter = BatchCounter(counting_tokenizer(tokenizer), vocab, "document", None)
+    assert vocab == len(tokenizer) == tokenizer_vocab_size(tokenizer.backend_tokenizer)
+    source = tokenizer if library is PythonCounter else tokenizer_json(tokenizer)
+    counter = BatchCounter(library(source), vocab, "document", None)
     counts, tokens = counter(texts)
     encoded = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
     assert tokens == sum(map(len, encoded))
     expected = sum(np.bincount(np.unique(ids), minlength=vocab) for ids in encoded if ids)
     np.testing.assert_array_equal(counts, expected)
-
-
-def test_a_slow_tokenizer_is_refused():
-    class Slow:
-        def encode(self, text):
-            return [0]
-
-    with pytest.raises(MiaFastError, match="needs a fast \\(Rust\\) tokenizer"):
-        counting_tokenizer(Slow())

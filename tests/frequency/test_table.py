@@ -75,15 +75,38 @@ def test_wrong_magic_and_version_are_named():
     data = make_table().to_bytes()
     with pytest.raises(FrequencyTableError, match="not a mia-fast frequency table"):
         FrequencyTable.from_bytes(b"PK\x03\x04" + data[4:])
-    newer = data[:8] + struct.pack("<I", 2) + data[12:]
-    with pytest.raises(FrequencyTableError, match="format version 2; this mia-fast reads version 1"):
+    newer = data[:8] + struct.pack("<I", 3) + data[12:]
+    with pytest.raises(FrequencyTableError, match="format version 3; this mia-fast reads versions 1, 2"):
         FrequencyTable.from_bytes(newer)
 
 
-def sealed_with_header(header: dict, counts: np.ndarray) -> bytes:
+def sealed_with_header(header: dict, counts: np.ndarray, version: int = 2) -> bytes:
     text = json.dumps(header).encode()
     pad = b"\x00" * (-(16 + len(text)) % 8)
-    return reseal(MAGIC + struct.pack("<II", 1, len(text)) + text + pad + counts.astype("<u8").tobytes())
+    return reseal(MAGIC + struct.pack("<II", version, len(text)) + text + pad + counts.astype("<u8").tobytes())
+
+
+def test_a_table_of_version_1_still_loads_and_says_nothing_of_its_tokenizer_library():
+    """Tables written before the header named the library that tokenized: every one a user has still loads."""
+    header = make_table(vocab=5).header() | {"vocab_size": 5, "tokens": 10}
+    del header["tokenized_by"]
+    table = FrequencyTable.from_bytes(sealed_with_header(header, np.full(5, 2, np.uint64), version=1))
+    assert table.tokenized_by == () and table.tokens == 10
+    with pytest.raises(FrequencyTableError, match="exactly the fields"):
+        FrequencyTable.from_bytes(sealed_with_header(header, np.full(5, 2, np.uint64), version=2))
+    header["tokenized_by"] = ["fastokens 0.3.5"]
+    with pytest.raises(FrequencyTableError, match="exactly the fields"):
+        FrequencyTable.from_bytes(sealed_with_header(header, np.full(5, 2, np.uint64), version=1))
+    header["tokenized_by"] = [3]
+    with pytest.raises(FrequencyTableError, match="sources and tokenized_by strings"):
+        FrequencyTable.from_bytes(sealed_with_header(header, np.full(5, 2, np.uint64), version=2))
+
+
+def test_merged_tables_name_every_library_that_tokenized_them_once():
+    fast, exact = make_table(tokenized_by=("fastokens 0.3.5",)), make_table(tokenized_by=("tokenizers 0.23.3",))
+    merged = FrequencyTable.merge([fast, exact, fast, make_table()])
+    assert merged.tokenized_by == ("fastokens 0.3.5", "tokenizers 0.23.3")
+    assert FrequencyTable.from_bytes(merged.to_bytes()).tokenized_by == merged.tokenized_by
 
 
 @pytest.mark.parametrize(

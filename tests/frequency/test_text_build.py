@@ -9,10 +9,16 @@ import numpy as np
 import pytest
 from conftest import CORPUS, train_tokenizer
 
+try:
+    from compression import zstd
+except ImportError:  # before Python 3.14
+    from backports import zstd
+
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency import text_build
 from mia_fast.frequency.build import Counting
 from mia_fast.frequency.corpus import CorpusFormat
+from mia_fast.frequency.counting_tokenizers import choose_counter
 from mia_fast.frequency.table import FrequencyTable, tokenizer_fingerprint
 from mia_fast.frequency.text_build import build_from_text, count_text_file, text_build_settings
 from mia_fast.frequency.token_files import build_from_tokens
@@ -113,19 +119,17 @@ def test_interrupted_build_resumes_to_the_same_table(tokenizer, tmp_path, monkey
     uninterrupted = build_from_text(sources, tokenizer).table
 
     checkpoints = tmp_path / "out.freq.partial"
-    count_shard = text_build._count_text_shard
-    calls = []
+    count_piece = text_build.count_piece
 
-    def dies_on_third_shard(path, *args):
-        calls.append(path)
-        if len(calls) == 3:
+    def dies_on_third_shard(piece, job):
+        if piece.file == 2:
             raise KeyboardInterrupt
-        return count_shard(path, *args)
+        return count_piece(piece, job)
 
-    monkeypatch.setattr(text_build, "_count_text_shard", dies_on_third_shard)
+    monkeypatch.setattr(text_build, "count_piece", dies_on_third_shard)
     with pytest.raises(KeyboardInterrupt):
-        build_from_text(sources, tokenizer, checkpoint_dir=checkpoints)
-    monkeypatch.setattr(text_build, "_count_text_shard", count_shard)
+        build_from_text(sources, tokenizer, checkpoint_dir=checkpoints, workers=2)
+    monkeypatch.setattr(text_build, "count_piece", count_piece)
     report = build_from_text(sources, tokenizer, checkpoint_dir=checkpoints)
     assert report.resumed_shards == 2
     assert report.table.to_bytes() == uninterrupted.to_bytes()
@@ -203,8 +207,140 @@ def test_files_counted_alone_merge_to_the_build_of_all_of_them(tokenizer, tmp_pa
     counting, corpus = Counting(mode="document"), CorpusFormat(skip_bad_records=True)
     settings = text_build_settings(tokenizer, counting, corpus)
     assert settings["vocab_size"] == len(tokenizer) and settings["text_field"] == "text"
-    shards = [count_text_file(path, tokenizer, settings, workers=2, skip_bad_records=True) for path in paths]
+    recipe = choose_counter(tokenizer).recipe
+    shards = [count_text_file(path, recipe, settings, workers=2, skip_bad_records=True) for path in paths]
     assert [bad.count for _, bad in shards] == [0, 1, 0]
     whole = build_from_text(paths, tokenizer, counting, corpus)
     assert FrequencyTable.merge([table for table, _ in shards]).to_bytes() == whole.table.to_bytes()
     assert whole.bad_records == 1
+
+
+# ---- pieces, workers, libraries, formats ----
+
+
+def test_the_table_is_the_same_on_any_workers_pieces_and_library(tokenizer, tmp_path, monkeypatch):
+    """Pieces of a few lines each, batches of a few documents, 1 to 3 worker threads, two worker processes, and
+    fastokens or the model's own tokenizer: the counts are byte for byte those of one document at a time."""
+    from mia_fast.frequency import pieces
+
+    monkeypatch.setattr(pieces, "PIECE_BYTES", 700)
+    monkeypatch.setattr(pieces, "BLOCK_BYTES", 300)
+    monkeypatch.setattr(text_build, "BATCH_CHARS", 500)
+    paths = [write_corpus(tmp_path / f"s{i}.jsonl", ENGLISH_DOCS[i::2] + CHINESE_DOCS[i::2]) for i in range(2)]
+    expected = reference_counts(tokenizer, ENGLISH_DOCS + CHINESE_DOCS, len(tokenizer))
+    tables = {}
+    for workers in (1, 2, 3):
+        for backend in ("fast", "exact"):
+            counting = Counting(tokenizer_backend=backend)
+            tables[workers, backend] = build_from_text(paths, tokenizer, counting, workers=workers).table
+    monkeypatch.setattr(text_build, "MOST_THREADS", 1)  # two workers are processes now
+    tables["processes"] = build_from_text(paths, tokenizer, workers=2).table
+    for key, table in tables.items():
+        np.testing.assert_array_equal(table.counts, expected, err_msg=str(key))
+        assert table.documents == len(ENGLISH_DOCS + CHINESE_DOCS)
+    assert tables[1, "fast"].tokenized_by[0].startswith("fastokens ")
+    assert tables[1, "exact"].tokenized_by[0].startswith("tokenizers ")
+    assert tables["processes"].tokenized_by == tables[1, "fast"].tokenized_by
+    merged = FrequencyTable.merge([tables[1, "fast"], tables[1, "exact"]])  # the fingerprint stays the model's
+    np.testing.assert_array_equal(merged.counts, 2 * expected)
+
+
+def test_compressed_corpora_build_the_table_of_their_plain_lines(tokenizer, tmp_path):
+    """.jsonl.zst (RedPajama, Dolma), C4's .json.gz, several zstd frames and gzip members, and parquet row groups:
+    the table of the same documents in plain .jsonl."""
+    plain = write_corpus(tmp_path / "c.jsonl", ENGLISH_DOCS)
+    data = plain.read_bytes()
+    half = data.index(b"\n", len(data) // 2) + 1
+    (tmp_path / "c.jsonl.zst").write_bytes(zstd.compress(data[:half]) + zstd.compress(data[half:]))
+    (tmp_path / "c4.json.gz").write_bytes(gzip.compress(data[:half]) + gzip.compress(data[half:]))
+    write_corpus(tmp_path / "c.parquet", ENGLISH_DOCS)
+    expected = build_from_text([plain], tokenizer).table
+    for name in ("c.jsonl.zst", "c4.json.gz", "c.parquet"):
+        table = build_from_text([tmp_path / name], tokenizer, workers=2).table
+        np.testing.assert_array_equal(table.counts, expected.counts, err_msg=name)
+        assert (table.tokens, table.documents) == (expected.tokens, expected.documents)
+
+
+@pytest.mark.parametrize("name", ["t.jsonl.zst", "t.jsonl.gz"])
+def test_a_truncated_compressed_file_is_one_line(tokenizer, tmp_path, name):
+    data = "".join(json.dumps({"text": f"document {i} " * 50}) + "\n" for i in range(400)).encode()
+    whole = zstd.compress(data) if name.endswith(".zst") else gzip.compress(data)
+    (tmp_path / name).write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(MiaFastError, match=rf"{name}: cannot read: .*(ended before|truncated|end-of-stream)"):
+        build_from_text([tmp_path / name], tokenizer)
+
+
+def test_chinese_web_text_counts_the_same_through_both_libraries(tmp_path):
+    """ChineseWebText's records (title, score, text, url, source_domain) and those of its version 2 (nested domain
+    and toxicity), its text or its title counted: fastokens and the model's tokenizer give identical tables."""
+    chinese = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>"}, vocab_size=400)
+    v1 = tmp_path / "cwt.jsonl"
+    v1.write_text(
+        "".join(
+            json.dumps(
+                {"title": doc[:6], "score": 0.95, "text": doc, "url": "http://x.cn", "source_domain": "x.cn"},
+                ensure_ascii=False,
+            )
+            + "\n"
+            for doc in CHINESE_DOCS
+        ),
+        encoding="utf-8",
+    )
+    v2 = tmp_path / "cwt2.jsonl.zst"
+    lines = "".join(
+        json.dumps(
+            {
+                "text": doc,
+                "domain": {"single_label": "news", "multi_label": ["news"]},
+                "toxicity": {"label": 0, "score": 1e-5},
+                "quality_score": 0.96,
+            }
+        )
+        + "\n"
+        for doc in CHINESE_DOCS
+    )
+    v2.write_bytes(zstd.compress(lines.encode()))
+    for field, docs in (("text", CHINESE_DOCS), ("title", [doc[:6] for doc in CHINESE_DOCS])):
+        sources = [v1] if field == "title" else [v1, v2]
+        expected = reference_counts(chinese, docs * len(sources), len(chinese))
+        corpus = CorpusFormat(text_field=field)
+        fast = build_from_text(sources, chinese, Counting(tokenizer_backend="fast"), corpus).table
+        exact = build_from_text(sources, chinese, Counting(tokenizer_backend="exact"), corpus).table
+        np.testing.assert_array_equal(fast.counts, expected)
+        np.testing.assert_array_equal(exact.counts, expected)
+
+
+def test_bad_records_in_later_pieces_name_their_lines(tokenizer, tmp_path, monkeypatch):
+    """A bad line deep in a file, read by a piece that starts mid-file, is named by its line number."""
+    from mia_fast.frequency import pieces
+
+    monkeypatch.setattr(pieces, "PIECE_BYTES", 256)
+    lines = [json.dumps({"text": f"doc {i} " + "x" * (i % 7)}) for i in range(120)]
+    lines[97] = '{"text": "unterminated'
+    lines[40] = '{"title": "no text"}'
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n\n   \n")
+    with pytest.raises(MiaFastError, match=r"c.jsonl:41: no string field 'text'"):
+        build_from_text([path], tokenizer, workers=2)
+    report = build_from_text([path], tokenizer, corpus=CorpusFormat(skip_bad_records=True), workers=2)
+    assert report.bad_records == 2 and report.table.documents == 118
+    assert [e.split(": ", 1)[0].rsplit(":", 1)[1] for e in report.bad_examples] == ["41", "98"]
+
+
+def test_lone_surrogates_count_as_the_replacement_character(tokenizer, tmp_path):
+    """json reads a lone surrogate escaped in a record; no tokenizer takes one, so it counts as U+FFFD (as scoring
+    tokenizes it), and the report says how many documents held one."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"text": "caf\\ud800e"}\n{"text": "plain"}\n{"text": "\\udfff\\ud800 x"}\n')
+    report = build_from_text([path], tokenizer)
+    expected = reference_counts(tokenizer, ["caf\ufffde", "plain", "\ufffd\ufffd x"], len(tokenizer))
+    np.testing.assert_array_equal(report.table.counts, expected)
+    assert report.surrogate_documents == 2
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_document(tokenizer, tmp_path):
+    for name in ("b.jsonl", "b.txt"):
+        path = write_corpus(tmp_path / name, ["the fox", "the dog"])
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+        table = build_from_text([path], tokenizer).table
+        np.testing.assert_array_equal(table.counts, reference_counts(tokenizer, ["the fox", "the dog"], len(tokenizer)))

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mia_fast import load_model
-from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.models import cache_dir, check_model_source, one_line
+from mia_fast.errors import MiaFastError, one_line
+from mia_fast.pipeline.models import cache_dir, check_model_source
 
 
 @pytest.fixture(scope="module")
