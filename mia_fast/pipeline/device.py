@@ -61,9 +61,17 @@ def copies_weights(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def onednn_layout(device: torch.device) -> bool:
-    """Whether copied weights take oneDNN's blocked layout for their products here: on a CPU with oneDNN."""
-    return copies_weights(device) and torch.backends.mkldnn.is_available()
+def onednn_layout(device: torch.device, dtype: torch.dtype = torch.float32) -> bool:
+    """Whether copied weights of ``dtype`` take oneDNN's blocked layout for their products here: on a CPU with oneDNN,
+    and for bf16 or fp16 one whose instructions oneDNN computes them with (an AVX2-only CPU has none: oneDNN refuses
+    to lay such weights out, and torch's own products run them)."""
+    if not (copies_weights(device) and torch.backends.mkldnn.is_available()):
+        return False
+    if dtype == torch.bfloat16:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if dtype == torch.float16:
+        return torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    return True
 
 
 def on_flash_device(device: torch.device) -> bool:

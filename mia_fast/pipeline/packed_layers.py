@@ -30,7 +30,7 @@ class Product:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, reorder: bool) -> None:
         self.weight = weight.detach()
         self.bias = bias.detach() if bias is not None else None
-        self.onednn = reorder and onednn_layout(self.weight.device)
+        self.onednn = reorder and onednn_layout(self.weight.device, self.weight.dtype)
         self.epilogues = self.onednn and self.weight.dtype == torch.float32
         if self.onednn:
             self.weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.contiguous(), _PACKING_ROWS)

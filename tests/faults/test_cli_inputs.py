@@ -205,7 +205,7 @@ def test_a_build_that_fails_before_counting_anything_leaves_no_partial_directory
 
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": "the fox"}])
     tokenizer = models.load_tokenizer(str(tiny_model_dir))
-    monkeypatch.setattr(text_build, "_count_text_shard", disk_full)
+    monkeypatch.setattr(text_build, "count_piece", disk_full)
     with pytest.raises(OSError, match="No space left"):
         text_build.build_from_text([corpus], tokenizer, checkpoint_dir=tmp_path / "t.freq.partial")
     assert not (tmp_path / "t.freq.partial").exists()

@@ -52,6 +52,8 @@ def test_a_default_sized_per_device_falls_back_to_the_gpus():
 def test_on_a_cpu_weights_are_copied_and_its_own_flash_attention_runs():
     assert copies_weights(CPU) and cpu_flash_attention(CPU) and not on_flash_device(CPU)
     assert onednn_layout(CPU) == torch.backends.mkldnn.is_available()
+    # bf16 weights take oneDNN's layout only where oneDNN computes bf16 products (an AVX2-only CPU refuses them).
+    assert onednn_layout(CPU, torch.bfloat16) == (onednn_layout(CPU) and torch.ops.mkldnn._is_mkldnn_bf16_supported())
     assert forked_generators(CPU) == []
 
 
