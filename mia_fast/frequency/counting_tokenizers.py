@@ -10,6 +10,7 @@ process builds its counting tokenizer from, so every worker counts with the libr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import itertools
@@ -169,7 +170,7 @@ class CounterRecipe:
     kind: str
     source: Any
 
-    @property
+    @functools.cached_property  # a hash of the whole tokenizer.json (tens of MB for a large vocabulary): once
     def key(self) -> str:
         if isinstance(self.source, str):
             return f"{self.kind}:{hashlib.sha256(self.source.encode('utf-8')).hexdigest()}"
