@@ -1,6 +1,6 @@
 """Frequency-table speed: pre-tokenized counting and text counting, against their baselines, in one run.
 
-    python benchmarks/freq.py [--gib 1.0] [--text-mib 200] [--rounds 3] [--workdir DIR]
+    python benchmarks/freq.py [--gib 1.0] [--text-mib 200] [--rounds 3] [--scaling-mib N] [--workdir DIR]
 
 Pre-tokenized: a Zipf-distributed uint16 file (vocabulary 50257) and a uint32 one (151936) of
 ``--gib`` GiB each. Contenders, interleaved round by round: ``build_from_tokens`` (what
@@ -13,9 +13,11 @@ again with each copy's letters permuted (no word repeats across copies: the toke
 tokenized with the built-in model's tokenizer. Contenders, interleaved round by round: ``build_from_text`` (what
 ``mia-fast freq build`` runs) on 1 and 2 workers; fastokens alone on the same parsed texts, batches and threads;
 HF ``tokenizers`` alone (on the first two pieces: it is 20-100x slower); reading and parsing alone; with
-``--before``, the build of the commit before issue 55 in its own process; and the public per-document loop
-(``tok.encode(text)[:max_tok]`` then ``counts[id] += 1``) on the first documents. Also each stage's share on one core
-(read and parse, tokenize, count) and decompression throughput (gzip: standard library and ISA-L; zstd).
+``--before``, the build of the commit before issue 55 in its own process; fastokens building its tokenizer; and the
+public per-document loop (``tok.encode(text)[:max_tok]`` then ``counts[id] += 1``) on the first documents. Also each
+stage's share on one core (read and parse, tokenize, count), decompression throughput (gzip: standard library and
+ISA-L; zstd), each round's share of CPU time stolen by the hypervisor, and 2 workers over 1 round by round. With
+``--scaling-mib``, builds on 1 and 2 workers alone on a permuted corpus that large, where setup is a small share.
 
 Writes ``results/freq-<cores>core.json``.
 """
@@ -94,6 +96,19 @@ def timed(fn) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(all CPU ticks, ticks stolen by the hypervisor) since boot, from /proc/stat; (0, 0) elsewhere."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0, 0
+    return sum(fields), fields[7] if len(fields) > 7 else 0
+
+
+def steal_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    return (after[1] - before[1]) / max(after[0] - before[0], 1)
 
 
 def rounds(contenders: dict, n: int) -> dict[str, float]:
@@ -252,6 +267,45 @@ def before_build(before: Path, python: str, path: Path, workers: int) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
+def scaling(one: list[float], two: list[float], counting: dict[int, list[float]]) -> dict:
+    """2 workers over 1, whole builds and their counting alone, round by round (the two builds of a round ran one
+    after the other, so each ratio saw the same machine) and their medians."""
+    whole = [a / b for a, b in zip(one, two)]
+    counted = [a / b for a, b in zip(counting[1], counting[2])]
+    return {
+        "two_workers_over_one_by_round": whole,
+        "counting_two_workers_over_one_by_round": counted,
+        "two_workers_over_one_median_of_rounds": statistics.median(whole),
+        "counting_two_workers_over_one_median_of_rounds": statistics.median(counted),
+    }
+
+
+def bench_scaling(path: Path, tokenizer, n_rounds: int) -> dict:
+    """Builds on 1 and 2 workers alone, interleaved, on a corpus large enough that setup is a small share."""
+    path.read_bytes()
+    times: dict[int, list[float]] = {1: [], 2: []}
+    counting: dict[int, list[float]] = {1: [], 2: []}
+    steals = []
+    for r in range(n_rounds):
+        ticks = cpu_ticks()
+        for workers in (1, 2):
+            counting_tokenizers._LOADED.clear()
+            started = time.perf_counter()
+            report = build_from_text([path], tokenizer, workers=workers)
+            times[workers].append(time.perf_counter() - started)
+            counting[workers].append(report.counting_seconds)
+            print(f"{path.name} round {r + 1}: {workers} workers {times[workers][-1]:.2f}s", file=sys.stderr)
+        steals.append(steal_share(ticks, cpu_ticks()))
+    return {
+        "bytes": path.stat().st_size,
+        "tokens": report.table.tokens,
+        "rounds": n_rounds,
+        "steal_share": steals,
+        "seconds": {f"{w}_workers": t for w, t in times.items()},
+        "counting_seconds": {f"{w}_workers": t for w, t in counting.items()},
+    } | scaling(times[1], times[2], counting)
+
+
 def bench_corpus(path: Path, tokenizer, n_rounds: int, before: Path | None, before_python: str) -> dict:
     """The contenders on one corpus file, interleaved round by round."""
     path.read_bytes()  # into the page cache
@@ -261,6 +315,7 @@ def bench_corpus(path: Path, tokenizer, n_rounds: int, before: Path | None, befo
     first_pieces = pieces[:2]  # the tokenizers library alone runs on the first two pieces, one per worker
     tokens: dict[str, int] = {}
     counting: dict[int, list[float]] = {1: [], 2: []}  # of each build, the seconds after the tokenizers' check
+    setup: dict[int, list[float]] = {1: [], 2: []}  # and before it: settings, the check, loading fastokens
 
     # Every contender tokenizes with a tokenizer of its own, built anew: the libraries' word caches would carry one
     # contender's warm-up into the next. A build loads its own (timed, as a user's build does); a library alone is
@@ -271,6 +326,7 @@ def bench_corpus(path: Path, tokenizer, n_rounds: int, before: Path | None, befo
         report = build_from_text([path], tokenizer, workers=workers)
         tokens["build"] = report.table.tokens
         counting[workers].append(report.counting_seconds)
+        setup[workers].append(report.seconds - report.counting_seconds)
         return time.perf_counter() - started
 
     def alone(name: str, library, texts: list[list[str]], workers: int) -> float:
@@ -286,36 +342,45 @@ def bench_corpus(path: Path, tokenizer, n_rounds: int, before: Path | None, befo
         "fastokens_alone_2": lambda: alone("fast", FastokensCounter, pieces, 2),
         "tokenizers_alone_2_first_pieces": lambda: alone("exact", RustCounter, first_pieces, 2),
         "read_and_parse_1": lambda: timed(lambda: read_and_parse(path)),
+        "fastokens_load": lambda: timed(lambda: FastokensCounter(spec)),
     }
     if before is not None:
         contenders["before_build_2_workers"] = lambda: before_build(before, before_python, path, 2)
     times: dict[str, list[float]] = {name: [] for name in contenders}
-    loads = []
+    loads, steals = [], []
     for r in range(n_rounds):
         loads.append(os.getloadavg()[0])
+        ticks = cpu_ticks()
         for name, fn in contenders.items():
             seconds = fn()
             times[name].append(seconds)
             print(f"{path.name} round {r + 1}: {name} {seconds:.2f}s", file=sys.stderr)
+        steals.append(steal_share(ticks, cpu_ticks()))
     median = {name: statistics.median(t) for name, t in times.items()}
     n = tokens["build"]
     assert n == tokens["fast"], "the build and fastokens alone saw different tokens"
-    rates = {name: n / s for name, s in median.items() if not name.startswith("tokenizers")}
+    rates = {name: n / s for name, s in median.items() if not name.startswith(("tokenizers", "fastokens_load"))}
     rates["tokenizers_alone_2_first_pieces"] = tokens["exact"] / median["tokenizers_alone_2_first_pieces"]
     entry = {
         "bytes": size,
         "tokens": n,
         "rounds": n_rounds,
         "load_average_1min": loads,
+        "steal_share": steals,
         "median_seconds": median,
         "all_seconds": times,
         "tokens_per_second": rates,
-        "megabytes_per_second": {name: size / s / 1e6 for name, s in median.items() if "first_pieces" not in name},
+        "megabytes_per_second": {
+            name: size / s / 1e6 for name, s in median.items() if "first_pieces" not in name and "load" not in name
+        },
         "build_over_fastokens_alone_2_workers": median["build_2_workers"] / median["fastokens_alone_2"],
         "build_over_fastokens_alone_1_worker": median["build_1_worker"] / median["fastokens_alone_1"],
         "two_workers_over_one": median["build_1_worker"] / median["build_2_workers"],
         "build_counting_seconds": {f"{w}_workers": statistics.median(t) for w, t in counting.items()},
-    }
+        "build_setup_seconds": {f"{w}_workers": statistics.median(t) for w, t in setup.items()},
+        "build_over_fastokens_alone_and_its_load_2_workers": median["build_2_workers"]
+        / (median["fastokens_alone_2"] + median["fastokens_load"]),
+    } | scaling(times["build_1_worker"], times["build_2_workers"], counting)
     counted = entry["build_counting_seconds"]
     entry["counting_over_fastokens_alone_2_workers"] = counted["2_workers"] / median["fastokens_alone_2"]
     entry["counting_over_fastokens_alone_1_worker"] = counted["1_workers"] / median["fastokens_alone_1"]
@@ -351,7 +416,9 @@ def bench_corpus(path: Path, tokenizer, n_rounds: int, before: Path | None, befo
 USER_ENVIRONMENT = dict(os.environ)
 
 
-def bench_text(workdir: Path, mib: int, n_rounds: int, before: Path | None, before_python: str) -> dict:
+def bench_text(
+    workdir: Path, mib: int, n_rounds: int, before: Path | None, before_python: str, scaling_mib: int | None
+) -> dict:
     one_thread_per_worker()
     tokenizer = load_tokenizer("default")
     result = {"tokenizer": "built-in SmolLM2-135M", "before": str(before) if before else None}
@@ -360,6 +427,9 @@ def bench_text(workdir: Path, mib: int, n_rounds: int, before: Path | None, befo
         result[corpus] = bench_corpus(
             path, tokenizer, n_rounds, before if corpus == "repeated" else None, before_python
         )
+    if scaling_mib:
+        large = repeated_corpus(workdir / f"pile-permuted-{scaling_mib}.jsonl", scaling_mib, True)
+        result["scaling_permuted"] = bench_scaling(large, tokenizer, n_rounds)
     result["decompression_megabytes_per_second"] = decompression(path, workdir)
     public = public_text_loop(path, tokenizer, PUBLIC_LOOP_DOCUMENTS)
     result["public_loop"] = public
@@ -373,6 +443,9 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=1.0, help="size of each generated token file")
     parser.add_argument("--text-mib", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--scaling-mib", type=int, help="also time builds on 1 and 2 workers alone on a permuted corpus this large"
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -394,7 +467,9 @@ def main() -> None:
     if args.only != "text":
         result["pre_tokenized"] = bench_tokens(args.workdir, args.gib, args.rounds, cores)
     if args.only != "tokens":
-        result["text"] = bench_text(args.workdir, args.text_mib, args.rounds, args.before, args.before_python)
+        result["text"] = bench_text(
+            args.workdir, args.text_mib, args.rounds, args.before, args.before_python, args.scaling_mib
+        )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"freq-{cores}core.json"
     if out.is_file() and args.only:
@@ -420,6 +495,13 @@ def main() -> None:
                     if "speedup_vs_before_2_workers" in t
                     else ""
                 )
+            )
+        if "scaling_permuted" in result["text"]:
+            t = result["text"]["scaling_permuted"]
+            print(
+                f"scaling ({t['bytes'] / 1e6:.0f} MB permuted): 2 workers / 1 worker "
+                f"{t['two_workers_over_one_median_of_rounds']:.2f}x whole, "
+                f"{t['counting_two_workers_over_one_median_of_rounds']:.2f}x counting (medians of rounds)"
             )
     print(f"wrote {out}")
 

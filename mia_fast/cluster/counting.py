@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mia_fast.cluster.session import last_line, ray_session
-from mia_fast.errors import MiaFastError, MiaFastWarning
+from mia_fast.errors import MiaFastError
 from mia_fast.frequency.build import Counting
 from mia_fast.frequency.checkpoints import ShardCheckpoints
-from mia_fast.frequency.corpus import BadRecords, CorpusFormat, expand_sources, no_tokens, require_text
-from mia_fast.frequency.counting_tokenizers import CounterRecipe, choose_counter
+from mia_fast.frequency.corpus import BadRecords, CorpusFormat, no_tokens
+from mia_fast.frequency.counting_tokenizers import CounterRecipe
 from mia_fast.frequency.table import FrequencyTable
-from mia_fast.frequency.text_build import BuildReport, corpus_sample, count_text_file, text_build_settings
+from mia_fast.frequency.text_build import BuildReport, count_text_file, settle_build
 
 
 def _count_file(
@@ -51,12 +50,7 @@ def build_on_ray(
     started = time.perf_counter()
     if threads < 1:
         raise MiaFastError(f"--workers must be positive, got {threads}")
-    settings = text_build_settings(tokenizer, counting, corpus)
-    files = expand_sources(sources)
-    require_text(files, corpus)
-    choice = choose_counter(tokenizer, counting.tokenizer_backend, corpus_sample(files, corpus))
-    if choice.fell_back:
-        warnings.warn(MiaFastWarning(choice.fell_back), stacklevel=2)
+    settings, files, choice = settle_build(sources, tokenizer, counting, corpus)
     counting_started = time.perf_counter()
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
     tables: list[Any] = [None] * len(files)

@@ -102,12 +102,27 @@ def piece_documents(piece: Piece, text_field: str, bad: BadRecords) -> Iterator[
 _DECODER = msgspec.json.Decoder()
 
 
+@functools.lru_cache(maxsize=8)
+def _text_decoder(text_field: str) -> msgspec.json.Decoder:
+    """A decoder of records that builds only their text (a string, else it refuses), skipping every other field."""
+    return msgspec.json.Decoder(msgspec.defstruct("Record", [("text", str)], rename={"text": text_field}))
+
+
 def _block_texts(block: bytes | memoryview, text_field: str) -> list[str] | None:
     """The text of every line of a block of JSON lines, or None where msgspec refuses a line, a record lacks a
-    string text or a line is not exactly one object (the line-by-line reading then says which)."""
+    string text or a line is not exactly one object (the line-by-line reading then says which).
+
+    An ASCII block (every JSON writer's default: it escapes the rest) is decoded to its texts alone, no object made
+    for the other fields (measured 1.15-1.3x faster on records with C4's url and timestamp and a Pile meta, the same
+    on records of text alone; time holding the GIL is time the other worker threads may wait); skipped fields are
+    checked as JSON but not as UTF-8, which an ASCII block cannot break. msgspec refuses where ``json`` may accept (NaN, a lone
+    surrogate's escape, a duplicate text field of another type): the line-by-line reading then has the last word."""
     data = bytes(block)
     lines = _object_lines(data)
     try:
+        if lines and data.isascii():
+            texts = [record.text for record in _text_decoder(text_field).decode_lines(data)]
+            return texts if len(texts) == lines else None
         if lines:  # the block read as one stream of values: one call
             records = _DECODER.decode_lines(data)
             if len(records) != lines:
@@ -125,12 +140,14 @@ def _object_lines(data: bytes) -> int:
     on past its line (after a ``}`` that does not end it, JSON wants ``,``, ``}`` or ``]``, never the ``{`` that
     starts the next line), so each line holds at least one value, and exactly one when the block holds as many
     values as lines."""
-    text = np.frombuffer(data, dtype=np.uint8)
-    newlines = np.flatnonzero(text == _NEWLINE)
-    firsts = np.concatenate(([0], newlines[newlines < len(text) - 1] + 1))  # each line's first byte
-    lasts = newlines - 1 if data.endswith(b"\n") else np.append(newlines - 1, len(text) - 1)  # and its last
-    whole = len(text) > 0 and (text[firsts] == _OPEN).all() and (text[lasts[lasts >= 0]] == _CLOSE).all()
-    return len(firsts) if whole and len(firsts) == len(lasts) else 0
+    end = len(data) - 1 if data.endswith(b"\n") else len(data)
+    if not (data.startswith(b"{") and data.endswith(b"}", 0, end)):
+        return 0
+    text = np.frombuffer(data, dtype=np.uint8, count=end)
+    newlines = np.flatnonzero(text == _NEWLINE)  # the fastest scan measured here (bytes.count: 2-3x slower)
+    if len(newlines) and not ((text[newlines - 1] == _CLOSE).all() and (text[newlines + 1] == _OPEN).all()):
+        return 0
+    return len(newlines) + 1
 
 
 _NEWLINE, _OPEN, _CLOSE = ord("\n"), ord("{"), ord("}")

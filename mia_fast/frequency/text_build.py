@@ -218,18 +218,10 @@ def build_from_text(
     stops before any shard counted a token removes the directory, which would hold nothing to resume.
     """
     started = time.perf_counter()
-    with ThreadPoolExecutor(1, thread_name_prefix="mia-fast-load") as loading:
-        preloaded = loading.submit(preload_fast, tokenizer, counting.tokenizer_backend)
-        settings = text_build_settings(tokenizer, counting, corpus)
-        files = expand_sources(sources)
-        require_text(files, corpus)
-        preloaded.result()
     workers = workers or available_cores()
     if workers < 1:
         raise MiaFastError(f"workers must be positive, got {workers}")
-    choice = choose_counter(tokenizer, counting.tokenizer_backend, corpus_sample(files, corpus))
-    if choice.fell_back:
-        warnings.warn(MiaFastWarning(choice.fell_back), stacklevel=2)
+    settings, files, choice = settle_build(sources, tokenizer, counting, corpus)
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
     sizes = [path.stat().st_size for path in files]
     bar = Progress(sum(sizes), progress)
@@ -271,6 +263,23 @@ def build_from_text(
     seconds = time.perf_counter() - started
     counting = time.perf_counter() - counting_started
     return BuildReport(table, bad, resumed, seconds, counting, sum(sizes), choice.counter.library)
+
+
+def settle_build(
+    sources: Sequence[str | os.PathLike], tokenizer: Any, counting: Counting, corpus: CorpusFormat
+) -> tuple[dict[str, Any], list[Path], CounterChoice]:
+    """What a text build settles before it counts: its settings (:func:`text_build_settings`), its files and its
+    counting tokenizer, checked against the model's (with a warning where it fell back). The fast library builds its
+    tokenizer on a thread of its own meanwhile: it is the longest step, and lets the others run beside it."""
+    with ThreadPoolExecutor(1, thread_name_prefix="mia-fast-load") as loading:
+        loading.submit(preload_fast, tokenizer, counting.tokenizer_backend)
+        settings = text_build_settings(tokenizer, counting, corpus)
+        files = expand_sources(sources)
+        require_text(files, corpus)
+        choice = choose_counter(tokenizer, counting.tokenizer_backend, corpus_sample(files, corpus))
+    if choice.fell_back:
+        warnings.warn(MiaFastWarning(choice.fell_back), stacklevel=3)
+    return settings, files, choice
 
 
 def _piece_job(choice: CounterChoice, settings: dict[str, Any], skip_bad_records: bool) -> PieceJob:

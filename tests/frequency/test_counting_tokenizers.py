@@ -7,7 +7,9 @@ import importlib
 import importlib.util
 import shutil
 import struct
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -24,7 +26,9 @@ from mia_fast.frequency.counting_tokenizers import (
     FAST,
     HARD_STRINGS,
     PYTHON,
+    CounterRecipe,
     FastokensCounter,
+    check_encoding,
     check_strings,
     choose_counter,
     first_difference,
@@ -165,7 +169,8 @@ def test_fast_gives_the_model_ids_or_is_refused_on_every_family(family):
         return
     assert choice.recipe.kind == FAST
     exact = choose_counter(tokenizer, "exact").counter
-    assert first_difference(choice.counter, exact, texts + check_strings(tokenizer_json(tokenizer))) is None
+    checked = texts + check_strings(tokenizer_json(tokenizer))
+    assert first_difference(check_encoding(choice.counter, checked), check_encoding(exact, checked)) is None
     ids, offsets = choice.counter.encode(texts)
     reference = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
     assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == reference
@@ -308,3 +313,25 @@ def test_a_counting_copy_drops_truncation_and_keeps_the_users_tokenizer(tiny):
 def test_unknown_backend_is_one_line(tiny):
     with pytest.raises(MiaFastError, match="must be one of auto, fast, exact, got 'quick'"):
         choose_counter(tiny, "quick")
+
+
+def test_a_tokenizer_another_thread_is_building_is_built_once(monkeypatch):
+    """The build's loading thread and its check both want the fast tokenizer: the second waits for the first."""
+    started, release, built = threading.Event(), threading.Event(), []
+
+    def slow_builder(source):
+        built.append(source)
+        started.set()
+        release.wait(10)
+        return object()
+
+    monkeypatch.setitem(counting_tokenizers._BUILDERS, FAST, slow_builder)
+    monkeypatch.setattr(counting_tokenizers, "_LOADED", {})
+    recipe = CounterRecipe(FAST, '{"model": "once"}')
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(recipe.load)
+        started.wait(10)
+        second = pool.submit(CounterRecipe(FAST, '{"model": "once"}').load)
+        release.set()
+        assert first.result() is second.result()
+    assert built == ['{"model": "once"}']

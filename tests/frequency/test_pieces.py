@@ -72,6 +72,29 @@ raw_line = st.one_of(
 )
 
 
+# Lines as JSON writers write them by default, every other character escaped: a block of them is decoded to its texts
+# alone, the other fields skipped, so the odd values sit beside the text.
+ascii_line = st.one_of(
+    st.builds(json.dumps, st.dictionaries(st.sampled_from(["text", "t", "x"]), json_value, max_size=3)),
+    st.sampled_from(
+        [
+            '{"x": NaN, "text": "a"}',
+            '{"x": "\\ud800", "text": "a"}',
+            '{"x": 01, "text": "a"}',
+            '{"x": [1,], "text": "a"}',
+            '{"x": "\\q", "text": "a"}',
+            '{"text": "a", "text": 1}',
+            '{"text": 1, "text": "b"}',
+            '{"text": "a", "text": "b"}',
+            '{"text": "a", "x": 1e400}',
+            '{"text": null}',
+            '{"text": "a"} {"text": "b"}',
+            "{}",
+        ]
+    ),
+)
+
+
 # Records that run over two lines, and lines of two records, which a reader of the block as one stream must not pair
 # up into as many records as lines.
 multiline = st.sampled_from(
@@ -80,7 +103,10 @@ multiline = st.sampled_from(
 
 
 @settings(max_examples=600, deadline=None)
-@given(lines=st.lists(raw_line | multiline, max_size=12), invalid_utf8=st.booleans())
+@given(
+    lines=st.lists(raw_line | multiline, max_size=12) | st.lists(ascii_line | multiline, max_size=12),
+    invalid_utf8=st.booleans(),
+)
 def test_a_block_parsed_at_once_reads_what_json_reads_line_by_line(tmp_path_factory, lines, invalid_utf8):
     """msgspec on a whole block, and line by line where it refuses: the same documents, bad records and lone
     surrogates as ``json`` line by line (the reader every earlier build used)."""
