@@ -345,6 +345,17 @@ CASES = [
         "--workers",
     ),
     Case("freq build: output exists", "freq build {corpus_dir} --tokenizer {model} --out {table} --quiet", "exists"),
+    Case(
+        "freq build: one file given twice",
+        "freq build {corpus_file} {corpus_file} --tokenizer {model} --out {work}/e.freq --quiet",
+        "given twice",
+    ),
+    Case(
+        "freq build: a folder and a file in it",
+        "freq build {corpus_dir} {corpus_file} --tokenizer {model} --out {work}/e.freq --quiet",
+        "given twice",
+    ),
+    Case("freq build: a named pipe", "freq build {fifo} --tokenizer {model} --out {work}/e.freq --quiet", "named pipe"),
     Case("freq info: not a table", "freq info {text_file}", "frequency table"),
     Case("freq info: one flipped byte", "freq info {bad_table}", "checksum"),
     Case("freq merge: a table missing", "freq merge {table} {work}/no.freq --out {work}/m.freq", "no.freq"),

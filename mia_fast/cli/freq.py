@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from mia_fast.cli.options import add_overwrite_and_quiet, bounded
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data.artefacts import OutputLock
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.build import Counting
@@ -146,6 +148,17 @@ def _check_output(args: argparse.Namespace, path: Path, inputs: Sequence[Path] =
         raise MiaFastError(f"{parent}: no such directory for the output")
 
 
+@contextmanager
+def _claimed(args: argparse.Namespace, path: Path, inputs: Sequence[Path] = ()) -> Iterator[None]:
+    """The output checked, then locked for the command's length (``OUT.lock``, as ``score`` locks its output: a second
+    writer is refused, naming the first one's PID), and checked again under the lock: a writer that finished while
+    this one started has written it."""
+    _check_output(args, path, inputs)
+    with OutputLock(path):
+        _check_output(args, path, inputs)
+        yield
+
+
 def _summary(table: FrequencyTable, path: Path) -> str:
     documents = "unknown" if table.documents is None else f"{table.documents:,}"
     seen = int((table.counts > 0).sum())
@@ -156,7 +169,11 @@ def command_build(args: argparse.Namespace) -> None:
     one_thread_per_worker()
     out = Path(args.out)
     sources = expand_sources(args.sources)
-    _check_output(args, out, sources)
+    with _claimed(args, out, sources):
+        _build(args, out, sources)
+
+
+def _build(args: argparse.Namespace, out: Path, sources: list[Path]) -> None:
     checkpoints = out.with_name(out.name + ".partial")
     check_checkpoints(checkpoints)
     corpus = CorpusFormat(text_field=args.text_field, skip_bad_records=args.skip_bad_records)
@@ -212,7 +229,11 @@ def command_build(args: argparse.Namespace) -> None:
 
 def command_build_tokens(args: argparse.Namespace) -> None:
     out = Path(args.out)
-    _check_output(args, out)
+    with _claimed(args, out):
+        _build_tokens(args, out)
+
+
+def _build_tokens(args: argparse.Namespace, out: Path) -> None:
     fingerprint = None
     if args.tokenizer:
         from mia_fast.pipeline.models import load_tokenizer
@@ -259,7 +280,7 @@ def command_info(args: argparse.Namespace) -> None:
 
 def command_merge(args: argparse.Namespace) -> None:
     out = Path(args.out)
-    _check_output(args, out)
-    table = FrequencyTable.merge([FrequencyTable.load(p) for p in args.tables])
-    table.save(out, overwrite=args.overwrite)
+    with _claimed(args, out, [Path(p) for p in args.tables]):
+        table = FrequencyTable.merge([FrequencyTable.load(p) for p in args.tables])
+        table.save(out, overwrite=args.overwrite)
     print(_summary(table, out))

@@ -17,6 +17,7 @@ from mia_fast.data.readers import (
     DECOMPRESSION_ERRORS,
     BadRecord,
     decode_json_record,
+    file_kind,
     iter_lines,
     refuse_repeated_columns,
 )
@@ -33,8 +34,10 @@ def _suffix(path: Path, suffixes: Sequence[str]) -> str | None:
 
 
 def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str] = TEXT_SUFFIXES) -> list[Path]:
-    """Files named directly, found under a directory (recursively, by suffix) or matched by a glob."""
+    """Files named directly, found under a directory (recursively, by suffix) or matched by a glob; a file reached
+    twice (named twice, inside a folder also given, through a link) is refused: it would be counted twice."""
     files: list[Path] = []
+    named: list[str] = []  # how the sources named each file
     for source in sources:
         text = os.fspath(source)
         path = Path(text)
@@ -51,11 +54,34 @@ def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]
                 raise MiaFastError(f"{path}: unsupported corpus format; use one of {', '.join(suffixes)}")
             found = [path]
         else:
-            raise MiaFastError(f"{path}: no such file or directory")
+            raise MiaFastError(f"{path}: {_missing(path)}")
         files.extend(found)
+        named.extend([text] if found == [path] else [f"{p} (in {text})" for p in found])
     if not files:
         raise MiaFastError("no corpus files given")
+    _refuse_repeats(files, named)
     return files
+
+
+def _missing(path: Path) -> str:
+    """Why a source that is neither a folder nor a file is not a corpus file."""
+    try:
+        mode = path.stat().st_mode  # stat, not open: opening a FIFO with no writer would wait for one
+    except OSError:
+        return "a link to nothing" if path.is_symlink() else "no such file or directory"
+    return f"{file_kind(mode)}, not a corpus file (a build reads each file in pieces, more than once)"
+
+
+def _refuse_repeats(files: Sequence[Path], named: Sequence[str]) -> None:
+    first: dict[tuple[int, int], int] = {}
+    for index, path in enumerate(files):
+        status = path.stat()
+        seen = first.setdefault((status.st_dev, status.st_ino), index)
+        if seen != index:
+            raise MiaFastError(
+                f"one file is given twice, as {named[seen]} and as {named[index]}: its documents would be counted "
+                "twice; give each corpus file once"
+            )
 
 
 @dataclass(frozen=True)

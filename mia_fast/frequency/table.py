@@ -220,7 +220,7 @@ class FrequencyTable:
         """Writes the table atomically (temporary file, fsync, rename); an existing file needs ``overwrite``."""
         path = Path(path)
         if path.exists() and not overwrite:
-            raise FrequencyTableError(f"{path} exists; pass overwrite to replace it")
+            raise FrequencyTableError(f"{path} exists; pass --overwrite (overwrite=True) to replace it")
         write_atomic(path, self.to_bytes())
         return path
 
