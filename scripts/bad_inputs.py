@@ -394,6 +394,7 @@ CASES = [
         "classify {data} {M} --threshold {threshold} --out {threshold} --overwrite --quiet",
         "is the input",
     ),
+    Case("run: out is the run file, --overwrite", "run {self_run} {M} --overwrite --quiet", "is the input"),
     Case(
         "freq build: --out is the corpus, --overwrite",
         "freq build {corpus_file} --tokenizer {model} --out {corpus_file} --overwrite --quiet",
@@ -736,7 +737,12 @@ def _round_two(work: Path, places: dict[str, str], scores: Path, table: Path, ca
             work / "contradictory.jsonl", [*rows, {**rows[0], "label": 1 - rows[0]["label"]}]
         ),
         "fifo": work.with_name(work.name + "-fifo.jsonl"),
+        "self_run": work / "self-run.jsonl",
     }
+    made["self_run"].write_text(
+        f'command = "score"\n[data]\ndata = "{places["data"]}"\n[methods]\nnames = ["loss"]\n'
+        f'[output]\nout = "{made["self_run"]}"\n'
+    )
     shutil.copy(table, made["table_copy"])
     made["user_report"].mkdir()
     (made["user_report"] / "metrics.json").write_text('{"mine": true}\n')

@@ -174,12 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     show = _printer(argv)
+    run_from = None
     try:
         if chosen == "run":
-            argv = run_file_argv(argv, build_parser)
+            argv, run_from = run_file_argv(argv, build_parser)
             chosen, show = argv[0], _printer(argv)
         parser = build_parser([chosen] if chosen in COMMANDS else [])
         args = parser.parse_args(argv)
+        args.run_from = run_from
         if chosen in RUN_COMMANDS:
             layout = RunFileLayout(command_parser(parser, chosen), chosen)
             with warnings.catch_warnings():

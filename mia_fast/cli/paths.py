@@ -31,6 +31,7 @@ INPUT_OPTIONS = (
     "before",
     "after",
     "tokenizer",
+    "run_from",  # the run file of `mia-fast run FILE`
 )
 
 

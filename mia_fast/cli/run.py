@@ -21,13 +21,16 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="flags of the file's command, which win over it")
 
 
-def run_file_argv(argv: Sequence[str], build_parser: Callable[[list[str]], argparse.ArgumentParser]) -> list[str]:
-    """``run FILE [flags]`` as the command line it stands for: the file's, then the flags; ``argv`` itself where it
-    names no file (``run --help``), for the parser to answer. FILE ``-`` is standard input."""
+def run_file_argv(
+    argv: Sequence[str], build_parser: Callable[[list[str]], argparse.ArgumentParser]
+) -> tuple[list[str], str | None]:
+    """``run FILE [flags]`` as the command line it stands for: the file's, then the flags, and FILE (an input of the
+    command, which no output may replace); ``argv`` itself where it names no file (``run --help``), for the parser to
+    answer. FILE ``-`` is standard input."""
     rest = list(argv[argv.index("run") + 1 :])
     at = next((i for i, word in enumerate(rest) if word == "-" or not word.startswith("-")), None)
     if at is None:
-        return list(argv)
+        return list(argv), None
     path, overrides = rest[at], rest[:at] + rest[at + 1 :]
     command, document = read_run_file(path)
     parser = command_parser(build_parser([command]), command)
@@ -35,4 +38,4 @@ def run_file_argv(argv: Sequence[str], build_parser: Callable[[list[str]], argpa
     source = source_name(path)
     words = [*command_line(layout, document, source), *overrides]
     refuse_settings_not_run(layout, document, parser.parse_args(words[1:]), source)
-    return words
+    return words, None if path == "-" else path

@@ -138,7 +138,7 @@ def recorded(args: argparse.Namespace) -> dict:
 )
 def test_a_command_line_comes_back_whole_from_its_run_file(argv, tmp_path):
     path = written(tmp_path, run_file_of(argv))
-    again = run_file_argv(["run", path], build_parser)
+    again, _ = run_file_argv(["run", path], build_parser)
     assert recorded(parsed(again)) == recorded(parsed(argv))
 
 
@@ -174,13 +174,13 @@ def test_the_key_of_a_served_model_is_never_written(tmp_path, monkeypatch, capsy
 
 def test_positionals_keep_their_order_whatever_the_files(tmp_path):
     text = 'command = "dataset-inference"\n[data]\nvalidation = "v.jsonl"\nsuspect = "s.jsonl"\n[dataset-inference]\n'
-    args = parsed(run_file_argv(["run", written(tmp_path, text + 'report = "r"\n')], build_parser))
+    args = parsed(run_file_argv(["run", written(tmp_path, text + 'report = "r"\n')], build_parser)[0])
     assert (args.suspect, args.validation) == ("s.jsonl", "v.jsonl")
 
 
 def test_flags_after_the_file_win(tmp_path):
     path = written(tmp_path, run_file_of(EVAL_ARGV))
-    args = parsed(run_file_argv(["run", path, "--bootstrap", "7", "--blind-permutations", "5"], build_parser))
+    args = parsed(run_file_argv(["run", path, "--bootstrap", "7", "--blind-permutations", "5"], build_parser)[0])
     assert args.bootstrap == 7 and args.blind_permutations == 5 and args.seed == 3
 
 

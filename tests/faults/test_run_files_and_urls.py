@@ -305,3 +305,17 @@ def test_a_url_in_any_value_is_written_with_its_user_part_and_query_values_maske
     assert KEY not in printed
     assert 'model = "https://***@models.example/tiny?token=***"' in printed
     assert "# A secret (the server's API key, or a URL's user part or query value)" in printed
+
+
+@pytest.mark.parametrize("spelling", ["same", "dotted", "link"])
+def test_a_run_file_is_an_input_no_output_replaces_even_with_overwrite(spelling, tmp_path, capsys, data):
+    """`out` naming the run file itself (x.jsonl, as the issue found it) is refused like an output naming the data."""
+    path = tmp_path / "x.jsonl"
+    out = {"same": path, "dotted": tmp_path / "sub" / ".." / "x.jsonl", "link": tmp_path / "to-x.jsonl"}[spelling]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "to-x.jsonl").symlink_to(path)
+    path.write_text(
+        f'command = "score"\n[data]\ndata = "{data}"\n[methods]\nnames = ["loss"]\n[output]\nout = "{out}"\n'
+    )
+    line = refused_line(capsys, tmp_path, "run", path, "--overwrite", "--quiet")
+    assert "is the input" in line and "x.jsonl" in line, line
