@@ -235,7 +235,14 @@ def evaluate(
     labels = check_labels(labels)
     matrix = {name: np.asarray(scores, dtype=np.float64) for name, scores in columns.items()}
     finite = np.logical_and.reduce([~np.isnan(s) for s in matrix.values()]) if matrix else np.ones(0, bool)
-    y = check_labels(labels[finite])
+    for value, which in ((1, "member"), (0, "non-member")):
+        if not (labels[finite] == value).any():
+            raise MiaFastError(
+                f"AUROC is undefined: all {int((labels == value).sum())} {which} rows were excluded as unscorable "
+                "(a score is NaN: an empty or blank text, or one the model could not score); both classes need "
+                "scored rows"
+            )
+    y = labels[finite]
     kept = {name: s[finite] for name, s in matrix.items()}
     samples = bootstrap_auroc(y, kept, resamples=resamples, seed=seed)
     given = dict(permutation_p or {})

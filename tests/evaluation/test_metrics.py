@@ -114,6 +114,20 @@ def test_nan_rows_are_excluded_from_every_method():
 
 
 @pytest.mark.parametrize(
+    "scores, message",
+    [
+        ([np.nan] * 5, "all 3 member rows were excluded as unscorable"),
+        ([0.1, np.nan, 0.2, np.nan, np.nan], "all 3 member rows were excluded as unscorable"),
+        ([np.nan, 0.9, np.nan, 0.7, 0.8], "all 2 non-member rows were excluded as unscorable"),
+    ],
+    ids=["every row", "every member", "every non-member"],
+)
+def test_a_class_whose_rows_were_all_unscorable_is_named_as_such(scores, message):
+    with pytest.raises(MiaFastError, match=message):
+        metrics.evaluate(np.array([0, 1, 0, 1, 1]), {"a": np.array(scores)}, resamples=10, permutations=10)
+
+
+@pytest.mark.parametrize(
     "labels, message",
     [
         ([0, 1, 2], "found 2"),
