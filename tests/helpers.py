@@ -6,7 +6,10 @@ import hashlib
 import importlib.util
 import json
 import os
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +31,31 @@ def script(name: str):
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+# The longest a loaded 2-core machine may take to start a Python process, import mia-fast, load a tiny model and show
+# the progress a test waits for.
+PROGRESS_CAP_S = 600
+
+
+def wait_until(done: Callable[[], bool], what: str, process: subprocess.Popen | None = None) -> None:
+    """Waits for a step of a process's own progress (``done``): fails at once where ``process`` ended before it, and
+    after PROGRESS_CAP_S seconds with a line that says the machine was too slow, not with a later symptom."""
+    started = time.monotonic()
+    while not done():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the process ended (exit {process.returncode}) before {what}")
+        if time.monotonic() - started > PROGRESS_CAP_S:
+            raise AssertionError(f"{what} took over {PROGRESS_CAP_S} s: this machine is too slow or busy for the test")
+        time.sleep(0.02)
+
+
+def rows_in(path: Path) -> int:
+    """The lines of a file that may not exist yet (0)."""
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
 
 
 def write_jsonl(path, rows):

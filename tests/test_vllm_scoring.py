@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import benchmark_module
-from helpers import digests, read_jsonl, refused, run_cli, write_jsonl
+from helpers import digests, read_jsonl, refused, run_cli, wait_until, write_jsonl
 
 from mia_fast import Detector
 from mia_fast.pipeline.passes import SamplesReadout
@@ -216,10 +216,7 @@ def test_a_server_killed_and_restarted_mid_run_loses_nothing(tmp_path, served, d
     command = [sys.executable, "-m", "mia_fast.cli", "score", str(data), *args, "--in-flight", "1", "--out", str(out)]
     run = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, KEY_VARIABLE: served.key})
     stage = Path(f"{out}.partial/manifest.json")
-    deadline = time.monotonic() + 120
-    while not (stage.is_file() and json.loads(stage.read_text())["blocks"]) and run.poll() is None:
-        assert time.monotonic() < deadline, "no block was written"
-        time.sleep(0.05)
+    wait_until(lambda: stage.is_file() and json.loads(stage.read_text())["blocks"], "a block was written", run)
     served.kill()
     served.start()
     _, err = run.communicate(timeout=300)

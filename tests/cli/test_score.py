@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import FAST, fail, fail_writes, read_jsonl, run_cli, write_jsonl
+from helpers import FAST, fail, fail_writes, read_jsonl, rows_in, run_cli, wait_until, write_jsonl
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
@@ -314,9 +313,7 @@ def test_killed_run_resumes_without_losing_rows(tiny_model_dir, tmp_path):
     command = [*base, "--out", str(out), "--block-rows", "20"]
     process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     staged = tmp_path / "o.jsonl.partial" / "rows.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and (not staged.exists() or staged.read_text().count("\n") < 100):
-        time.sleep(0.02)
+    wait_until(lambda: rows_in(staged) >= 100, "100 rows were staged", process)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     written = staged.read_text().count("\n")

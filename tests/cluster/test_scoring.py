@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import random_sentence
-from helpers import FAST, fail, run_cli
+from helpers import FAST, PROGRESS_CAP_S, fail, run_cli, wait_until
 
 from mia_fast.errors import MiaFastError
 
@@ -141,7 +141,7 @@ def test_a_killed_model_actor_is_restarted_and_the_output_is_unchanged(
     killed, restarted = [], []
 
     def kill_the_actor_after_the_first_shard() -> None:
-        deadline = time.time() + 120
+        deadline = time.time() + PROGRESS_CAP_S
         while time.time() < deadline and not list(Path(f"{out}.shards").glob("shard-*.parquet")):
             time.sleep(0.02)
         for pid in model_actors()[:1]:
@@ -187,14 +187,10 @@ def test_a_killed_driver_resumes_keeping_finished_shards(
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    deadline = time.time() + 120
-    while time.time() < deadline and driver.poll() is None and len(shard_times(out)) < 2:
-        time.sleep(0.02)
+    wait_until(lambda: len(shard_times(out)) >= 2, "two shards were written", driver)
     os.killpg(driver.pid, signal.SIGKILL)
     errors = driver.communicate()[1].decode()
-    while time.time() < deadline and model_actors():  # Ray ends a dead driver's actors
-        time.sleep(0.05)
-    assert not model_actors()
+    wait_until(lambda: not model_actors(), "Ray ended the dead driver's actors")
     finished = shard_times(out)
     assert 2 <= len(finished) < 16, f"the driver must be killed midway: {len(finished)} shards written; {errors}"
     assert not out.exists()

@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import refused, run_cli, write_jsonl
+from helpers import PROGRESS_CAP_S, refused, run_cli, wait_until, write_jsonl
 
 from mia_fast.frequency.table import FrequencyTable, FrequencyTableError
 from mia_fast.pipeline import models
@@ -34,8 +33,6 @@ def held(name):
 models.load_tokenizer = held
 sys.exit(main(sys.argv[3:]))
 """
-# The longest a loaded 2-core machine takes to start Python, import mia-fast and reach the tokenizer.
-START_CAP_SECONDS = 300
 
 
 @pytest.fixture
@@ -96,19 +93,12 @@ def test_a_second_build_of_one_output_is_refused_and_the_first_writes_a_clean_ta
         [sys.executable, "-c", HELD_BUILD, holding, go, *map(str, build)], stderr=subprocess.PIPE, text=True
     )
     try:
-        started = time.monotonic()
-        while not holding.exists():
-            assert first.poll() is None, f"the first build ended early: {first.stderr.read()}"
-            assert time.monotonic() - started < START_CAP_SECONDS, (
-                f"the first build did not reach its tokenizer in {START_CAP_SECONDS} s: this machine is too slow "
-                "for the test"
-            )
-            time.sleep(0.05)
+        wait_until(holding.exists, "the first build held its lock", first)
         line = refused(capsys, *build, keep=[tmp_path])
         assert f"{out} is being written by process {first.pid} (lock t.freq.lock)" in line
     finally:
         go.touch()
-        _, err = first.communicate(timeout=START_CAP_SECONDS)
+        _, err = first.communicate(timeout=PROGRESS_CAP_S)
     assert first.returncode == 0, err
     np.testing.assert_array_equal(FrequencyTable.load(out).counts, FrequencyTable.load(clean).counts)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.freq", "corpus", "go", "holding", "t.freq"]

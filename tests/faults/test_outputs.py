@@ -10,11 +10,10 @@ import os
 import random
 import subprocess
 import sys
-import time
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import FAST, digests, fail_writes, read_jsonl, refused, run_cli, write_jsonl
+from helpers import FAST, digests, fail_writes, read_jsonl, refused, rows_in, run_cli, wait_until, write_jsonl
 
 from mia_fast.data.artefacts import OutputLock
 from mia_fast.data.outputs import ResultWriter, manifest_path, stage_path
@@ -205,9 +204,7 @@ def test_a_second_writer_is_refused_naming_the_first(tiny_model_dir, tmp_path, c
     command = [sys.executable, "-m", "mia_fast.cli", *map(str, score(data, tiny_model_dir, out, "--block-rows", "20"))]
     first = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     staged = stage_path(out) / "rows.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (staged.exists() and staged.stat().st_size > 0):
-        time.sleep(0.01)
+    wait_until(lambda: rows_in(staged) > 0, "the first block was staged", first)
     line = refused(capsys, *score(data, tiny_model_dir, out, "--block-rows", "20"), "--resume")
     assert f"is being written by process {first.pid}" in line
     assert first.wait(timeout=300) == 0, first.stderr.read()
