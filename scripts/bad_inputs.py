@@ -252,6 +252,11 @@ CASES = [
         "rescore {data} --stats-cache {cache} --methods recall --prefix-nonmembers {prefix} --out {new} --quiet",
         "not in the stats cache",
     ),
+    Case(
+        "rescore: a method that needs the model",
+        "rescore {data} --stats-cache {cache} --methods samia --out {new} --quiet",
+        "method 'samia' needs the model",
+    ),
     # ---- calibrate, classify ----
     Case("calibrate: no labels", "calibrate {nolabels} {M} --method loss --out {work}/t.json --quiet", "labels"),
     Case("calibrate: one class", "calibrate {oneclass} {M} --method loss --out {work}/t.json --quiet", "non-members"),

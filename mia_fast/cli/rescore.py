@@ -56,8 +56,9 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 def command_rescore(args: argparse.Namespace) -> None:
     from mia_fast.cli.options import load_input
     from mia_fast.cli.runs import input_name, method_settings, output_config, stderr
+    from mia_fast.methods.registry import resolve_methods
     from mia_fast.scoring.config import ComputeConfig, RunConfig, ScoringConfig
-    from mia_fast.scoring.detector import Detector
+    from mia_fast.scoring.detector import Detector, check_served
     from mia_fast.scoring.runner import score_file
 
     check_command_outputs(args, Output(Path(args.out), staged=True, resumable=True))
@@ -70,5 +71,6 @@ def command_rescore(args: argparse.Namespace) -> None:
     else:
         detector = Detector.from_stats_cache(args.stats_cache, args.setting, settings)
     scoring = ScoringConfig(tuple(args.methods.split(",")), tuple(args.k))
+    check_served(resolve_methods(scoring.methods, scoring.k), detector.settings, detector.engines)
     config = RunConfig(output_config(args, args.out), scoring=scoring, compute=ComputeConfig(progress=not args.quiet))
     score_file(dataset, config, detector, log=stderr, data_name=input_name(args))

@@ -314,10 +314,13 @@ class _StatsOnlyEngine:
     weights_here = False
 
     def refusal(self, readout: Readout) -> str | None:
-        """Token spans need a tokenizer, which statistics alone lack; what else this engine holds is known only when
-        texts are asked for (``run`` refuses then)."""
+        """Token spans need a tokenizer and every readout but token statistics the model, which statistics alone
+        lack; which texts and passes this engine holds is known only when they are asked for (``run`` refuses
+        then)."""
         if isinstance(readout, TokenSpansReadout):
             return "where each token lies in its text, which token statistics do not hold: use 'mia-fast score'"
+        if not readout.token_stats:
+            return "the model, which token statistics do not hold: use 'mia-fast score'"
         return None
 
     def order(self, readout: Readout) -> int:

@@ -234,7 +234,9 @@ def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_la
             [np.nan if r[column] is None else r[column] for r in rows], values, rtol=1e-5, atol=1e-7, err_msg=column
         )
 
-    assert "needs the model" in fail(capsys, *rescore, "--out", tmp_path / "s.jsonl", "--methods", "samia")
+    assert "method 'samia' needs the model, which token statistics do not hold" in fail(
+        capsys, *rescore, "--out", tmp_path / "s.jsonl", "--methods", "samia"
+    )
     assert "method 'ref' needs a reference model" in fail(
         capsys, *rescore, "--out", tmp_path / "r.jsonl", "--methods", "ref"
     )
