@@ -38,8 +38,23 @@ def fsync_directory(directory: Path) -> None:
 
 
 def _temporary_beside(path: Path) -> tuple[int, str]:
-    """A new temporary file beside ``path`` (open descriptor, name), named as :func:`is_temporary_of` knows."""
-    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """A new temporary file beside ``path`` (open descriptor, name), named as :func:`is_temporary_of` knows, with
+    the mode ``open`` gives a new file (mkstemp's 0600 would make a renamed metadata file unreadable to the other
+    users who can read the rest of an output)."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~_umask())
+    return fd, name
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it where Linux says it (setting it races other threads)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def is_temporary_of(name: str, target: str) -> bool:

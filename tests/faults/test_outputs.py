@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import random
+import stat
 import subprocess
 import sys
 
@@ -282,3 +283,19 @@ def test_a_run_killed_while_making_its_stage_leaves_none(tiny_model_dir, labelle
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     assert run_cli(*score(labelled_jsonl, tiny_model_dir, out)) == 0
     assert out.exists() and not stage_path(out).exists() and manifest_path(out).exists()
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_every_file_of_an_output_and_its_cache_has_the_mode_a_plain_open_gives(mask, tiny_model_dir, tmp_path):
+    """Manifests, settings and run files were written 0600 (a temporary file's mode, renamed), shards and scores
+    0644: another user who could read the rest was refused their metadata."""
+    previous = os.umask(mask)
+    try:
+        data = write_jsonl(tmp_path / "d.jsonl", [{"text": f"the quick brown fox number {i}"} for i in range(6)])
+        cache = tmp_path / "cache"
+        assert run_cli(*score(data, tiny_model_dir, tmp_path / "o.jsonl"), "--stats-cache", cache) == 0
+    finally:
+        os.umask(previous)
+    modes = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in tmp_path.rglob("*")}
+    files = {name: mode for name, mode in modes.items() if (tmp_path / name).is_file()}
+    assert len(files) > 4 and set(files.values()) == {oct(0o666 & ~mask)}, files
