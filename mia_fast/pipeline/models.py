@@ -409,5 +409,20 @@ def _load_pretrained(source: str, name: str, device: torch.device, dtype: torch.
     from transformers import AutoModelForCausalLM
 
     tokenizer, model = load_pretrained(source, name, AutoModelForCausalLM, dtype=dtype)
+    _check_vocabulary(tokenizer, model, name)
     model.to(device).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, name=name, device=device, dtype=dtype)
+
+
+def _check_vocabulary(tokenizer, model: torch.nn.Module, name: str) -> None:
+    """Refuses a tokenizer that gives ids past the model's embedding (its vocabulary's, or the start, end and unknown
+    tokens it puts in texts): scoring would index past it. A padding token past it is never scored."""
+    embedding = model.get_input_embeddings()
+    rows = getattr(embedding, "num_embeddings", None)
+    specials = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id)
+    largest = max([tokenizer.vocab_size - 1, *(i for i in specials if i is not None)])
+    if rows is not None and largest >= rows:
+        raise MiaFastError(
+            f"{name}: its tokenizer gives ids up to {largest}, but the model's embedding has {rows} rows (ids 0-"
+            f"{rows - 1}): the tokenizer is not this model's, or the model's vocabulary was cut"
+        )

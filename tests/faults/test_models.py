@@ -156,3 +156,26 @@ def test_lone_surrogates_given_through_the_api_are_replaced_with_a_warning(tiny_
         scores = detector.score(["a\ud800b in spain", "the rain in spain"], k=[0.2])
     assert all(np.isfinite(values).all() for values in scores.values())
     assert scores["loss"][0] == detector.score(["a\ufffdb in spain"], methods=["loss"])["loss"][0]
+
+
+@pytest.mark.parametrize("forward", ["packed", "model"])
+def test_a_model_whose_vocabulary_is_smaller_than_its_tokenizers_is_refused(forward, tmp_path, data, capsys):
+    """It used to end in IndexError: index out of range in self, on both forwards."""
+    from conftest import train_tokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>"}, vocab_size=300)
+    config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model_dir = tmp_path / "small-vocabulary"
+    LlamaForCausalLM(config).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    line = score_refused(capsys, tmp_path, data, "--model", model_dir, "--forward", forward, "--methods", "loss")
+    assert f"{model_dir}: its tokenizer gives ids up to 299, but the model's embedding has 100 rows" in line, line
