@@ -415,12 +415,12 @@ def _load_pretrained(source: str, name: str, device: torch.device, dtype: torch.
 
 
 def _check_vocabulary(tokenizer, model: torch.nn.Module, name: str) -> None:
-    """Refuses a tokenizer that gives ids past the model's embedding (its vocabulary's, or the start, end and unknown
-    tokens it puts in texts): scoring would index past it. A padding token past it is never scored."""
+    """Refuses a tokenizer whose vocabulary has ids past the model's embedding: any text may be given one, and
+    scoring would index past it. An added token past it (a padding token, an end token no text is given) is not
+    refused: most texts never meet it."""
     embedding = model.get_input_embeddings()
     rows = getattr(embedding, "num_embeddings", None)
-    specials = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id)
-    largest = max([tokenizer.vocab_size - 1, *(i for i in specials if i is not None)])
+    largest = tokenizer.vocab_size - 1
     if rows is not None and largest >= rows:
         raise MiaFastError(
             f"{name}: its tokenizer gives ids up to {largest}, but the model's embedding has {rows} rows (ids 0-"
