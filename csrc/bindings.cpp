@@ -6,6 +6,7 @@
 #include <string>
 
 #include "counting.hpp"
+#include "json_lines.hpp"
 #include "logit_stats.hpp"
 
 namespace py = pybind11;
@@ -112,10 +113,42 @@ void merge_logit_chunk(const py::array& logits, int64_t first_id, const py::arra
     throw py::type_error("logits must be float32, or bf16 given as uint16");
 }
 
+// The str objects are made holding the GIL but read and filled without it: only their allocation waits for other
+// threads.
+py::object json_line_texts(const py::buffer& block, const std::string& field) {
+  const py::buffer_info info = block.request();
+  if (info.ndim != 1 || info.itemsize != 1) throw py::value_error("the block must be a 1-D byte buffer");
+  mia::LineTexts texts;
+  std::vector<mia::TextShape> shapes;
+  bool read;
+  {
+    py::gil_scoped_release release;
+    read = mia::json_line_texts(static_cast<const char*>(info.ptr), static_cast<size_t>(info.size), field, texts);
+    for (size_t r = 0; read && r + 1 < texts.offsets.size(); ++r)
+      shapes.push_back(mia::utf8_shape(texts.utf8.data() + texts.offsets[r], texts.offsets[r + 1] - texts.offsets[r]));
+  }
+  if (!read) return py::none();
+  py::list out(shapes.size());
+  for (size_t r = 0; r < shapes.size(); ++r) {
+    PyObject* text = PyUnicode_New(shapes[r].code_points, shapes[r].widest);
+    if (text == nullptr) throw py::error_already_set();
+    PyList_SET_ITEM(out.ptr(), static_cast<py::ssize_t>(r), text);
+  }
+  {
+    py::gil_scoped_release release;  // the new strs are this call's alone until it returns
+    for (size_t r = 0; r < shapes.size(); ++r) {
+      PyObject* text = PyList_GET_ITEM(out.ptr(), static_cast<py::ssize_t>(r));
+      mia::utf8_to_units(texts.utf8.data() + texts.offsets[r], texts.offsets[r + 1] - texts.offsets[r],
+                         PyUnicode_DATA(text), static_cast<int>(PyUnicode_KIND(text)));
+    }
+  }
+  return std::move(out);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
-  m.doc() = "mia-fast native core: token counting, Megatron index parsing and streamed logit statistics";
+  m.doc() = "mia-fast native core: token counting, JSON-lines text reading, Megatron index parsing and streamed logit statistics";
   // IdOutOfRange carries .position and .id, so callers that count in chunks can report file positions.
   static py::handle id_out_of_range = py::exception<mia::IdOutOfRange>(m, "IdOutOfRange", PyExc_ValueError).release();
   py::register_exception_translator([](std::exception_ptr raised) {
@@ -135,6 +168,10 @@ PYBIND11_MODULE(_native, m) {
         "(an id counts once per document) and by max_tokens_per_doc (only each document's first ids count).\n"
         "Counts on per-thread histograms with the GIL released; an id outside [0, vocab_size) raises\n"
         "IdOutOfRange (a ValueError) naming the first such position.");
+  m.def("json_line_texts", &json_line_texts, py::arg("block"), py::arg("field"),
+        "The text field of every record of a block of JSON lines (bytes), as a list of str, read with the GIL\n"
+        "released; None where a line is not one strict-JSON object holding the field once as a string without a\n"
+        "lone surrogate (a blank line is no record).");
   m.def("separator_offsets", &separator_offsets, py::arg("ids"), py::arg("separator"),
         "Document offsets of a stream whose documents each end with the id `separator`.");
   m.def("merge_logit_chunk", &merge_logit_chunk, py::arg("logits"), py::arg("first_id"), py::arg("targets"),

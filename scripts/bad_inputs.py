@@ -524,6 +524,16 @@ CASES = [
         "'label' is named twice",
     ),
     Case("score: a parquet file repeats text", "score {dup_parquet} {M} --out {new} --quiet", "'text' is named twice"),
+    Case(
+        "score: a JSON record repeats text",
+        "score {dup_key_jsonl} {M} --out {new} --quiet",
+        "dup_key.jsonl:2: the field 'text' is named more than once",
+    ),
+    Case(
+        "freq build: a JSON record repeats text",
+        "freq build {dup_key_jsonl} --tokenizer {model} --out {work}/k.freq --quiet",
+        "dup_key.jsonl:2: the field 'text' is named more than once",
+    ),
 ]
 
 
@@ -825,6 +835,8 @@ def _round_three(work: Path, places: dict[str, str]) -> dict[str, str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    made["dup_key_jsonl"] = work / "dup_key.jsonl"
+    made["dup_key_jsonl"].write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 0, "text": "c"}\n')
     made["dup_parquet"] = work / "dup.parquet"
     texts = pa.array([f"text {i}" for i in range(8)])
     pq.write_table(pa.Table.from_arrays([texts, texts], names=["text", "text"]), made["dup_parquet"])

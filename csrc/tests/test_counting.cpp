@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "counting.hpp"
+#include "json_lines.hpp"
 
 namespace {
 
@@ -204,6 +205,70 @@ void test_megatron_parser_survives_mutations() {
   CHECK(accepted > 0);  // some mutations (e.g. of a length and its pointers' consequences) stay valid
 }
 
+std::vector<std::string> line_texts(const std::string& block) {
+  mia::LineTexts texts;
+  if (!mia::json_line_texts(block.data(), block.size(), "text", texts)) return {"<refused>"};
+  std::vector<std::string> out;
+  for (size_t r = 0; r + 1 < texts.offsets.size(); ++r)
+    out.push_back(texts.utf8.substr(texts.offsets[r], texts.offsets[r + 1] - texts.offsets[r]));
+  return out;
+}
+
+void test_json_lines_read_their_texts() {
+  using Texts = std::vector<std::string>;
+  CHECK(line_texts("") == Texts{});
+  CHECK(line_texts(" \t\r\n\n") == Texts{});
+  CHECK(line_texts("{\"x\": [1, -2.5e+3, {\"text\": 0}], \"text\": \"a\\nb\"}\r\n\n {\"text\":\"\"}") ==
+        (Texts{"a\nb", ""}));
+  CHECK(line_texts("{\"x\": [NaN, Infinity, -Infinity], \"text\": \"a\"}") == Texts{"a"});
+  CHECK(line_texts("{\"text\": \"\\u00e9\\ud83d\\ude00\\u0000\xe4\xb8\xad\"}") == Texts{std::string("\xc3\xa9\xf0\x9f\x98\x80\0\xe4\xb8\xad", 10)});
+  const char* refused[] = {
+      "{\"text\": \"a\", \"te\\u0078t\": \"b\"}",  // the field twice, once escaped
+      "{\"text\": \"\\ud800\"}",                   // a lone surrogate's escape
+      "{\"text\": \"\xed\xa0\x80\"}",              // a surrogate in UTF-8
+      "{\"text\": \"\xc0\x80\"}",                   // an overlong form
+      "{\"text\": \"\xf4\x90\x80\x80\"}",          // past U+10FFFF
+      "{\"text\": \"\xe4\xb8\"}",                   // cut short
+      "{\"text\": \"a\tb\"}",                       // a raw control character
+      "{\"text\": 1}", "{}", "[\"text\"]", "{\"text\": \"a\"} {\"text\": \"b\"}", "{\"text\": \"a\",}",
+      "{\"text\": \"a\", \"x\": 01}", "{\"text\": \"a\", \"x\": nan}", "{\"text\": \"a\", \"x\": tru}",
+      "\xef\xbb\xbf{\"text\": \"a\"}", "\f{\"text\": \"a\"}",
+  };
+  for (const char* line : refused) CHECK(line_texts(line) == Texts{"<refused>"});
+  std::string deep = "{\"text\": \"a\", \"x\": " + std::string(300, '[') + std::string(300, ']') + "}";
+  CHECK(line_texts(deep) == Texts{"<refused>"});
+}
+
+void test_json_lines_survive_mutations() {
+  std::mt19937_64 rng(5);
+  const std::string base =
+      "{\"text\": \"caf\xc3\xa9 \\u4e2d\\ud83d\\ude00\\n\", \"meta\": {\"a\": [1, 2.5e-3, true, null]}}\n"
+      "{\"url\": \"x\", \"text\": \"\xf0\x9f\x98\x80\"}\n";
+  int accepted = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes = base;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits && !bytes.empty(); ++e) {
+      switch (rng() % 3) {
+        case 0: bytes[rng() % bytes.size()] = static_cast<char>(rng()); break;
+        case 1: bytes.resize(rng() % (bytes.size() + 1)); break;
+        default: bytes.insert(bytes.begin() + static_cast<long>(rng() % (bytes.size() + 1)), static_cast<char>(rng())); break;
+      }
+    }
+    mia::LineTexts texts;
+    if (!mia::json_line_texts(bytes.data(), bytes.size(), "text", texts)) continue;
+    ++accepted;
+    CHECK(texts.offsets.front() == 0 && static_cast<size_t>(texts.offsets.back()) == texts.utf8.size());
+    for (size_t r = 0; r + 1 < texts.offsets.size(); ++r) {
+      const mia::TextShape shape = mia::utf8_shape(texts.utf8.data() + texts.offsets[r], texts.offsets[r + 1] - texts.offsets[r]);
+      std::vector<uint32_t> units(static_cast<size_t>(shape.code_points));
+      mia::utf8_to_units(texts.utf8.data() + texts.offsets[r], texts.offsets[r + 1] - texts.offsets[r], units.data(), 4);
+      for (uint32_t unit : units) CHECK(unit <= shape.widest && (unit < 0xD800 || unit > 0xDFFF));
+    }
+  }
+  CHECK(accepted > 0);
+}
+
 }  // namespace
 
 int main() {
@@ -215,6 +280,8 @@ int main() {
   test_megatron_index_parses();
   test_megatron_index_refuses_damage();
   test_megatron_parser_survives_mutations();
+  test_json_lines_read_their_texts();
+  test_json_lines_survive_mutations();
   if (failures) {
     std::fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mia_fast.data.readers import repeated_field
 from mia_fast.data.text import replace_lone_surrogates
 from mia_fast.errors import MiaFastError, MiaFastWarning, shown
 
@@ -62,6 +64,16 @@ def row_text(path: Path, number: int, record: dict, field: str) -> str:
             stacklevel=2,
         )
     return text
+
+
+def refuse_repeated_fields(path: Path, rows: list[tuple[int, dict]], fields: Sequence[str | None]) -> None:
+    """One line for the first row that names a field the run reads more than once."""
+    for number, record in rows:
+        if field := repeated_field(record, fields):
+            raise MiaFastError(
+                f"{path}:{number}: the field {shown(field)} is named more than once in this record; "
+                "which value was meant would be a guess"
+            )
 
 
 def neighbor_list(path: str | os.PathLike, number: int, record: dict, field: str) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mia_fast.data.fields import Fields, column, neighbor_list, row_label, row_text
+from mia_fast.data.fields import Fields, column, neighbor_list, refuse_repeated_fields, row_label, row_text
 from mia_fast.data.formats import JSONL, OUTPUT_FORMATS, OutputFormat, matching_suffix
 from mia_fast.data.readers import Records, RowPosition, file_kind, json_array_records
 from mia_fast.data.text import truncate_words
@@ -231,6 +231,7 @@ class DataStream:
 
     def _dataset(self, rows: list[tuple[int, dict]], present: dict[str, bool], repeats: _Repeats | None) -> Dataset:
         path, fields = self.path, self.fields
+        refuse_repeated_fields(path, rows, (fields.text, fields.id, fields.label, fields.group, fields.neighbors))
         texts = [row_text(path, number, record, fields.text) for number, record in rows]
         ids, labels, groups = (column(path, rows, field, present) for field in (fields.id, fields.label, fields.group))
         if labels is not None:

@@ -91,14 +91,40 @@ def iter_lines(path: Path, offset: int = 0, first_line: int = 1) -> Iterator[tup
             yield number, line, raw.tell()
 
 
+class RepeatedFields(dict):
+    """A JSON object that names some fields more than once (``repeated``), holding each one's last value as ``json``
+    does: a reader of one of them refuses the record (:func:`repeated_field`), for which value was meant is a guess."""
+
+    repeated: frozenset[str] = frozenset()
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record = dict(pairs)
+    if len(record) == len(pairs):
+        return record
+    seen: set[str] = set()
+    marked = RepeatedFields(record)
+    marked.repeated = frozenset(key for key, _ in pairs if key in seen or seen.add(key))
+    return marked
+
+
+def repeated_field(record: dict[str, Any], fields: Sequence[str | None]) -> str | None:
+    """The first of ``fields`` that ``record`` names more than once, if any."""
+    if type(record) is not RepeatedFields:
+        return None
+    return next((field for field in fields if field in record.repeated), None)
+
+
 def decode_json_record(line: bytes) -> dict[str, Any]:
-    """One JSON-lines record as a dict; a line that is not UTF-8 JSON of an object raises BadRecord."""
+    """One JSON-lines record as a dict (a :class:`RepeatedFields` where it names a field twice); a line that is not
+    UTF-8 JSON of an object raises BadRecord."""
     try:
-        record = json.loads(line)
+        record = json.loads(line, object_pairs_hook=_json_object)
     except UnicodeDecodeError as exc:
         raise BadRecord("utf8", f"not valid UTF-8 (byte {exc.start})", str(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise BadRecord("json", f"not valid JSON ({exc.msg})", exc.msg) from None
+    except ValueError as exc:  # json's own errors, and an integer too long for Python's int (4300 digits)
+        message = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+        raise BadRecord("json", f"not valid JSON ({message})", message) from None
     if not isinstance(record, dict):
         kind = type(record).__name__
         raise BadRecord("type", f"expected a JSON object, got {kind}", kind)
@@ -193,7 +219,7 @@ def json_array_records(path: Path, start: RowPosition) -> Records:
     # utf-8-sig: a byte-order mark before the array is no JSON error.
     with open(path, "rb") as raw, io.TextIOWrapper(decompressed(raw, path), encoding="utf-8-sig") as f:
         try:
-            document = json.load(f)
+            document = json.load(f, object_pairs_hook=_json_object)
         except json.JSONDecodeError as exc:
             raise MiaFastError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
     if not isinstance(document, list) or not all(isinstance(r, dict) for r in document):

@@ -1,6 +1,6 @@
-"""Counting token ids into frequency counts: the Python face of the native core (``mia_fast._native``,
-C++ over buffers, the GIL released), and the batch counter that tokenizes text with a counting tokenizer and
-counts it. The only module that touches the native extension; it knows no files."""
+"""Counting token ids into frequency counts: the Python face of the native core (``mia_fast._native``, C++ over
+buffers, the GIL released; it also reads the texts of JSON lines), and the batch counter that tokenizes text with a
+counting tokenizer and counts it. The only module that touches the native extension; it knows no files."""
 
 from __future__ import annotations
 
@@ -100,6 +100,13 @@ def count_token_ids(ids: np.ndarray, vocab_size: int, threads: int = 0) -> np.nd
 
 def counted_tokens(lengths: np.ndarray, max_tokens_per_doc: int | None) -> int:
     return int(np.minimum(lengths, max_tokens_per_doc).sum() if max_tokens_per_doc else lengths.sum())
+
+
+def json_line_texts(block: bytes | memoryview, text_field: str) -> list[str] | None:
+    """The text field of every record of a block of JSON lines (a blank line is no record), read with the GIL
+    released; None where a line is not one strict-JSON object holding the field once, as a string without an escaped
+    lone surrogate (a reader of single lines then judges each)."""
+    return _native().json_line_texts(block, text_field)
 
 
 def separator_offsets(ids: np.ndarray, separator: int) -> np.ndarray:

@@ -20,6 +20,7 @@ from mia_fast.data.readers import (
     file_kind,
     iter_lines,
     refuse_repeated_columns,
+    repeated_field,
 )
 from mia_fast.data.text import replace_lone_surrogates
 from mia_fast.errors import MiaFastError, shown
@@ -159,6 +160,9 @@ def line_text(line: bytes, kind: str, text_field: str, bad: BadRecords, where: C
         bad.record(where(), str(problem))
         return None
     text = record.get(text_field)
+    if repeated_field(record, (text_field,)):
+        bad.record(where(), f"the field {shown(text_field)} is named more than once")
+        return None
     if not isinstance(text, str):
         bad.record(where(), f"no string field {shown(text_field)} (found: {', '.join(record)})")
         return None

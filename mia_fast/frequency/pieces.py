@@ -5,9 +5,10 @@ reads them in one call (one read per piece, not one per line, lets the other wor
 file is one piece, read in large blocks (gzip and zstd streams cannot be entered in the middle); a parquet file is
 cut between row groups.
 
-A block of JSON lines is parsed by msgspec (measured 3x ``json`` line by line, benchmarks/freq.py): in one call where
-every line is one object (:func:`_object_lines` says when that is sure), else line by line. It reads what ``json``
-reads, or refuses: a block with a line it refuses, or with a record that has no text, is read again by ``json``
+A block of JSON lines is read by the compiled core (:func:`~mia_fast.frequency.build.json_line_texts`: 2x msgspec and
+6x ``json`` line by line, measured in benchmarks/freq.py, and without the GIL, which the other workers' threads then
+do not wait for). It reads what ``json`` reads, or refuses: a block with a line it is not sure of (a bad record, a
+text field repeated or missing, an escaped lone surrogate) is read again by ``json``
 (:func:`~mia_fast.frequency.corpus.line_text`), which names each bad line and reads what ``json`` alone accepts (a
 lone surrogate, NaN). Line numbers, which only a bad record needs, are counted when one is met.
 """
@@ -21,10 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import msgspec
-import numpy as np
-
 from mia_fast.data.readers import DECOMPRESSION_ERRORS, decompressed, is_compressed
+from mia_fast.frequency.build import json_line_texts
 from mia_fast.frequency.corpus import BadRecords, cannot_read, corpus_format, line_text, parquet_texts
 
 # Bytes of a plain file per piece: pieces enough to keep every worker busy to the end, few enough to cost nothing.
@@ -93,65 +92,10 @@ def piece_documents(piece: Piece, text_field: str, bad: BadRecords) -> Iterator[
             yield from (texts for texts, _ in parquet_texts(path, text_field, bad, range(piece.start, piece.end)))
             return
         for block, first_line in _blocks(piece, path):
-            texts = _block_texts(block, text_field) if kind == "json" else None
+            texts = json_line_texts(block, text_field) if kind == "json" else None
             yield _line_texts(bytes(block), kind, text_field, bad, path, first_line) if texts is None else texts
     except DECOMPRESSION_ERRORS as exc:
         raise cannot_read(path, exc) from None
-
-
-_DECODER = msgspec.json.Decoder()
-
-
-@functools.lru_cache(maxsize=8)
-def _text_decoder(text_field: str) -> msgspec.json.Decoder:
-    """A decoder of records that builds only their text (a string, else it refuses), skipping every other field."""
-    return msgspec.json.Decoder(msgspec.defstruct("Record", [("text", str)], rename={"text": text_field}))
-
-
-def _block_texts(block: bytes | memoryview, text_field: str) -> list[str] | None:
-    """The text of every line of a block of JSON lines, or None where msgspec refuses a line, a record lacks a
-    string text or a line is not exactly one object (the line-by-line reading then says which).
-
-    An ASCII block (every JSON writer's default: it escapes the rest) is decoded to its texts alone, no object made
-    for the other fields (measured 1.15-1.3x faster on records with C4's url and timestamp and a Pile meta, the same
-    on records of text alone; time holding the GIL is time the other worker threads may wait); skipped fields are
-    checked as JSON but not as UTF-8, which an ASCII block cannot break. msgspec refuses where ``json`` may accept
-    (NaN, a lone surrogate's escape, a duplicate text field of another type): the line-by-line reading then has the
-    last word."""
-    data = bytes(block)
-    lines = _object_lines(data)
-    try:
-        if lines and data.isascii():
-            texts = [record.text for record in _text_decoder(text_field).decode_lines(data)]
-            return texts if len(texts) == lines else None
-        if lines:  # the block read as one stream of values: one call
-            records = _DECODER.decode_lines(data)
-            if len(records) != lines:
-                return None
-        else:  # blank lines, \r\n or spaces around a line: each line on its own
-            records = [_DECODER.decode(line) for line in data.split(b"\n") if line and not line.isspace()]
-    except (msgspec.DecodeError, ValueError):
-        return None
-    texts = [record.get(text_field) if type(record) is dict else None for record in records]
-    return texts if all(type(text) is str for text in texts) else None
-
-
-def _object_lines(data: bytes) -> int:
-    """The lines of a block where every line starts with ``{`` and ends with ``}``, else 0. A value cannot then run
-    on past its line (after a ``}`` that does not end it, JSON wants ``,``, ``}`` or ``]``, never the ``{`` that
-    starts the next line), so each line holds at least one value, and exactly one when the block holds as many
-    values as lines."""
-    end = len(data) - 1 if data.endswith(b"\n") else len(data)
-    if not (data.startswith(b"{") and data.endswith(b"}", 0, end)):
-        return 0
-    text = np.frombuffer(data, dtype=np.uint8, count=end)
-    newlines = np.flatnonzero(text == _NEWLINE)  # the fastest scan measured here (bytes.count: 2-3x slower)
-    if len(newlines) and not ((text[newlines - 1] == _CLOSE).all() and (text[newlines + 1] == _OPEN).all()):
-        return 0
-    return len(newlines) + 1
-
-
-_NEWLINE, _OPEN, _CLOSE = ord("\n"), ord("{"), ord("}")
 
 
 def _line_texts(

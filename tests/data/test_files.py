@@ -112,6 +112,26 @@ def test_a_field_that_comes_or_goes_mid_stream_is_refused_with_its_line(tmp_path
         list(DataStream(path).blocks(5))
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_record_naming_a_field_it_reads_twice_is_refused_with_its_line(tmp_path, suffix):
+    """json keeps a repeated field's last value; which one a user meant is a guess, so a field the run reads is
+    refused, and one it does not read (nor one repeated in a nested object) is not."""
+    lines = ['{"text": "a", "label": 1, "x": 1, "x": 2}', '{"text": "b", "label": 0, "m": {"k": 1, "k": 2}}']
+    lines.append('{"text": "c", "label": 1, "label": 0}')
+    path = tmp_path / f"d{suffix}"
+
+    def write(lines: list[str]) -> None:
+        path.write_text("\n".join(lines) if suffix == ".jsonl" else "[" + ",\n".join(lines) + "]")
+
+    write(lines)
+    assert read_dataset(path, Fields(label=None)).texts == ["a", "b", "c"]
+    with pytest.raises(MiaFastError, match=rf"d\{suffix}:3: the field 'label' is named more than once in this record"):
+        read_dataset(path)
+    write(['{"t\\u0065xt": "a", "text": "b"}'])
+    with pytest.raises(MiaFastError, match=r":1: the field 'text' is named more than once"):
+        read_dataset(path)
+
+
 def test_empty_inputs_and_bad_positions_are_refused(tmp_path):
     (tmp_path / "e.jsonl").write_text("\n\n")
     with pytest.raises(MiaFastError, match="holds no rows"):

@@ -73,6 +73,15 @@ def test_bad_records_are_refused_or_counted_with_a_few_examples():
     assert bad.examples == [f"c.jsonl:{line}: not valid JSON" for line in range(BAD_EXAMPLES)]
 
 
+def test_a_record_naming_its_text_twice_is_a_bad_record(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "a", "x": 1, "x": 2}\n{"text": "b", "text": "c"}\n{"te\\u0078t": "d", "text": "e"}\n')
+    with pytest.raises(MiaFastError, match=r"c.jsonl:2: the field 'text' is named more than once"):
+        list(iter_documents(path, "text", BadRecords()))
+    bad = BadRecords(skip=True)
+    assert [text for text, _ in iter_documents(path, "text", bad)] == ["a"] and bad.count == 2
+
+
 def test_a_corpus_without_text_is_refused_reading_only_up_to_its_first_document(tmp_path):
     blank = write_documents(tmp_path / "blank.txt", ["", "  "])
     with pytest.raises(MiaFastError, match=r"the corpus \(1 file\(s\)\) holds no tokens to count"):
