@@ -525,6 +525,21 @@ CASES = [
     ),
     Case("score: a parquet file repeats text", "score {dup_parquet} {M} --out {new} --quiet", "'text' is named twice"),
     Case(
+        "score: a checkpoint whose keys were renamed",
+        "score {data} --model {work}/renamed-keys --out {new} --quiet",
+        "weights it needs are not in the checkpoint",
+    ),
+    Case(
+        "score: config.json names another model type",
+        "score {data} --model {work}/other-type --out {new} --quiet",
+        "config.json describes a 'gpt_neox' model",
+    ),
+    Case(
+        "score: config.json disagrees with the checkpoint's shapes",
+        "score {data} --model {work}/other-shapes --out {new} --quiet",
+        "config.json does not fit these weights",
+    ),
+    Case(
         "score: a JSON record repeats text",
         "score {dup_key_jsonl} {M} --out {new} --quiet",
         "dup_key.jsonl:2: the field 'text' is named more than once",
@@ -603,6 +618,22 @@ def _copy_weights(model: str | None, target: Path) -> None:
         shutil.copy(source / name, target / name)
 
 
+def _tampered_model(model: str | None, target: Path, renamed: bool = False, config: dict | None = None) -> None:
+    """A copy of the model directory whose checkpoint's keys are renamed, or whose config.json is updated."""
+    from safetensors.torch import load_file, save_file
+
+    from mia_fast.pipeline.models import pretrained_source
+
+    shutil.copytree(pretrained_source(model)[0], target)
+    if renamed:
+        state = load_file(target / "model.safetensors")
+        renamed_state = {key.replace("model.", "decoder."): tensor for key, tensor in state.items()}
+        save_file(renamed_state, target / "model.safetensors", metadata={"format": "pt"})
+    if config:
+        settings = json.loads((target / "config.json").read_text())
+        (target / "config.json").write_text(json.dumps(settings | config))
+
+
 def prepare(work: Path, model: str | None) -> dict[str, str]:
     """The files the cases use, made with the package's own commands; returns their names."""
     rows = [
@@ -660,6 +691,11 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
     (files["empty_corpus"] / "c.jsonl").write_text("")
     files["notokenizer"].mkdir()
     _copy_weights(model, files["notokenizer"])
+    _tampered_model(model, work / "renamed-keys", renamed=True)
+    _tampered_model(
+        model, work / "other-type", config={"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"]}
+    )
+    _tampered_model(model, work / "other-shapes", config={"intermediate_size": 40})
     files["truncated_gguf"].write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 64)
     import numpy as np
 

@@ -217,19 +217,55 @@ def _check_model_directory(directory: Path, name: str) -> None:
 
 
 def load_pretrained(
-    source: str, name: str, model_class, dtype: torch.dtype | None = None
+    source: str, name: str, model_class, dtype: torch.dtype | None = None, unused_allowed: bool = False
 ) -> tuple[object, torch.nn.Module]:
     """The tokenizer and model (a ``transformers`` auto class, e.g. ``AutoModelForCausalLM``) that
     ``from_pretrained`` reads from ``source``, a directory or a hub name (see :func:`local_or_hub`), in ``dtype`` (None:
-    transformers' default). A directory missing a part is refused before anything is read."""
+    transformers' default). A directory missing a part is refused before anything is read, and a checkpoint that does
+    not fill the model after (:func:`check_checkpoint`)."""
     if Path(source).is_dir():
         _check_model_directory(Path(source), name)
     tokenizer = _pretrained_tokenizer(source, name)
     try:
-        model = model_class.from_pretrained(source, dtype=dtype)
+        model, loading = model_class.from_pretrained(
+            source, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True
+        )
     except Exception as exc:  # hub, file and config errors all end here
         raise MiaFastError(f"could not load model {name!r}: {one_line(exc)}") from None
+    check_checkpoint(model, loading, name, unused_allowed)
     return tokenizer, model
+
+
+def check_checkpoint(model: torch.nn.Module, loading: dict, name: str, unused_allowed: bool = False) -> None:
+    """Refuses a model that its checkpoint does not fill, from ``from_pretrained``'s loading info (read with
+    ``ignore_mismatched_sizes``): transformers gives every weight the checkpoint lacks, or holds in another shape,
+    random values, and a score would then come from them. A tied head is no missing weight. Tensors of the
+    checkpoint that the model does not use are refused too unless ``unused_allowed`` (a mask filler's checkpoint
+    holds its pretraining heads)."""
+    described = f"config.json describes a {model.config.model_type!r} model ({type(model).__name__})"
+    mismatched = sorted(loading.get("mismatched_keys") or (), key=lambda entry: entry[0])
+    if mismatched:
+        key, found, wanted = mismatched[0]
+        more = f" (and {len(mismatched) - 1} more tensors)" if len(mismatched) > 1 else ""
+        raise MiaFastError(
+            f"{name}: the checkpoint's {key} is {list(found)}{more}, where {described} that needs {list(wanted)}: "
+            "config.json does not fit these weights"
+        )
+    missing = sorted(loading.get("missing_keys") or ())
+    unused = [] if unused_allowed else sorted(loading.get("unexpected_keys") or ())
+    problems = [
+        f"{len(keys)} {what} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+        for keys, what in (
+            (missing, "weights it needs are not in the checkpoint"),
+            (unused, "tensors of the checkpoint are not used"),
+        )
+        if keys
+    ]
+    if problems:
+        raise MiaFastError(
+            f"{name}: {described}, but {' and '.join(problems)}; its scores would not be this checkpoint's "
+            "(is config.json the one saved with these weights?)"
+        )
 
 
 def load_tokenizer(model: str | None = None):
@@ -384,9 +420,16 @@ def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            path.parent,
+            gguf_file=path.name,
+            dtype=torch.float32,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
+        )
     except Exception as exc:  # transformers raises many types for unreadable files
         raise MiaFastError(f"could not load GGUF file {path}: {one_line(exc)}") from None
+    check_checkpoint(model, loading, str(path))  # before a conversion would save random weights as the file's
     # The de-quantised weights are plain tensors; drop the quantizer so save_pretrained writes them as such.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

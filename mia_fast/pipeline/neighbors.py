@@ -177,7 +177,9 @@ class MaskedLMNeighbors(GeneratedNeighbors):
 
             device = resolve_device(self.device)
             try:
-                tokenizer, model = load_pretrained(local_or_hub(self.model_name), self.model_name, AutoModelForMaskedLM)
+                tokenizer, model = load_pretrained(
+                    local_or_hub(self.model_name), self.model_name, AutoModelForMaskedLM, unused_allowed=True
+                )
             except MiaFastError as exc:
                 raise MiaFastError(f"could not load the masked LM for neighbours: {exc}") from None
             if not tokenizer.is_fast:

@@ -1,6 +1,7 @@
 """Models that cannot load, a device this machine lacks, texts no tokenizer accepts: each refused in one line, early,
 or (texts given through the API) cleaned with a warning."""
 
+import re
 import shutil
 import socket
 import time
@@ -179,3 +180,93 @@ def test_a_model_whose_vocabulary_is_smaller_than_its_tokenizers_is_refused(forw
     tokenizer.save_pretrained(model_dir)
     line = score_refused(capsys, tmp_path, data, "--model", model_dir, "--forward", forward, "--methods", "loss")
     assert f"{model_dir}: its tokenizer gives ids up to 299, but the model's embedding has 100 rows" in line, line
+
+
+def _tampered_copy(source, target, tensors=None, config=None):
+    """A copy of a model directory whose checkpoint holds ``tensors(state)`` and whose config.json is updated with
+    ``config``."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, target)
+    if tensors is not None:
+        state = load_file(target / "model.safetensors")
+        save_file(tensors(state), target / "model.safetensors", metadata={"format": "pt"})
+    if config is not None:
+        settings = json.loads((target / "config.json").read_text())
+        (target / "config.json").write_text(json.dumps(settings | config))
+    return target
+
+
+@pytest.mark.parametrize(
+    ("tampering", "said"),
+    [
+        (
+            {"tensors": lambda state: {key.replace("model.", "transformer."): v for key, v in state.items()}},
+            r"config.json describes a 'llama' model \(LlamaForCausalLM\), but 2\d weights it needs are not in the "
+            r"checkpoint \(model.embed_tokens.weight, model.layers.0.input_layernorm.weight, "
+            r"model.layers.0.mlp.down_proj.weight, ...\) and 2\d tensors of the checkpoint are not used "
+            r"\(transformer.embed_tokens.weight, .*\); its scores would not be this checkpoint's",
+        ),
+        (
+            {"tensors": lambda state: {k: v for k, v in state.items() if ".layers.1." not in k}},
+            r"but 9 weights it needs are not in the checkpoint \(model.layers.1.input_layernorm.weight, ",
+        ),
+        ({"config": {"num_hidden_layers": 1}}, r"but 9 tensors of the checkpoint are not used \(model.layers.1."),
+        (
+            {"tensors": lambda state: {k: v for k, v in state.items() if k != "lm_head.weight"}},
+            r"but 1 weights it needs are not in the checkpoint \(lm_head.weight\)",
+        ),
+        (
+            {"config": {"intermediate_size": 96}},
+            r"the checkpoint's model.layers.0.mlp.down_proj.weight is \[32, 64\] \(and 5 more tensors\), where "
+            r"config.json describes a 'llama' model \(LlamaForCausalLM\) that needs \[32, 96\]: config.json does not "
+            r"fit these weights",
+        ),
+    ],
+    ids=["renamed keys", "a missing shard's tensors", "fewer layers", "untied head missing", "shapes"],
+)
+@pytest.mark.parametrize("forward", ["packed", "model"])
+def test_a_checkpoint_that_does_not_fill_the_model_is_refused(
+    tampering, said, forward, tiny_model_dir, tmp_path, data, capsys
+):
+    """transformers fills what a checkpoint lacks with random values, and scored from them without a word."""
+    model_dir = _tampered_copy(tiny_model_dir, tmp_path / "tampered", **tampering)
+    line = score_refused(capsys, tmp_path, data, "--model", model_dir, "--forward", forward, "--methods", "loss")
+    assert line.startswith(f"mia-fast: error: {model_dir}: ")
+    assert re.search(said, line), line
+
+
+def test_a_gpt_neox_checkpoint_whose_config_says_llama_is_refused(tmp_path, data, capsys):
+    """The case that scored with random weights: two runs of one folder differed by 1.72 in loss."""
+    import json
+
+    from conftest import train_tokenizer
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    tokenizer = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>"})
+    config = GPTNeoXConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4
+    )
+    model_dir = tmp_path / "neox"
+    GPTNeoXForCausalLM(config).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    settings = json.loads((model_dir / "config.json").read_text())
+    settings |= {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    (model_dir / "config.json").write_text(json.dumps(settings))
+    line = score_refused(capsys, tmp_path, data, "--model", model_dir, "--methods", "loss")
+    assert "config.json describes a 'llama' model (LlamaForCausalLM), but " in line, line
+    assert "weights it needs are not in the checkpoint (lm_head.weight, model.embed_tokens.weight" in line
+    assert "tensors of the checkpoint are not used (embed_out.weight, gpt_neox.embed_in.weight" in line
+
+
+def test_a_tied_head_is_no_missing_weight(tmp_path, data):
+    from conftest import save_tiny_llama, train_tokenizer
+    from safetensors import safe_open
+
+    tokenizer = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>"})
+    model_dir = save_tiny_llama(tmp_path / "tied", tokenizer, seed=3, tie_word_embeddings=True)
+    with safe_open(model_dir / "model.safetensors", "pt") as checkpoint:
+        assert "lm_head.weight" not in checkpoint.keys()
+    assert np.isfinite(Detector(str(model_dir)).score(["the rain in spain"], methods=["loss"])["loss"]).all()
