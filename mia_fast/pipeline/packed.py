@@ -40,6 +40,7 @@ from mia_fast.ops.token_stats import StreamedTokenStats
 from mia_fast.pipeline.attention import flash_available, flash_varlen_attention, segment_attention
 from mia_fast.pipeline.device import copies_weights, to_device
 from mia_fast.pipeline.packed_layers import GELUS, HeadShape, Norm, Product, llama_layer, neox_layer
+from mia_fast.pipeline.rotary import frequency_group, length_dependent, rotary_by_sequence
 
 LLAMA_FAMILY = frozenset({"llama", "mistral", "qwen2"})
 PACKED_MODEL_TYPES = LLAMA_FAMILY | {"gpt_neox"}
@@ -103,6 +104,7 @@ class _Packing:
     max_k: int
     contexts: tuple[SharedContext, ...]
     key_slots: torch.Tensor | None
+    sequence_lengths: torch.Tensor | None
 
 
 class PackedDecoder:
@@ -189,26 +191,35 @@ class PackedDecoder:
         hidden = hidden.to(self.dtype)
         return torch.cat([project(hidden) for _, project in self.head_chunks], dim=1)
 
-    def context(self, ids: Sequence[int]) -> SharedContext:
+    def context(self, ids: Sequence[int], whole_length: int | None = None) -> SharedContext:
         """The keys and values of a prefix's ``ids``, computed the first time and kept (the latest
-        ``KEPT_CONTEXTS``) for every later sequence placed after the same ids."""
-        key = tuple(ids)
+        ``KEPT_CONTEXTS``) for every later sequence placed after the same ids. Where the rotary embedding's
+        frequencies depend on the length (:mod:`mia_fast.pipeline.rotary`), the keys are turned for a sequence of
+        ``whole_length`` ids (the prefix and what follows it), and kept for sequences that get the same frequencies."""
+        whole = whole_length or len(ids)
+        key = (tuple(ids), int(frequency_group(self.rotary, whole)))
         found = self._contexts.pop(key, None)
         if found is None:
             kept: list[tuple[torch.Tensor, torch.Tensor]] = []
             with torch.inference_mode():
-                self._forward(torch.tensor(key), [len(key)], [None], kept)
+                self._forward(torch.tensor(key[0]), [len(ids)], [None], kept, whole_lengths=[whole])
             found = SharedContext(
-                len(key), *(tuple(t.to(self.attention_dtype).contiguous() for t in part) for part in zip(*kept))
+                len(ids), *(tuple(t.to(self.attention_dtype).contiguous() for t in part) for part in zip(*kept))
             )
         self._contexts[key] = found
         while len(self._contexts) > KEPT_CONTEXTS:
             del self._contexts[next(iter(self._contexts))]
         return found
 
-    def _packing(self, lengths: Sequence[int], contexts: Sequence[SharedContext | None]) -> _Packing:
+    def _packing(
+        self,
+        lengths: Sequence[int],
+        contexts: Sequence[SharedContext | None],
+        whole_lengths: Sequence[int] | None = None,
+    ) -> _Packing:
         """The packing of sequences of ``lengths`` after ``contexts``, laid out on the host and copied to the device
-        in one transfer."""
+        in one transfer; each token's whole sequence length (``whole_lengths``, default the context's and its own)
+        where the rotary embedding's frequencies depend on it."""
         distinct = list({id(c): c for c in contexts if c is not None}.values())
         context_starts = dict(zip(map(id, distinct), itertools.accumulate([0, *(c.length for c in distinct)])))
         own_start = sum(c.length for c in distinct)
@@ -218,6 +229,10 @@ class PackedDecoder:
         positions = np.concatenate([np.arange(n) + c for n, c in zip(lengths, context_lengths)] or [np.zeros(0)])
         cu_seq_q, cu_seq_k = starts, np.concatenate([[0], np.cumsum(lengths + context_lengths)])
         parts = [positions.astype(np.int64), cu_seq_q, cu_seq_k]
+        whole = lengths + context_lengths if whole_lengths is None else np.asarray(whole_lengths, dtype=np.int64)
+        by_length = length_dependent(self.rotary)
+        if by_length:
+            parts.append(np.repeat(whole, lengths))
         if distinct:
             parts.append(
                 np.concatenate(
@@ -242,7 +257,8 @@ class PackedDecoder:
             max_q=int(lengths.max(initial=0)),
             max_k=int((lengths + context_lengths).max(initial=0)),
             contexts=tuple(distinct),
-            key_slots=on_device[3] if distinct else None,
+            key_slots=on_device[-1] if distinct else None,
+            sequence_lengths=on_device[3] if by_length else None,
         )
 
     def _forward(
@@ -251,10 +267,11 @@ class PackedDecoder:
         lengths: Sequence[int],
         contexts: Sequence[SharedContext | None],
         kept: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        whole_lengths: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """The residual stream after the last layer; each layer's keys and values [ids, kv_heads, head_dim] (fp32,
-        keys rotated) appended to ``kept`` if given."""
-        packing = self._packing(lengths, contexts)
+        keys rotated) appended to ``kept`` if given (see :meth:`_packing` for ``whole_lengths``)."""
+        packing = self._packing(lengths, contexts, whole_lengths)
         grouped = self.kv_heads != self.heads
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -280,19 +297,25 @@ class PackedDecoder:
             )
             return out.reshape(out.shape[0], -1)
 
-        return self._layers(to_device(ids, self.device), packing.positions, attend)
+        return self._layers(to_device(ids, self.device), packing.positions, attend, packing.sequence_lengths)
 
     def _layers(
         self,
         ids: torch.Tensor,
         positions: torch.Tensor,
         attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+        sequence_lengths: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The residual stream after the last layer of the tokens ``ids`` at ``positions``, ``attend(layer, q, k, v)``
         giving each layer's attention output [ids, heads x head_dim] of its q [ids, heads, head_dim], k and v [ids,
-        kv_heads, head_dim] (q and k rotated, in fp32; v in the model's dtype)."""
+        kv_heads, head_dim] (q and k rotated, in fp32; v in the model's dtype). With ``sequence_lengths`` (every
+        token's whole sequence length) each token is turned with its own sequence's frequencies, else with those the
+        rotary embedding gives the whole call (:mod:`mia_fast.pipeline.rotary`)."""
         x = self.embed(ids).float()
-        cos, sin = self.rotary(x, positions.unsqueeze(0))
+        if sequence_lengths is None:
+            cos, sin = self.rotary(x, positions.unsqueeze(0))
+        else:
+            cos, sin = rotary_by_sequence(self.rotary, x, positions, sequence_lengths)
         half = self.shape.rotary_dims // 2
         cos, sin = cos[0, :, :half].float().unsqueeze(1), sin[0, :, :half].float().unsqueeze(1)
         turn = torch.complex(cos, sin) if self.paired else None

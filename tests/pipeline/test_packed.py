@@ -276,9 +276,9 @@ def test_each_prefix_runs_once_whatever_the_batches_and_passes(tiny_model_dir, p
     run_ids: list[int] = []
     forward = PackedDecoder._forward
 
-    def counting(decoder, ids, lengths, contexts, kept=None):
+    def counting(decoder, ids, lengths, contexts, kept=None, **options):
         run_ids.append(int(ids.shape[0]) if kept is not None else 0)
-        return forward(decoder, ids, lengths, contexts, kept)
+        return forward(decoder, ids, lengths, contexts, kept, **options)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(PackedDecoder, "_forward", counting)
