@@ -73,6 +73,19 @@ class Evaluation:
     verdicts: list[Verdict]
 
 
+def _refuse_a_class_without_text(texts: Sequence[str], labels: np.ndarray) -> None:
+    """One line before anything is scored or written where every text of a class is empty or blank: none of them
+    can be scored, and the AUROC needs both classes."""
+    blank = np.fromiter((not text.strip() for text in texts), dtype=bool, count=len(texts))
+    for value, which in ((1, "member"), (0, "non-member")):
+        rows = labels == value
+        if rows.any() and blank[rows].all():
+            raise MiaFastError(
+                f"AUROC is undefined: all {int(rows.sum())} {which} rows have no text to score (empty or blank); "
+                "both classes need scored rows"
+            )
+
+
 def evaluate_file(
     dataset: Dataset,
     config: RunConfig,
@@ -86,6 +99,7 @@ def evaluate_file(
     if evaluation.bootstrap < 1:
         raise MiaFastError(f"--bootstrap must be a positive number of resamples, got {evaluation.bootstrap}")
     labels = metrics.check_labels(dataset.labels)
+    _refuse_a_class_without_text(dataset.texts, labels)
     if evaluation.blind.enabled:
         cross_validation_folds(labels)  # before any scoring
     meta = dict(meta or {})

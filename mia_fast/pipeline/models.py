@@ -202,7 +202,8 @@ def local_or_hub(name: str) -> str:
 
 
 def _check_model_directory(directory: Path, name: str) -> None:
-    """Refuses a model directory without config.json, weights or tokenizer files, naming what is missing."""
+    """Refuses a model directory without config.json, weights or tokenizer files, naming what is missing, or with one
+    of them that this user cannot read."""
     files = [p.name for p in directory.iterdir() if p.is_file()]
     if "config.json" not in files:
         raise MiaFastError(
@@ -215,6 +216,10 @@ def _check_model_directory(directory: Path, name: str) -> None:
         raise MiaFastError(f"{name} has no weights (model.safetensors or pytorch_model.bin){hint}")
     if not _has_tokenizer_files(files):
         raise _no_tokenizer_files(name)
+    read = [f for f in files if f.endswith((".json", *_WEIGHT_SUFFIXES)) or any(m in f for m in _VOCABULARY_MARKS)]
+    unreadable = next((f for f in sorted(read) if not os.access(directory / f, os.R_OK)), None)
+    if unreadable is not None:  # transformers says "No such file or directory" of it
+        raise MiaFastError(f"{directory / unreadable}: permission denied (this user cannot read it)")
 
 
 def load_pretrained(

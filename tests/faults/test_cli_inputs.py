@@ -316,3 +316,15 @@ def test_refusals_name_the_value_given(tmp_path, capsys):
         "mia-fast: error: mia-fast score: argument --a: must be a number in (0, 100], got '-1' "
         "(see mia-fast score --help)"
     )
+
+
+@pytest.mark.parametrize("blank", ["members", "non-members"])
+def test_eval_with_no_text_in_a_class_is_refused_before_anything_is_scored(blank, tiny_model_dir, tmp_path, capsys):
+    """It ended in an IndexError in the bootstrap, after scores.jsonl was written."""
+    rows = [{"text": "  " if (i % 2 == 1) == (blank == "members") else f"text {i}", "label": i % 2} for i in range(6)]
+    data = write_jsonl(tmp_path / "in" / "d.jsonl", rows)
+    line = refused(
+        capsys, "eval", data, "--model", tiny_model_dir, "--report", tmp_path / "report", "--quiet", keep=[tmp_path]
+    )
+    which = "member" if blank == "members" else "non-member"
+    assert f"all 3 {which} rows have no text to score (empty or blank)" in line, line

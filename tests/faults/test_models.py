@@ -270,3 +270,17 @@ def test_a_tied_head_is_no_missing_weight(tmp_path, data):
     with safe_open(model_dir / "model.safetensors", "pt") as checkpoint:
         assert "lm_head.weight" not in checkpoint.keys()
     assert np.isfinite(Detector(str(model_dir)).score(["the rain in spain"], methods=["loss"])["loss"]).all()
+
+
+def test_a_weights_file_the_user_cannot_read_is_named_as_such(tiny_model_dir, tmp_path, data, capsys, monkeypatch):
+    """It was "No such file or directory". Tests run as root, whom no mode stops: the check's own question is
+    answered no for the weights."""
+    import os
+
+    model_dir = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    weights = model_dir / "model.safetensors"
+    weights.chmod(0o000)
+    can_read = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: can_read(path, mode) and os.stat(path).st_mode & 0o444 != 0)
+    line = score_refused(capsys, tmp_path, data, "--model", model_dir)
+    assert line == f"mia-fast: error: {weights}: permission denied (this user cannot read it)"
