@@ -540,6 +540,16 @@ CASES = [
         "config.json does not fit these weights",
     ),
     Case(
+        "eval: every member text blank",
+        "eval {blank_members} {M} --report {work}/blank-report --quiet",
+        "all 4 member rows have no text to score",
+    ),
+    Case(
+        "score: a model's embedding smaller than its tokenizer",
+        "score {data} --model {work}/small-vocabulary --out {new} --quiet",
+        "but the model's embedding has",
+    ),
+    Case(
         "score: a JSON record repeats text",
         "score {dup_key_jsonl} {M} --out {new} --quiet",
         "dup_key.jsonl:2: the field 'text' is named more than once",
@@ -618,17 +628,24 @@ def _copy_weights(model: str | None, target: Path) -> None:
         shutil.copy(source / name, target / name)
 
 
-def _tampered_model(model: str | None, target: Path, renamed: bool = False, config: dict | None = None) -> None:
-    """A copy of the model directory whose checkpoint's keys are renamed, or whose config.json is updated."""
+def _tampered_model(
+    model: str | None, target: Path, renamed: bool = False, config: dict | None = None, cut_vocabulary: bool = False
+) -> None:
+    """A copy of the model directory whose checkpoint's keys are renamed, whose embedding (and config) keeps only its
+    first 100 rows, or whose config.json is updated."""
     from safetensors.torch import load_file, save_file
 
     from mia_fast.pipeline.models import pretrained_source
 
     shutil.copytree(pretrained_source(model)[0], target)
-    if renamed:
+    if renamed or cut_vocabulary:
         state = load_file(target / "model.safetensors")
-        renamed_state = {key.replace("model.", "decoder."): tensor for key, tensor in state.items()}
-        save_file(renamed_state, target / "model.safetensors", metadata={"format": "pt"})
+        if renamed:
+            state = {key.replace("model.", "decoder."): tensor for key, tensor in state.items()}
+        if cut_vocabulary:
+            state = {key: t[:100].clone() if "embed" in key or "lm_head" in key else t for key, t in state.items()}
+            config = {**(config or {}), "vocab_size": 100}
+        save_file(state, target / "model.safetensors", metadata={"format": "pt"})
     if config:
         settings = json.loads((target / "config.json").read_text())
         (target / "config.json").write_text(json.dumps(settings | config))
@@ -692,6 +709,11 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
     files["notokenizer"].mkdir()
     _copy_weights(model, files["notokenizer"])
     _tampered_model(model, work / "renamed-keys", renamed=True)
+    _tampered_model(model, work / "small-vocabulary", renamed=False, cut_vocabulary=True)
+    _write_jsonl(
+        work / "blank.jsonl", [{"text": " " if i % 2 else f"a text number {i}", "label": i % 2} for i in range(8)]
+    )
+    places["blank_members"] = str(work / "blank.jsonl")
     _tampered_model(
         model, work / "other-type", config={"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"]}
     )

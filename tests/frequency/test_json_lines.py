@@ -25,7 +25,7 @@ record = st.builds(
 space = st.text(st.sampled_from(" \t\r"), max_size=2)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     records=st.lists(st.tuples(record, st.booleans(), space, space, st.booleans()), max_size=8),
     final_newline=st.booleans(),
@@ -89,7 +89,7 @@ seed_line = st.one_of(
 )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(
     lines=st.lists(seed_line, min_size=1, max_size=4),
     edits=st.lists(st.tuples(st.integers(0), st.integers(0, 255)), max_size=3),
