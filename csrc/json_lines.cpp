@@ -312,6 +312,19 @@ bool blank(const uint8_t* p, const uint8_t* end) {
 
 }  // namespace
 
+namespace {
+
+// The code point of the well-formed, non-ASCII UTF-8 sequence at p, p moved past it.
+uint32_t next_code_point(const uint8_t*& p) {
+  const size_t n = *p >= 0xF0 ? 4 : *p >= 0xE0 ? 3 : 2;
+  uint32_t code = *p & (0x7F >> n);
+  for (size_t i = 1; i < n; ++i) code = code << 6 | (p[i] & 0x3F);
+  p += n;
+  return code;
+}
+
+}  // namespace
+
 TextShape utf8_shape(const char* data, size_t size) {
   TextShape shape;
   const auto* p = reinterpret_cast<const uint8_t*>(data);
@@ -321,12 +334,9 @@ TextShape utf8_shape(const char* data, size_t size) {
     shape.code_points += ascii_end - p;
     p = ascii_end;
     if (p == end) return shape;
-    const size_t n = *p >= 0xF0 ? 4 : *p >= 0xE0 ? 3 : 2;
-    uint32_t code = *p & (0x7F >> n);
-    for (size_t i = 1; i < n; ++i) code = code << 6 | (p[i] & 0x3F);
+    const uint32_t code = next_code_point(p);
     if (code > shape.widest) shape.widest = code;
     ++shape.code_points;
-    p += n;
   }
 }
 
@@ -344,11 +354,7 @@ void decode_into(const uint8_t* p, const uint8_t* end, Unit* into) {
       while (p < ascii_end) *into++ = *p++;
     }
     if (p == end) return;
-    const size_t n = *p >= 0xF0 ? 4 : *p >= 0xE0 ? 3 : 2;
-    uint32_t code = *p & (0x7F >> n);
-    for (size_t i = 1; i < n; ++i) code = code << 6 | (p[i] & 0x3F);
-    *into++ = static_cast<Unit>(code);
-    p += n;
+    *into++ = static_cast<Unit>(next_code_point(p));
   }
 }
 

@@ -15,7 +15,7 @@ device once, at its end.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -166,11 +166,7 @@ class StatsEngine(ModelEngine):
         order: list[int] = []
         outputs: list[tuple[torch.Tensor, ...]] = []
         alone_from = None if self.packs else ALONE_FROM
-        # Packed, every segment is turned with its own frequencies (PackedDecoder); padded, batches are made of texts
-        # that get the same ones.
-        rotary = None if self.packs else self._rotary()
-        plan = functools.partial(plan_batches, batch_tokens=self.batch_tokens, packed=self.packs, alone_from=alone_from)
-        for batch in batches_alone(rotary, lengths, plan):
+        for batch in self._batches(lengths, packed=self.packs, alone_from=alone_from):
             order.extend(batch)
             outputs.append(self._run_batch([rows[i] for i in batch]))
             progress.advanced(sum(lengths[i] for i in batch))
@@ -186,6 +182,14 @@ class StatsEngine(ModelEngine):
     def _rotary(self) -> torch.nn.Module | None:
         """The model's rotary embedding, which :func:`~mia_fast.pipeline.rotary.batches_alone` pins per batch."""
         return getattr(self.loaded.model.base_model, "rotary_emb", None)
+
+    def _batches(
+        self, lengths: Sequence[int], packed: bool = False, alone_from: int | None = None
+    ) -> Iterator[list[int]]:
+        """Batches of rows under the token budget (:func:`plan_batches`). Packed, every segment is turned with its own
+        rotary frequencies (PackedDecoder); padded, a batch holds texts that get the same ones alone."""
+        plan = functools.partial(plan_batches, batch_tokens=self.batch_tokens, packed=packed, alone_from=alone_from)
+        return batches_alone(None if packed else self._rotary(), lengths, plan)
 
     def _padded(self, rows: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(map(len, rows))
@@ -284,8 +288,7 @@ class StatsEngine(ModelEngine):
         rows = self.rows(texts, prefixes)
         progress.planned(sum(len(r.ids) for r in rows))
         per_row: list[dict[str, np.ndarray]] = [{}] * len(rows)
-        plan = functools.partial(plan_batches, batch_tokens=self.batch_tokens)
-        for batch in batches_alone(self._rotary(), [len(r.ids) for r in rows], plan):
+        for batch in self._batches([len(r.ids) for r in rows]):
             input_ids, attention_mask = self._padded([rows[i].ids for i in batch])
             logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask).logits
             for j, i in enumerate(batch):
@@ -335,8 +338,7 @@ class StatsEngine(ModelEngine):
         handles = [decoder[layer].register_forward_hook(capture(layer)) for layer in set(layers)]
         try:
             present = [i for i, ids in enumerate(sequences) if ids]
-            plan = functools.partial(plan_batches, batch_tokens=self.batch_tokens)
-            for batch in batches_alone(self._rotary(), [len(sequences[i]) for i in present], plan):
+            for batch in self._batches([len(sequences[i]) for i in present]):
                 indices = [present[j] for j in batch]
                 input_ids, attention_mask = self._padded([sequences[i] for i in indices])
                 picked["rows"] = torch.arange(len(indices), device=input_ids.device)

@@ -229,9 +229,9 @@ class PackedDecoder:
         positions = np.concatenate([np.arange(n) + c for n, c in zip(lengths, context_lengths)] or [np.zeros(0)])
         cu_seq_q, cu_seq_k = starts, np.concatenate([[0], np.cumsum(lengths + context_lengths)])
         parts = [positions.astype(np.int64), cu_seq_q, cu_seq_k]
-        whole = lengths + context_lengths if whole_lengths is None else np.asarray(whole_lengths, dtype=np.int64)
         by_length = length_dependent(self.rotary)
         if by_length:
+            whole = lengths + context_lengths if whole_lengths is None else np.asarray(whole_lengths, dtype=np.int64)
             parts.append(np.repeat(whole, lengths))
         if distinct:
             parts.append(

@@ -70,9 +70,7 @@ def rotary_by_sequence(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [1, tokens, dims] of packed tokens at ``positions``, each with the frequencies of its sequence
     alone, ``sequence_lengths`` giving every token its whole sequence's length (a shared context's ids included: a
-    context's keys are turned for the sequence that follows it)."""
-    if not length_dependent(rotary):
-        return rotary(x, positions.unsqueeze(0))
+    context's keys are turned for the sequence that follows it). ``rotary`` is length-dependent."""
     # The embedding's own forward without transformers' update, which would look at these positions alone.
     turn = getattr(type(rotary).forward, "__wrapped__", type(rotary).forward)
     groups = frequency_group(rotary, sequence_lengths)
