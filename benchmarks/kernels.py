@@ -140,9 +140,11 @@ TINY_NEOX = dict(
     tie_word_embeddings=False,
 )
 
-# Seconds each section may take on an H100 (model inits, compiles and warm-ups included), from the issue's figures:
-# the 8B shape's 64 texts of ~3,078 tokens took 6.6 s (floor), 7.7 s (public loop), 8.0 s (mia-fast) a run;
-# the 1B shape scored ~117k tokens/s. The sum (with ~25 s of imports, corpus and tokenizer) is ~440 s.
+# Seconds each section may take (model making, compiles and warm-ups included), from the issue's figures for an
+# H100: the 8B shape's 64 texts of ~3,078 tokens took 6.6 s (floor), 7.7 s (public loop), 8.0 s (mia-fast) a run; the
+# 1B shape scored ~117k tokens/s; a cold torch.compile of the eager recipe took ~20 s (compile_s, the planned cost of
+# each until the run has measured its first). setup_s: imports, texts, tokenizer and the copy rate; finish_s: the
+# goals, the plot and the files. The plan printed at the start (plan()) adds these up for the device at hand.
 FULL = dict(
     stats_rows=[4096, 32768],
     stats_vocab=[32000, 128256, 151936],
@@ -162,18 +164,21 @@ FULL = dict(
     e2e_reps=2,
     recall_reps=2,
     shares={
-        "e2e_llama_8b": 120,
-        "e2e_recall": 50,
-        "e2e_llama_1b": 55,
+        "e2e_llama_8b": 110,
+        "e2e_recall": 45,
+        "e2e_llama_1b": 50,
         "e2e_pythia_6.9b": 75,
-        "token_stats": 60,
+        "token_stats": 75,
         "fused": 30,
-        "aggregation": 25,
+        "aggregation": 20,
     },
+    compile_s=20,
+    setup_s=25,
+    finish_s=10,
     budget=450,
 )
 SMOKE = dict(
-    stats_rows=[33],
+    stats_rows=[33, 40],
     stats_vocab=[1000, 5003],
     stats_reps=1,
     fused_hidden=[32],
@@ -191,6 +196,9 @@ SMOKE = dict(
     e2e_reps=1,
     recall_reps=1,
     shares={name: 60 for name in SECTIONS},
+    compile_s=20,
+    setup_s=30,
+    finish_s=10,
     budget=600,
 )
 
@@ -328,12 +336,22 @@ def max_abs_errors(got, truth) -> dict[str, float]:
 
 
 def compiled_eager() -> Callable:
-    torch._dynamo.reset()  # one fresh compilation per shape; no recompile limit hit
-    return torch.compile(eager_token_stats, dynamic=False)
+    """The eager recipe through torch.compile, in a fresh cache (no recompile limit hit): called on inputs whose N is
+    marked dynamic (:func:`token_stats_row`), one compile serves every N of a vocabulary."""
+    torch._dynamo.reset()
+    return torch.compile(eager_token_stats)
 
 
-def token_stats_row(n: int, vocab: int, device: torch.device, copy_bps: float, use_compile: bool, reps: int) -> dict:
-    """One shape of the token_stats benchmark; its tensors are freed when it returns."""
+def compiled_graphs() -> int:
+    """The graphs dynamo has compiled in this process so far."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def token_stats_row(
+    n: int, vocab: int, device: torch.device, copy_bps: float, compiled: Callable | None, reps: int
+) -> dict:
+    """One shape of the token_stats benchmark (``compiled``: the torch.compile contender, or None); its tensors are
+    freed when it returns."""
     logits = (torch.randn(n, vocab, device=device) * 3).to(torch.bfloat16)
     targets = torch.randint(0, vocab, (n,), device=device)
     contenders = {
@@ -341,9 +359,21 @@ def token_stats_row(n: int, vocab: int, device: torch.device, copy_bps: float, u
         "eager": partial(eager_token_stats, logits, targets),
         "torch_reference": partial(token_stats_torch, logits, targets),
     }
-    if use_compile:
-        contenders["compile"] = partial(compiled_eager(), logits, targets)
     row: dict = {"n": n, "vocab": vocab, "logits_bytes": logits.numel() * logits.element_size()}
+    if compiled is not None:
+        torch._dynamo.mark_dynamic(logits, 0)
+        torch._dynamo.mark_dynamic(targets, 0)
+        contenders["compile"] = partial(compiled, logits, targets)
+        # The first call of a vocabulary compiles; a later N that compiled again would show here.
+        began = time.perf_counter()
+        try:
+            contenders["compile"]()
+            synchronize(device)
+            row["compile_first_call_s"] = time.perf_counter() - began
+        except Exception as exc:
+            row["compile_error"] = describe_error(exc)
+            del contenders["compile"], exc
+            free_memory()
     # Accuracy on real hardware, on a slice small enough for an fp64 copy.
     head, head_targets = logits[:256], targets[:256]
     truth = fp64_token_stats(head, head_targets)
@@ -352,6 +382,8 @@ def token_stats_row(n: int, vocab: int, device: torch.device, copy_bps: float, u
         "eager": max_abs_errors(eager_token_stats(head, head_targets), truth),
     }
     row["contenders"] = times = {name: measure(fn, device, reps) for name, fn in contenders.items()}
+    if "compile_error" in row:
+        times["compile"] = {"error": row["compile_error"]}
     for result in times.values():
         if "ms" in result:
             result["GBps"] = row["logits_bytes"] / (result["ms"] / 1e3) / 1e9
@@ -365,18 +397,36 @@ def token_stats_row(n: int, vocab: int, device: torch.device, copy_bps: float, u
 
 
 def bench_token_stats(config: dict, device: torch.device, copy_bps: float, use_compile: bool, deadline: float) -> dict:
-    rows, skipped = [], []
+    """Every shape; the torch.compile contender compiled once per vocabulary, and only when its cost (the first
+    compile's, measured, or the planned ``compile_s`` before it) still fits before ``deadline``: a vocabulary left
+    without it is recorded in ``budget_notes`` and logged."""
+    rows, notes, compiles = [], [], []
+    compile_s = config["compile_s"]
     for vocab in config["stats_vocab"]:
+        compiled = None
+        if use_compile:
+            left = deadline - time.perf_counter()
+            if left >= compile_s:
+                compiled = compiled_eager()
+            else:
+                notes.append(
+                    f"V={vocab}: torch.compile left out, {max(left, 0):.0f} s of the section's share left for a "
+                    f"compile planned at {compile_s:.0f} s"
+                )
+                log(f"token_stats {notes[-1]}")
+        graphs_before = compiled_graphs()
         for n in config["stats_rows"]:
-            late = time.perf_counter() > deadline
-            if late:
-                skipped.append(f"N={n} V={vocab}: torch.compile left out, the section's time share was spent")
             try:
-                rows.append(token_stats_row(n, vocab, device, copy_bps, use_compile and not late, config["stats_reps"]))
+                row = token_stats_row(n, vocab, device, copy_bps, compiled, config["stats_reps"])
             except Exception as exc:
-                rows.append({"n": n, "vocab": vocab, "error": describe_error(exc), "contenders": {}})
+                row = {"n": n, "vocab": vocab, "error": describe_error(exc), "contenders": {}}
+            rows.append(row)
             free_memory()
-    return {"copy_bandwidth_bps": copy_bps, "rows": rows, "budget_notes": skipped}
+        first_calls = [r["compile_first_call_s"] for r in rows if r["vocab"] == vocab and "compile_first_call_s" in r]
+        if compiled is not None and first_calls:
+            compile_s = max(first_calls)
+            compiles.append({"vocab": vocab, "seconds": compile_s, "graphs": compiled_graphs() - graphs_before})
+    return {"copy_bandwidth_bps": copy_bps, "rows": rows, "compiles": compiles, "budget_notes": notes}
 
 
 # ---------------------------------------------------------------------------------------------------------- fused
@@ -670,8 +720,9 @@ def run_contenders(
 ) -> tuple[dict[str, dict], dict[str, object]]:
     """A first round that keeps each contender's output and peak memory (a warm-up, or with ``warm``, where every
     contender has run before, the first timed round), then timed rounds up to ``reps``, the contenders interleaved; a
-    round starts only before ``deadline`` (one timed round at the least). A contender that fails is recorded and left
-    out of the rounds after. ``results`` (filled in place as the rounds go) receives each contender's entry."""
+    round starts only when one as long as the last would end before ``deadline`` (one timed round at the least). A
+    contender that fails is recorded and left out of the rounds after. ``results`` (filled in place as the rounds go)
+    receives each contender's entry."""
     results = {} if results is None else results
     results.update({name: {} for name in contenders})
     first: dict[str, float] = {}
@@ -701,11 +752,15 @@ def run_contenders(
     runs: dict[str, list[float]] = {name: [first[name]] if warm else [] for name in first}
     for name, times in runs.items():
         results[name]["runs_s"] = times  # the same list, filled as the rounds go
+    last_round_s = 0.0
     for round_ in range(1 if warm else 0, reps):
-        if round_ > 0 and time.perf_counter() > deadline:
+        if round_ > 0 and time.perf_counter() + last_round_s > deadline:
             for name in runs:
-                results[name]["budget_note"] = f"{round_} timed run(s) of {reps}: the section's time share was spent"
+                results[name]["budget_note"] = (
+                    f"{round_} timed run(s) of {reps}: another round would end past the section's time share"
+                )
             break
+        round_began = time.perf_counter()
         for name in list(runs):
             try:
                 synchronize(device)
@@ -718,6 +773,7 @@ def run_contenders(
                 log(f"{label} {name}: FAILED in a timed run: {results[name]['error']}")
                 del runs[name], exc
                 free_memory()
+        last_round_s = time.perf_counter() - round_began
     for name, times in runs.items():
         if times:
             results[name]["seconds"] = statistics.median(times)
@@ -1193,20 +1249,136 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# ------------------------------------------------------------------------------------------------------------- plan
+
+# Bytes the eager recipe reads and writes per logit, the most of any token_stats contender (so the bound for each):
+# the fp32 copy (2 read, 4 written), softmax and log_softmax (8 each), the two products (12 each) and their sums (4
+# each), the square (8) and the max (4).
+EAGER_BYTES_PER_LOGIT = 66
+# Bytes per logit held at once by the eager recipe: the bf16 logits, the fp32 copy, probs, log_probs, the square and
+# a product.
+EAGER_PEAK_BYTES_PER_LOGIT = 22
+PLAN_HOW = {
+    "e2e_llama_8b": "its share: the model made, then timed rounds while one more ends inside it",
+    "e2e_recall": "its share: timed rounds while one more ends inside it",
+    "e2e_llama_1b": "its share: the model made, then timed rounds while one more ends inside it",
+    "e2e_pythia_6.9b": "its share: the model made, then timed rounds while one more ends inside it",
+    "fused": "its share: a shape that starts past it is timed once",
+    "aggregation": "its share: fixed work",
+}
+
+
+def token_stats_plan(config: dict, copy_bps: float, memory_bytes: float, use_compile: bool) -> dict:
+    """token_stats's seconds by the rule :func:`bench_token_stats` follows: each vocabulary's shapes at the copy rate
+    (every contender's calls bounded by the eager recipe's bytes), and its torch.compile when ``compile_s`` still fits
+    in the share."""
+    contenders = 4 if use_compile else 3
+    calls = 2 + config["stats_reps"]  # the peak-memory call, the warm-up, the timed runs
+    share, compile_s = config["shares"]["token_stats"], config["compile_s"]
+    seconds, compiles, notes = 0.0, 0, []
+    for vocab in config["stats_vocab"]:
+        if use_compile:
+            if share - seconds >= compile_s:
+                seconds += compile_s
+                compiles += 1
+            else:
+                notes.append(f"V={vocab}: torch.compile left out, {max(share - seconds, 0):.0f} s of the share left")
+        for n in config["stats_rows"]:
+            seconds += n * vocab * EAGER_BYTES_PER_LOGIT * contenders * calls / copy_bps
+            peak = n * vocab * EAGER_PEAK_BYTES_PER_LOGIT
+            if peak > memory_bytes:
+                notes.append(
+                    f"N={n} V={vocab}: the eager recipe needs ~{peak / 2**30:.0f} GiB: recorded as out of memory"
+                )
+    how = f"{compiles} torch.compile of {compile_s:.0f} s (one per V, N dynamic), the shapes at the copy rate"
+    return {"seconds": seconds, "how": how if use_compile else "the shapes at the copy rate", "notes": notes}
+
+
+def plan(
+    config: dict, sections: list[str], copy_bps: float, memory_bytes: float, use_compile: bool, budget: float
+) -> dict:
+    """The run's estimate before it starts, from the tables it runs by (``config``: its shapes, shares and planned
+    costs) and the device's copy rate and memory: each section's shapes and seconds, the total against ``budget``."""
+    large, small, neox = config["large"], config["small"], config["neox"]
+    texts = f"{large['texts']} texts of {large['tokens'][0]}-{large['tokens'][1]} tokens"
+    shapes = {
+        "e2e_llama_8b": f"{large['label']}, {texts}",
+        "e2e_recall": f"{large['label']}, the same texts after a {config['prefix_tokens']}-token prefix",
+        "e2e_llama_1b": f"{small['label']}, {small['texts']} texts of {small['words']} words",
+        "e2e_pythia_6.9b": f"{neox['label']}, e2e_llama_8b's texts",
+        "token_stats": f"N in {config['stats_rows']}, V in {config['stats_vocab']}",
+        "fused": f"H in {config['fused_hidden']}, V in {config['fused_vocab']}, N in {config['fused_rows']}",
+        "aggregation": f"{config['aggregation_tokens']:,} tokens",
+    }
+    planned = {}
+    for name in sections:
+        if name == "token_stats":
+            entry = token_stats_plan(config, copy_bps, memory_bytes, use_compile)
+        else:
+            entry = {"seconds": float(config["shares"][name]), "how": PLAN_HOW[name], "notes": []}
+        planned[name] = {"shapes": shapes[name], **entry}
+    total = config["setup_s"] + sum(e["seconds"] for e in planned.values()) + config["finish_s"]
+    return {
+        "copy_bps": copy_bps,
+        "memory_bytes": memory_bytes,
+        "setup_seconds": config["setup_s"],
+        "sections": planned,
+        "finish_seconds": config["finish_s"],
+        "total_seconds": total,
+        "budget_seconds": budget,
+        "limit_seconds": WALL_LIMIT_S,
+        "fits": total <= budget,
+    }
+
+
+def print_plan(planned: dict, device: str) -> None:
+    print(
+        f"plan for {device}: copy rate {planned['copy_bps'] / 1e12:.3g} TB/s, {planned['memory_bytes'] / 2**30:.0f} GiB"
+    )
+    rows = [
+        ["section", "seconds", "shapes", "how the seconds are reckoned"],
+        ["setup", f"{planned['setup_seconds']:.0f}", "imports, texts, tokenizer, copy rate", ""],
+        *([name, f"{e['seconds']:.0f}", e["shapes"], e["how"]] for name, e in planned["sections"].items()),
+        ["finish", f"{planned['finish_seconds']:.0f}", "goals, plot, files", ""],
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for row in rows:
+        cells = [row[0].ljust(widths[0]), row[1].rjust(widths[1]), row[2].ljust(widths[2]), row[3]]
+        print(("  " + "  ".join(cells)).rstrip())
+    for name, entry in planned["sections"].items():
+        for note in entry["notes"]:
+            print(f"  {name}: {note}")
+    verdict = "fits" if planned["fits"] else "DOES NOT FIT"
+    print(
+        f"  total {planned['total_seconds']:.0f} s: {verdict} the budget of {planned['budget_seconds']:.0f} s "
+        f"(limit {planned['limit_seconds']} s)",
+        flush=True,
+    )
+
+
 # ------------------------------------------------------------------------------------------------------------- main
 
 
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu-interpreter"
+
+
 def device_slug(device: torch.device) -> str:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu-interpreter"
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return re.sub(r"[^a-z0-9]+", "-", device_name(device).lower()).strip("-")
+
+
+def device_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class Run:
     """The result being built, written after every section; each section's time share and errors."""
 
-    def __init__(self, result: dict, stem: Path, budget: float, shares: dict[str, float], sections: list[str]):
+    def __init__(self, result: dict, stem: Path, budget: float, config: dict, sections: list[str]):
         self.result, self.stem, self.budget, self.sections = result, stem, budget, sections
-        self.shares = shares
+        self.shares, self.finish_s = config["shares"], config["finish_s"]
         self.result["section_seconds"] = {}
 
     def left(self) -> float:
@@ -1219,17 +1391,19 @@ class Run:
         partial_path.write_text(json.dumps(self.result, indent=2, default=str) + "\n")
         partial_path.replace(path)
 
-    def deadline(self, name: str) -> float:
-        """When the section's repetitions stop: its share, scaled down when the run is behind its plan."""
-        planned_after = sum(self.shares[s] for s in self.sections[self.sections.index(name) + 1 :])
-        share = min(self.shares[name], max(self.left() - planned_after, 0.25 * self.shares[name]))
-        return time.perf_counter() + share
+    def deadline(self, name: str, began: float) -> float:
+        """When the section's repetitions stop: its share from ``began``, scaled down when the run is behind its
+        plan."""
+        planned_after = self.finish_s + sum(self.shares[s] for s in self.sections[self.sections.index(name) + 1 :])
+        behind = time.perf_counter() + max(self.left() - planned_after, 0.25 * self.shares[name])
+        return min(began + self.shares[name], behind)
 
-    def section(self, name: str, work: Callable[[float], dict]) -> None:
-        """Runs one section (``work(deadline)``), recording its result or its error, then writes the JSON."""
+    def section(self, name: str, work: Callable[[float], dict], began: float | None = None) -> None:
+        """Runs one section (``work(deadline)``), recording its result or its error, then writes the JSON. ``began``:
+        when the section's share started (its model's making, before this call), else now."""
         if name not in self.sections:
             return
-        began = time.perf_counter()
+        began = time.perf_counter() if began is None else began
         if self.left() < 0.25 * self.shares[name]:
             self.result[name] = {"skipped": f"{self.left():.0f} s of the {self.budget:.0f} s budget left"}
             log(f"{name}: skipped, {self.left():.0f} s left")
@@ -1237,7 +1411,7 @@ class Run:
             log(f"{name}: starting ({self.left():.0f} s of the budget left, share {self.shares[name]} s)")
             LIVE.clear()
             try:
-                self.result[name] = work(self.deadline(name))
+                self.result[name] = work(self.deadline(name, began))
             except Terminated as exc:
                 self.result[name] = {**LIVE.get("result", {}), "error": f"{exc} (in this section: what it had)"}
                 raise
@@ -1299,7 +1473,10 @@ def run_model_group(run: Run, config: dict, key: str, texts: list[str], tokenize
         )
 
     for name in names:
-        run.section(name, recall if name == "e2e_recall" else partial(e2e, name=name))
+        # The first section's share holds the model's making.
+        run.section(
+            name, recall if name == "e2e_recall" else partial(e2e, name=name), began if name == names[0] else None
+        )
     # The model, its detectors and these closures go when this returns; the caller frees the memory.
 
 
@@ -1310,18 +1487,38 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile contender")
     parser.add_argument("--budget", type=float, default=None, help="seconds for the whole run (default 450; smoke 600)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the run's plan (each section's shapes and estimated seconds, the total) and exit; without a GPU "
+        "give --copy-tbps and --memory-gib",
+    )
+    parser.add_argument("--copy-tbps", type=float, help="plan for this copy rate (TB/s, read + written), not measured")
+    parser.add_argument("--memory-gib", type=float, help="plan for this device memory (GiB), not measured")
     args = parser.parse_args()
     sections = [s for s in args.only.split(",") if s]
     if unknown := set(sections) - set(SECTIONS):
         parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     sections = [s for s in SECTIONS if s in sections]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type != "cuda" and not args.smoke:
+    hypothetical = args.copy_tbps is not None and args.memory_gib is not None
+    if device.type != "cuda" and not args.smoke and not (args.plan and hypothetical):
         parser.error(
-            "no CUDA device: the kernels run on the CPU only in the interpreter, so only --smoke is meaningful here"
+            "no CUDA device: the kernels run on the CPU only in the interpreter, so only --smoke is meaningful here "
+            "(or --plan with --copy-tbps and --memory-gib)"
         )
     config = dict(SMOKE if args.smoke else FULL)
     budget = args.budget or config["budget"]
+    if args.copy_tbps is not None:
+        copy_bps = args.copy_tbps * 1e12
+    else:
+        copy_bps = copy_bandwidth(device, 2**32 if device.type == "cuda" else 2**20, config["stats_reps"])
+        free_memory()
+    memory_bytes = args.memory_gib * 2**30 if args.memory_gib is not None else device_memory(device)
+    planned = plan(config, sections, copy_bps, memory_bytes, not args.no_compile, budget)
+    print_plan(planned, "the device given" if hypothetical else device_name(device))
+    if args.plan:
+        return
     signal.signal(signal.SIGTERM, on_sigterm)
 
     import transformers
@@ -1339,10 +1536,11 @@ def main() -> None:
         "mia_fast_from": str(Path(mia_fast.__file__).parent),
         "budget_seconds": budget,
         "sections": sections,
+        "plan": planned,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"kernels-{device_slug(device)}"
-    run = Run(result, stem, budget, config["shares"], sections)
+    run = Run(result, stem, budget, config, sections)
     log(f"device {result['machine'].get('gpu', 'cpu')}; sections {', '.join(sections)}; budget {budget:.0f} s")
     try:
         e2e = [s for s in sections if s.startswith("e2e")]
@@ -1379,7 +1577,6 @@ def main() -> None:
 
         def micro(deadline: float, name: str) -> dict:
             if name == "token_stats":
-                copy_bps = copy_bandwidth(device, 2**32 if device.type == "cuda" else 2**20, config["stats_reps"])
                 return bench_token_stats(config, device, copy_bps, not args.no_compile, deadline)
             if name == "fused":
                 return bench_fused(config, device, deadline)

@@ -68,6 +68,7 @@ def cases() -> list[dict]:
             "n_rows": "i32",
             "vocab_size": "i32",
             "ignore_index": "i32",
+            "rows_bucket": "i32",
         }
         for vocab in (1000, 151936):  # rows of 1000 are not 16-aligned, rows of 151936 are (vectorised loads)
             for config in token_stats.TOKEN_STATS_CONFIGS:
@@ -80,6 +81,7 @@ def cases() -> list[dict]:
                         integers={"row_stride": vocab, "vocab_size": vocab},
                         warps=config.num_warps,
                         stages=config.num_stages,
+                        logits_per_thread=rows * block // (32 * config.num_warps),
                         config=f"{dtype} V={vocab} ROWS={rows} BLOCK_V={block}",
                     )
                 )
@@ -144,6 +146,57 @@ def resource_usage(cubin: bytes) -> dict[str, int]:
     return {key.lower(): int(value) for key, value in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", listing)}
 
 
+SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+
+
+def sass(cubin: bytes) -> list[tuple[int, str, list[str]]]:
+    """(address, opcode, operands) of each instruction in the cubin, from ``cuobjdump -sass``."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        listing = subprocess.run(
+            [str(TOOLS / "cuobjdump"), "-sass", f.name], check=True, capture_output=True, text=True
+        ).stdout
+    return [
+        (int(address, 16), opcode, [o.strip() for o in operands.split(",") if o.strip()])
+        for address, opcode, operands in SASS_LINE.findall(listing)
+    ]
+
+
+def _registers(operand: str, width: int = 1) -> set[int]:
+    found = set()
+    for number, wide in re.findall(r"\bR(\d+)(\.64)?\b", operand):
+        found.update(range(int(number), int(number) + (2 if wide else width)))
+    return found
+
+
+def main_loop(instructions: list[tuple[int, str, list[str]]]) -> dict:
+    """The longest loop (a branch back to an earlier address, through to it) of a SASS listing: its
+    instruction count, and whether its loads are in flight ahead of their use: each global load either
+    copies to shared memory (LDGSTS, cp.async) or its result is read by no later instruction of the same
+    iteration (a prefetch for the next one)."""
+    loops = []
+    for index, (address, opcode, operands) in enumerate(instructions):
+        target = re.fullmatch(r"(?:`\()?(?:\.L_x_\d+|0x([0-9a-f]+))\)?", operands[0]) if operands else None
+        if opcode.startswith("BRA") and target and target.group(1) and int(target.group(1), 16) <= address:
+            first = next(i for i, (a, _, _) in enumerate(instructions) if a == int(target.group(1), 16))
+            loops.append(instructions[first : index + 1])
+    if not loops:
+        return {"loop_instructions": 0, "loads_ahead": False}
+    body = max(loops, key=len)
+    loads = [i for i, (_, opcode, _) in enumerate(body) if opcode.split(".")[0] in ("LDG", "LDGSTS")]
+    ahead = bool(loads)
+    for i in loads:
+        opcode, operands = body[i][1], body[i][2]
+        if opcode.startswith("LDGSTS"):
+            continue
+        bits = int(re.search(r"\.(\d+)$", opcode).group(1)) if re.search(r"\.(64|128)$", opcode) else 32
+        loaded = _registers(operands[0], bits // 32)
+        if any(loaded & _registers(operand) for _, _, later in body[i + 1 :] for operand in later[1:]):
+            ahead = False
+    return {"loop_instructions": len(body), "loads_ahead": ahead}
+
+
 def spills(ptxas_log: str) -> dict[str, int]:
     found = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", ptxas_log)
     if found is None:
@@ -175,6 +228,9 @@ def compile_case(case: dict, arch: int) -> dict:
         )
     seconds = time.perf_counter() - started
     usage = resource_usage(compiled.asm["cubin"])
+    loop = main_loop(sass(compiled.asm["cubin"]))
+    if "logits_per_thread" in case:
+        loop["instructions_per_logit"] = round(loop["loop_instructions"] / case["logits_per_thread"], 2)
     return {
         "kernel": kernel.__name__,
         "arch": f"sm_{arch}",
@@ -185,6 +241,7 @@ def compile_case(case: dict, arch: int) -> dict:
         "local_bytes": usage["local"],
         "shared_bytes": usage["shared"],
         **spills(log.getvalue()),
+        **loop,
         "compile_seconds": round(seconds, 2),
     }
 
@@ -202,7 +259,8 @@ def main() -> int:
         return 1
     rows, failures = [], []
     print(
-        f"{'kernel':<28} {'arch':<6} {'config':<40} {'warps':>5} {'regs':>5} {'spills st/ld':>12} {'local':>6} {'s':>5}"
+        f"{'kernel':<28} {'arch':<6} {'config':<40} {'warps':>5} {'regs':>5} {'spills st/ld':>12} {'local':>6} "
+        f"{'loop':>5} {'/logit':>6} {'ahead':>5} {'s':>5}"
     )
     for case in all_cases:
         for arch in archs:
@@ -214,7 +272,9 @@ def main() -> int:
             rows.append(row)
             print(
                 f"{row['kernel']:<28} {row['arch']:<6} {row['config']:<40} {row['num_warps']:>5} {row['registers']:>5} "
-                f"{row['spill_stores']:>5}/{row['spill_loads']:<6} {row['local_bytes']:>6} {row['compile_seconds']:>5}"
+                f"{row['spill_stores']:>5}/{row['spill_loads']:<6} {row['local_bytes']:>6} "
+                f"{row['loop_instructions']:>5} {row.get('instructions_per_logit', ''):>6} "
+                f"{row['loads_ahead']!s:>5} {row['compile_seconds']:>5}"
             )
             if row["spill_stores"] or row["spill_loads"] or row["local_bytes"]:
                 failures.append(f"{row['kernel']} {row['arch']} {row['config']}: spills to local memory")

@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +22,8 @@ FAST = ["--methods", "loss,zlib,mink,minkpp", "--k", "0.2,1.0", "--quiet"]
 # The one-pass methods every engine test scores, and every k fraction they score.
 ONE_PASS_METHODS = ["loss", "zlib", "mink", "minkpp"]
 ALL_KS = [0.1, 0.2, 0.5, 1.0]
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
 
 
 def script(name: str):
@@ -327,3 +329,17 @@ def assert_scores_close(a, b, rtol=1e-4, atol=1e-6):
     assert list(a) == list(b)
     for name in a:
         np.testing.assert_allclose(np.asarray(a[name]), np.asarray(b[name]), rtol=rtol, atol=atol, err_msg=name)
+
+
+def package_copy_with(tmp_path: Path, relative: str, source: str) -> Path:
+    """A copy of the installed package (its compiled core included, the kernels linked in as a wheel installs them)
+    with ``source`` added as ``mia_fast/<relative>`` (e.g. ``methods/toy.py``); returns the folder to put on
+    PYTHONPATH."""
+    package = tmp_path / "site" / "mia_fast"
+    shutil.copytree(ROOT / "mia_fast", package, ignore=shutil.ignore_patterns("__pycache__"))
+    native = importlib.util.find_spec("mia_fast._native")
+    if native is not None and not (package / Path(native.origin).name).exists():
+        shutil.copy2(native.origin, package)
+    (package / "kernels").symlink_to(ROOT / "kernels", target_is_directory=True)
+    (package / relative).write_text(source)
+    return package.parent

@@ -176,6 +176,7 @@ class PackedDecoding:
             self.logits = decoder.logits(decoder.final_norm(x.index_select(0, last))).index_select(0, self.row_prompt)
 
             def padded(t: torch.Tensor) -> torch.Tensor:
+                t = t.float()
                 rows = torch.cat([t, t.new_zeros(1, *t.shape[1:])]).index_select(0, gather)
                 return rows.view(len(prompts), width, *t.shape[1:]).transpose(1, 2).contiguous()
 
@@ -226,6 +227,7 @@ class PackedDecoding:
         kv_heads, group, head_dim = decoder.kv_heads, decoder.heads // decoder.kv_heads, decoder.head_dim
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            q = q.float()  # a step's few queries attend in fp32, to keys and values kept in fp32
             keys, values = self.keys[index], self.values[index]
             keys[:, :, slot] = k
             values[:, :, slot] = v

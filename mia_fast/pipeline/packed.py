@@ -1,23 +1,27 @@
 """A pad-free forward of decoders for scoring: the final hidden states of many sequences at once, each as the model
-alone would give it (in fp32 within 1e-5 of its own forward). Llama-family decoders (llama, mistral, qwen2) and
-gpt_neox (Pythia: parallel residual, partial rotary embedding, LayerNorm with biases, GELU) run so, on every device.
+alone would give it (in fp32 within 1e-5 of its own forward). Each model family it runs is one file of
+:mod:`mia_fast.pipeline.families` (today the Llama family: llama, mistral, qwen2; and gpt_neox), on every device.
 
 Why not the model's own forward: it pads a batch's rows to the longest and attends under a padding mask. Here a
 batch's rows are packed end to end, every product runs on real tokens only, and the attention runs over the packed
 sequences' offsets (:mod:`mia_fast.pipeline.attention`: torch's flash ``varlen_attn`` on a GPU, the segment-wise
-reference elsewhere), each sequence alone.
+reference elsewhere, through the family's sliding window where a layer has one), each sequence alone.
 
 Weights. On a CPU every weight is copied once into oneDNN's blocked layout (measured 1.1-1.3x faster products than
 ``F.linear`` on the same weights), q, k and v into one product, their rows ordered so that the rotary embedding turns
 each pair of dims by a complex product (3-4x faster than the two halves' formula on CPU), and in fp32 what follows a
-product (SiLU or GELU, the gate's product, the residual sums) runs in oneDNN's epilogues (:class:`_Product`).
+product (SiLU or GELU, the gate's product, the residual sums) runs in oneDNN's epilogues (:class:`Product`).
 Elsewhere (``reorder=False``, a GPU) no weight is copied: the products read the model's own weights, so a 16 GB model
-stays 16 GB, and the rotary embedding turns the two halves of each head as the model does.
+stays 16 GB, and the rotary embedding turns the two halves of each head as the model does, in place.
 
-Precision. The residual stream, the norms and the rotary embedding stay in fp32 and only the products' inputs are
-rounded to the model's dtype, so bf16 scores stay closer to fp32 than the model's own bf16 forward (whose residual
-stream is bf16). The attention runs in fp32 through the reference (on CPU torch's fp32 flash attention is faster
-than its bf16 one at these sizes, and exact), in the model's dtype through flash attention.
+Precision and bytes. The residual stream stays in the model's dtype, as the model keeps it, so that outside the
+products and the attention a layer moves no more bytes than the model's own forward (on a GPU that traffic is a few
+percent of a layer's time; ``benchmarks/layer_bytes.py`` counts it: Llama-3-8B's shape in bf16, 0.43x the model's
+bytes per token and 3 casts against its 9). Norms run in fp32 and round once to the model's dtype (on a GPU as one
+fused op); the rotary embedding turns q and k in the model's dtype (the paired layout by a complex product in fp32,
+for the fp32 attention). So bf16 hidden states are as close to fp32 as the model's own bf16 forward. The attention
+runs in fp32 through the reference (on CPU torch's fp32 flash attention is faster than its bf16 one at these sizes,
+and exact), in the model's dtype through flash attention.
 
 A sequence may follow a shared context (a pass's prefix, the same before every text): its keys and values are
 computed once (:meth:`PackedDecoder.context`) and every sequence after it attends to them, its own positions
@@ -32,24 +36,22 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
 from mia_fast.ops.token_stats import StreamedTokenStats
-from mia_fast.pipeline.attention import flash_available, flash_varlen_attention, segment_attention
+from mia_fast.pipeline.attention import AttentionBackend, Segments, attention_backend
 from mia_fast.pipeline.device import copies_weights, to_device
-from mia_fast.pipeline.packed_layers import GELUS, HeadShape, Norm, Product, llama_layer, neox_layer
+from mia_fast.pipeline.families import FAMILIES, family_of
+from mia_fast.pipeline.packed_layers import HeadShape, Norm, Product
 from mia_fast.pipeline.rotary import frequency_group, length_dependent, rotary_by_sequence
 
-LLAMA_FAMILY = frozenset({"llama", "mistral", "qwen2"})
-PACKED_MODEL_TYPES = LLAMA_FAMILY | {"gpt_neox"}
 # Output-head rows projected at once on CPU: a chunk's weight and logits stay in cache while they are reduced.
 HEAD_CHUNK_IDS = 4096
 # Prefixes whose keys and values a decoder keeps (at most max_length / 2 ids each; 46 KB per id for SmolLM2-135M).
 KEPT_CONTEXTS = 8
-
-Attention = Callable[..., torch.Tensor]
 
 
 def head_dim(config) -> int:
@@ -60,24 +62,33 @@ def head_dim(config) -> int:
 def packed_unsupported(model: torch.nn.Module, max_length: int) -> str | None:
     """Why ``model`` cannot run packed with windows of ``max_length`` ids; None when it can."""
     config = model.config
-    if config.model_type not in PACKED_MODEL_TYPES:
-        return f"model type {config.model_type!r} is not one of {', '.join(sorted(PACKED_MODEL_TYPES))}"
-    activation = getattr(config, "hidden_act", "silu")
-    if config.model_type == "gpt_neox":
-        if activation not in GELUS:
-            return f"activation {activation!r} is not one of {', '.join(GELUS)}"
-        return None
-    if activation != "silu":
-        return f"activation {activation!r} is not silu"
-    if getattr(config, "mlp_bias", False):
-        return "the MLP has biases"
-    window = getattr(config, "sliding_window", None)
-    sliding = "sliding_attention" in (getattr(config, "layer_types", None) or [])
-    if config.model_type == "mistral":
-        sliding = window is not None
-    if sliding and window is not None and window < max_length:
-        return f"sliding-window attention ({window}) shorter than the {max_length}-id window"
-    return None
+    family = family_of(config.model_type)
+    if family is None:
+        return f"model type {config.model_type!r} is not one of {', '.join(sorted(FAMILIES))}"
+    return family.refuses(config, max_length)
+
+
+def _turn_paired(turn: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """q or k [n, heads, D] with each pair of rotary dims side by side (:meth:`HeadShape.paired`) turned by the
+    complex ``turn`` [n, 1, rotary_dims / 2]: a new fp32 tensor (the CPU's layout, whose attention runs in fp32)."""
+    half = turn.shape[-1]
+    wide = t.float()
+    turned = torch.view_as_real(torch.view_as_complex(wide[..., : 2 * half].unflatten(-1, (half, 2))) * turn)
+    if wide.shape[-1] > 2 * half:
+        return torch.cat([turned.flatten(-2), wide[..., 2 * half :]], dim=-1)
+    return turned.flatten(-2)
+
+
+def _turn_halves(cos: torch.Tensor, sin: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """q or k [n, heads, D] turned in place, as the model turns it (dim j with dim j + rotary_dims / 2 of each head),
+    by ``cos`` and ``sin`` [n, 1, rotary_dims / 2] in t's dtype: the two halves rewritten where they lie, one spare
+    half, the dims past the rotary ones untouched (the model's formula writes the head three times over)."""
+    half = cos.shape[-1]
+    first, second = t[..., :half], t[..., half : 2 * half]
+    spare = first * sin
+    first.mul_(cos).addcmul_(second, sin, value=-1)
+    second.mul_(cos).add_(spare)
+    return t
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,10 +109,7 @@ class _Packing:
     a context, the contexts whose keys precede the packed ones and each segment's keys among them (``key_slots``)."""
 
     positions: torch.Tensor
-    cu_seq_q: torch.Tensor
-    cu_seq_k: torch.Tensor
-    max_q: int
-    max_k: int
+    segments: Segments
     contexts: tuple[SharedContext, ...]
     key_slots: torch.Tensor | None
     sequence_lengths: torch.Tensor | None
@@ -110,42 +118,38 @@ class _Packing:
 class PackedDecoder:
     """The final-normed hidden states of packed sequences: ``hidden(ids, lengths)``.
 
-    Rows of ``ids`` are the sequences' ids end to end; each sequence starts at position 0. The result
-    is fp32 whatever the model's dtype. Built from a loaded model's modules; the model itself is left as it was.
-    ``reorder`` (default: on a CPU) copies the weights once into fused, reordered ones; ``attention`` is a function of
-    ``varlen_attn``'s signature (default: flash attention where it runs, else the reference).
+    Rows of ``ids`` are the sequences' ids end to end; each sequence starts at position 0. The result is in the
+    model's dtype, as its own ``last_hidden_state``. Built from a loaded model's modules by its family's spec
+    (:mod:`mia_fast.pipeline.families`); the model itself is left as it was. ``reorder`` (default: on a CPU) copies
+    the weights once into fused, reordered ones; ``attention`` is the attention it runs (default: flash attention
+    where it runs, else the reference); an engine builds it from its forward path
+    (:meth:`mia_fast.pipeline.forward_path.ForwardPath.decoder`), which decided both.
     """
 
     def __init__(
-        self, model: torch.nn.Module, *, reorder: bool | None = None, attention: Attention | None = None
+        self, model: torch.nn.Module, *, reorder: bool | None = None, attention: AttentionBackend | None = None
     ) -> None:
         self.source = self.stamp(model)
         config = model.config
+        family = family_of(config.model_type)
         base = model.base_model
         parameter = next(model.parameters())
         self.dtype, self.device = parameter.dtype, parameter.device
         reorder = copies_weights(self.device) if reorder is None else reorder
-        neox = config.model_type == "gpt_neox"
-        self.embed = base.embed_in if neox else base.embed_tokens
-        self.rotary = base.rotary_emb
+        self.embed = getattr(base, family.embedding)
+        self.rotary = getattr(base, family.rotary)
         heads, dims = config.num_attention_heads, head_dim(config)
         cos, _ = self.rotary(
             torch.zeros(1, device=self.device), torch.zeros((1, 1), dtype=torch.long, device=self.device)
         )
         self.shape = HeadShape(heads, getattr(config, "num_key_value_heads", None) or heads, dims, cos.shape[-1])
         self.paired = reorder  # the rotary layout the weights were ordered for
-        if attention is None:
-            flash = flash_available(self.device, self.dtype, dims)
-            attention = flash_varlen_attention if flash else segment_attention
-        self.attention = attention
-        self.attention_dtype = self.dtype if attention is flash_varlen_attention else torch.float32
-        self.final_norm = Norm(base.final_layer_norm if neox else base.norm)
+        self.attention = attention or attention_backend(self.device, self.dtype, dims)
+        self.attention_dtype = self.dtype if self.attention.in_model_dtype else torch.float32
+        self.final_norm = Norm(getattr(base, family.final_norm), fused=not reorder)
         self._contexts: dict[tuple[int, ...], SharedContext] = {}
-        if neox:
-            activation = config.hidden_act
-            self.layers = [neox_layer(layer, self.shape, reorder, activation) for layer in base.layers]
-        else:
-            self.layers = [llama_layer(layer, self.shape, reorder) for layer in base.layers]
+        self.layers = [family.layer(layer, self.shape, reorder, config) for layer in base.layers]
+        self.windows = [family.window(config, index) for index in range(len(self.layers))]
         head = model.get_output_embeddings()
         chunk = HEAD_CHUNK_IDS if reorder else head.weight.shape[0]
         self.head_chunks = [
@@ -248,14 +252,16 @@ class PackedDecoder:
                 ).astype(np.int64)
             )
         on_device = to_device(torch.from_numpy(np.concatenate(parts)), self.device).split([len(p) for p in parts])
-        on_host = self.attention is segment_attention
+        on_host = self.attention.offsets_on_host
         return _Packing(
             positions=on_device[0],
             # Flash attention takes int32 offsets: cast once here, not in every layer.
-            cu_seq_q=torch.from_numpy(cu_seq_q) if on_host else on_device[1].int(),
-            cu_seq_k=torch.from_numpy(cu_seq_k) if on_host else on_device[2].int(),
-            max_q=int(lengths.max(initial=0)),
-            max_k=int((lengths + context_lengths).max(initial=0)),
+            segments=Segments(
+                torch.from_numpy(cu_seq_q) if on_host else on_device[1].int(),
+                torch.from_numpy(cu_seq_k) if on_host else on_device[2].int(),
+                int(lengths.max(initial=0)),
+                int((lengths + context_lengths).max(initial=0)),
+            ),
             contexts=tuple(distinct),
             key_slots=on_device[-1] if distinct else None,
             sequence_lengths=on_device[3] if by_length else None,
@@ -269,14 +275,14 @@ class PackedDecoder:
         kept: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
         whole_lengths: Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """The residual stream after the last layer; each layer's keys and values [ids, kv_heads, head_dim] (fp32,
-        keys rotated) appended to ``kept`` if given (see :meth:`_packing` for ``whole_lengths``)."""
+        """The residual stream after the last layer; each layer's keys (rotated) and values [ids, kv_heads, head_dim]
+        appended to ``kept`` if given (see :meth:`_packing` for ``whole_lengths``)."""
         packing = self._packing(lengths, contexts, whole_lengths)
         grouped = self.kv_heads != self.heads
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             if kept is not None:
-                kept.append((k, v.float()))
+                kept.append((k, v))
             q, k, v = (t.to(self.attention_dtype) for t in (q, k, v))
             if packing.key_slots is not None:
                 k, v = (
@@ -285,16 +291,7 @@ class PackedDecoder:
                     )
                     for part, t in (("keys", k), ("values", v))
                 )
-            out = self.attention(
-                q,
-                k,
-                v,
-                packing.cu_seq_q,
-                packing.cu_seq_k,
-                packing.max_q,
-                packing.max_k,
-                enable_gqa=grouped,
-            )
+            out = self.attention.attend(q, k, v, packing.segments, enable_gqa=grouped, window=self.windows[index])
             return out.reshape(out.shape[0], -1)
 
         return self._layers(to_device(ids, self.device), packing.positions, attend, packing.sequence_lengths)
@@ -308,35 +305,30 @@ class PackedDecoder:
     ) -> torch.Tensor:
         """The residual stream after the last layer of the tokens ``ids`` at ``positions``, ``attend(layer, q, k, v)``
         giving each layer's attention output [ids, heads x head_dim] of its q [ids, heads, head_dim], k and v [ids,
-        kv_heads, head_dim] (q and k rotated, in fp32; v in the model's dtype). With ``sequence_lengths`` (every
+        kv_heads, head_dim] (q and k rotated: in the model's dtype, fp32 in the paired layout; v in the model's
+        dtype). With ``sequence_lengths`` (every
         token's whole sequence length) each token is turned with its own sequence's frequencies, else with those the
         rotary embedding gives the whole call (:mod:`mia_fast.pipeline.rotary`)."""
-        x = self.embed(ids).float()
+        x = self.embed(ids)
+        # The embedding's forward reads only the dtype and device of its first argument.
+        like = torch.empty(0, device=x.device)
         if sequence_lengths is None:
-            cos, sin = self.rotary(x, positions.unsqueeze(0))
+            cos, sin = self.rotary(like, positions.unsqueeze(0))
         else:
-            cos, sin = rotary_by_sequence(self.rotary, x, positions, sequence_lengths)
+            cos, sin = rotary_by_sequence(self.rotary, like, positions, sequence_lengths)
         half = self.shape.rotary_dims // 2
-        cos, sin = cos[0, :, :half].float().unsqueeze(1), sin[0, :, :half].float().unsqueeze(1)
-        turn = torch.complex(cos, sin) if self.paired else None
-
-        def rotate(t: torch.Tensor) -> torch.Tensor:
-            t = t.float()
-            turned, rest = t[..., : 2 * half], t[..., 2 * half :]
-            if turn is not None:
-                turned = torch.view_as_real(torch.view_as_complex(turned.unflatten(-1, (half, 2))) * turn).flatten(-2)
-            else:
-                first, second = turned[..., :half], turned[..., half:]
-                turned = torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
-            return torch.cat([turned, rest], dim=-1) if rest.shape[-1] else turned
-
+        cos, sin = cos[0, :, :half].unsqueeze(1), sin[0, :, :half].unsqueeze(1)
+        if self.paired:
+            rotate = partial(_turn_paired, torch.complex(cos, sin))
+        else:
+            rotate = partial(_turn_halves, cos.to(self.dtype), sin.to(self.dtype))
         for index, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(layer.input_norm(x).to(self.dtype))
+            q, k, v = layer.qkv(layer.input_norm(x))
             attended = attend(index, rotate(q), rotate(k), v).to(self.dtype)
-            mlp_input = layer.post_norm(x).to(self.dtype) if layer.parallel else None
+            mlp_input = layer.post_norm(x) if layer.parallel else None
             x = layer.out.added_to(attended, x)
             if mlp_input is None:
-                mlp_input = layer.post_norm(x).to(self.dtype)
+                mlp_input = layer.post_norm(x)
             x = layer.mlp.added_to(mlp_input, x)
         return x
 

@@ -1,7 +1,7 @@
 """The packed decoder's layers, built from a model's modules (:mod:`mia_fast.pipeline.packed` runs them): products
 whose weights are the model's own or a copy fused, reordered for the rotary embedding and laid out for oneDNN
-(:class:`Product`), q/k/v, norms in fp32, the two families' MLPs, and a decoder layer of each family (the Llama
-family's, gpt_neox's parallel residual).
+(:class:`Product`), q/k/v, norms, MLPs with and without a gate, and the decoder layer they make up (each family
+builds its own from these, :mod:`mia_fast.pipeline.families`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class Product:
 
     def added_to(self, x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
         """total + (x @ weight.T + bias): a new tensor where the sum runs in the epilogue, else ``total`` itself,
-        added to in place (a bf16 product onto the fp32 residual stream)."""
+        added to in place."""
         if self.epilogues:
             return torch.ops.mkldnn._linear_pointwise.binary(x, total, self.weight, self.bias, "add")
         return total.add_(self(x))
@@ -128,20 +128,44 @@ class QKV:
         return q.view(n, heads, head_dim), k.view(n, kv_heads, head_dim), v.view(n, kv_heads, head_dim)
 
 
-class Norm:
-    """RMS norm (the Llama family) or LayerNorm with its bias (gpt_neox), in fp32."""
+def _fused_rms_norm_op():
+    """torch's one-pass RMS norm (fp32 inside, one rounding to the input's dtype) where this torch has it with the
+    signature read here; None elsewhere (older releases had none, or another signature)."""
+    op = getattr(torch.ops.aten, "_fused_rms_norm", None)
+    if op is None:
+        return None
+    names = [argument.name for argument in op.default._schema.arguments]
+    return op if names == ["input", "normalized_shape", "weight", "eps"] else None
 
-    def __init__(self, module: torch.nn.Module) -> None:
-        self.weight = module.weight.detach().float()
+
+_FUSED_RMS_NORM = _fused_rms_norm_op()
+
+
+class Norm:
+    """RMS norm (the Llama family) or LayerNorm with its bias (gpt_neox), of the residual stream in the model's dtype:
+    computed in fp32 and rounded once to the model's dtype (the model's own RMS norm rounds twice: before and after
+    its weight). ``fused``: the RMS norm as one op, reading and writing the stream once (on a GPU; on a CPU torch's
+    fused op measured 3-6x slower than the few ops of the formula, so there it runs as those)."""
+
+    def __init__(self, module: torch.nn.Module, fused: bool) -> None:
+        self.weight = module.weight.detach()
         self.layer_norm = isinstance(module, torch.nn.LayerNorm)
         bias = getattr(module, "bias", None) if self.layer_norm else None
-        self.bias = bias.detach().float() if bias is not None else None
+        self.bias = bias.detach() if bias is not None else None
         self.eps = module.eps if self.layer_norm else getattr(module, "variance_epsilon", None) or module.eps
+        self.fused = fused
+        self.fp32_weight = self.weight.float()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.layer_norm:
             return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
-        return (x * torch.rsqrt(x.square().mean(-1, keepdim=True).add_(self.eps))).mul_(self.weight)
+        if self.fused and _FUSED_RMS_NORM is not None:
+            return _FUSED_RMS_NORM(x, list(self.weight.shape), self.weight, self.eps)[0]
+        if self.fused:  # on a GPU torch's own fused kernel where it has one
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        wide = x.float()
+        normed = wide * torch.rsqrt(wide.square().mean(-1, keepdim=True).add_(self.eps))
+        return normed.mul_(self.fp32_weight).to(x.dtype)
 
 
 @dataclass(frozen=True)
@@ -172,40 +196,11 @@ class DecoderLayer:
     parallel: bool
 
 
-def llama_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool) -> DecoderLayer:
-    attention, mlp = layer.self_attn, layer.mlp
-    projections = (attention.q_proj, attention.k_proj, attention.v_proj)
-    if reorder:
-        rows = [shape.paired(shape.heads), shape.paired(shape.kv_heads), None]
-        qkv = QKV((fused_product(projections, rows, reorder),), shape)
-    else:
-        qkv = QKV(tuple(linear_product(m, reorder) for m in projections), shape)
-    gated = MLP(
-        linear_product(mlp.up_proj, reorder),
-        linear_product(mlp.down_proj, reorder),
-        linear_product(mlp.gate_proj, reorder),
-    )
-    return _decoder_layer(layer, qkv, linear_product(attention.o_proj, reorder), gated, parallel=False)
-
-
-def neox_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool, activation: str) -> DecoderLayer:
-    attention, mlp = layer.attention, layer.mlp
-    if reorder:
-        # The model's rows hold each head's q, k and v in turn: gathered into all q, all k, all v, each paired.
-        heads, head_dim = shape.heads, shape.head_dim
-        head_starts = (torch.arange(heads) * 3 * head_dim).repeat_interleave(head_dim)
-        within = shape.paired(heads) - torch.arange(heads).repeat_interleave(head_dim) * head_dim
-        plain = torch.arange(head_dim).repeat(heads)
-        rows = torch.cat([head_starts + within, head_starts + head_dim + within, head_starts + 2 * head_dim + plain])
-        qkv = QKV((linear_product(attention.query_key_value, reorder, rows),), shape)
-    else:
-        qkv = QKV((linear_product(attention.query_key_value, reorder),), shape, per_head=True)
-    up, down = linear_product(mlp.dense_h_to_4h, reorder), linear_product(mlp.dense_4h_to_h, reorder)
-    feed_forward = MLP(up, down, activation=activation)
-    out = linear_product(attention.dense, reorder)
-    return _decoder_layer(layer, qkv, out, feed_forward, parallel=layer.use_parallel_residual)
-
-
-def _decoder_layer(layer: torch.nn.Module, qkv: QKV, out: Product, mlp: MLP, parallel: bool) -> DecoderLayer:
-    """A decoder layer of either family: both name their norms ``input_layernorm`` and ``post_attention_layernorm``."""
-    return DecoderLayer(Norm(layer.input_layernorm), qkv, out, Norm(layer.post_attention_layernorm), mlp, parallel)
+def decoder_layer(
+    layer: torch.nn.Module, qkv: QKV, out: Product, mlp: MLP, *, parallel: bool, reorder: bool
+) -> DecoderLayer:
+    """A decoder layer whose norms are named as transformers names them in most families: ``input_layernorm`` and
+    ``post_attention_layernorm`` (fused where the weights are not copied: on a GPU)."""
+    fused = not reorder
+    norms = (Norm(layer.input_layernorm, fused=fused), Norm(layer.post_attention_layernorm, fused=fused))
+    return DecoderLayer(norms[0], qkv, out, norms[1], mlp, parallel)

@@ -5,10 +5,8 @@ written into a copy of the package's methods folder, and nothing else, is found,
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import package_copy_with
 
 from mia_fast.cli import main
 from mia_fast.methods import REGISTRY, ScoringInputs, register, setting
@@ -147,21 +146,8 @@ print(json.dumps({"package": mia_fast.__file__, "help": help_text.getvalue(), "c
 """
 
 
-def package_copy_with(tmp_path: Path, module: str, source: str) -> Path:
-    """A copy of the installed package (its compiled core included, the kernels linked in as a wheel installs them)
-    with ``source`` added as ``mia_fast/methods/<module>.py``; returns the folder to put on PYTHONPATH."""
-    package = tmp_path / "site" / "mia_fast"
-    shutil.copytree(ROOT / "mia_fast", package, ignore=shutil.ignore_patterns("__pycache__"))
-    native = importlib.util.find_spec("mia_fast._native")
-    if native is not None and not (package / Path(native.origin).name).exists():
-        shutil.copy2(native.origin, package)
-    (package / "kernels").symlink_to(ROOT / "kernels", target_is_directory=True)
-    (package / "methods" / f"{module}.py").write_text(source)
-    return package.parent
-
-
 def test_a_method_module_added_to_the_folder_is_found_scored_and_documented(tiny_model_dir, tmp_path):
-    site = package_copy_with(tmp_path, "toy", TOY_MODULE)
+    site = package_copy_with(tmp_path, "methods/toy.py", TOY_MODULE)
     data = tmp_path / "texts.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["a fox", "the lazy dog sleeps"]))
     out = tmp_path / "s.jsonl"

@@ -10,12 +10,18 @@ import importlib
 import numpy as np
 import pytest
 import torch
-import triton
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mia_fast.kernels import token_stats
-from mia_fast.kernels.token_stats import TOKEN_STATS_CONFIGS, default_config, fitting_configs, token_stats_with_config
+from mia_fast.kernels.token_stats import (
+    MAX_ROWS_BUCKET,
+    TOKEN_STATS_CONFIGS,
+    default_config,
+    fitting_configs,
+    rows_bucket,
+    token_stats_with_config,
+)
 from mia_fast.ops.token_stats import token_stats_torch
 from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS
 
@@ -129,7 +135,10 @@ def test_bad_targets_and_dtypes_are_refused():
         token_stats(torch.randn(2, 10), torch.tensor([3]))
 
 
-CONFIG_IDS = [f"rows{c.kwargs['ROWS']}-block{c.kwargs['BLOCK_V']}-warps{c.num_warps}" for c in TOKEN_STATS_CONFIGS]
+CONFIG_IDS = [
+    f"rows{c.kwargs['ROWS']}-block{c.kwargs['BLOCK_V']}-chunk{c.kwargs['CHUNK']}-warps{c.num_warps}"
+    for c in TOKEN_STATS_CONFIGS
+]
 # |kernel - fp64| <= FP64_TOLERANCE * (1 + |fp64|): room for the GPU's exp2 and rsqrt approximations, far
 # below the eager recipe's error in bf16 or fp16.
 FP64_TOLERANCE = 5e-6
@@ -221,17 +230,40 @@ def test_a_rows_stats_do_not_depend_on_the_rows_beside_it(config, dtype, vocab, 
         torch.testing.assert_close(all_rows[row : row + 1], single, rtol=0, atol=0)
 
 
-def test_the_autotune_space_holds_the_former_launch_and_the_best_measured_one():
-    for vocab in (600, 1000, 2048, 4000, 4099, 50257, 151936):
-        block = min(4096, triton.next_power_of_2(vocab))
+def test_the_autotune_space_takes_64_logits_a_thread_at_large_vocabularies():
+    # 64 logits a thread a block: under 12 SASS instructions a logit (tests/ops/test_kernels_compile.py).
+    for vocab in (4099, 50257, 151936):
         config = default_config(vocab)
-        assert (config.kwargs, config.num_warps) == ({"ROWS": 1, "BLOCK_V": block}, 8 if block >= 2048 else 4)
-    assert any(c.kwargs == {"ROWS": 1, "BLOCK_V": 2048} and c.num_warps == 4 for c in TOKEN_STATS_CONFIGS)
-    assert fitting_configs(151936) == [c for c in TOKEN_STATS_CONFIGS if c.kwargs["BLOCK_V"] >= 2048]  # <= 75 a lane
+        assert (config.kwargs, config.num_warps) == ({"ROWS": 1, "BLOCK_V": 8192, "CHUNK": 64}, 4)
+    for config in TOKEN_STATS_CONFIGS:
+        assert config.kwargs["BLOCK_V"] == 32 * config.num_warps * config.kwargs["CHUNK"]
+    assert fitting_configs(151936) == [c for c in TOKEN_STATS_CONFIGS if c.kwargs["CHUNK"] == 64]  # <= 75 merges
     assert fitting_configs(32000) == list(TOKEN_STATS_CONFIGS)
     small = fitting_configs(1000)
-    assert all(c.kwargs["BLOCK_V"] <= 1024 for c in small) and {c.kwargs["ROWS"] for c in small} > {1}
+    assert small and all(c.kwargs["BLOCK_V"] <= 1024 and c.kwargs["CHUNK"] == 8 for c in small)
+    assert all(c.kwargs["ROWS"] == 1 for c in TOKEN_STATS_CONFIGS)  # several rows a program spilled
     assert fitting_configs(7) == [min(TOKEN_STATS_CONFIGS, key=lambda c: c.kwargs["BLOCK_V"])]
+
+
+def test_bf16_errors_at_151936_are_within_the_issues_figures():
+    # Issue 57's max abs errors against fp64 (bf16, V = 151936, rows without huge-magnitude logits), which the
+    # former per-logit-merge kernel reached: logp 5.9e-7, mu 9.2e-7, var 7.1e-7.
+    vocab = 151936
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(7, vocab, generator=g) * torch.tensor([0.0, 1.0, 0.5, 1.0, 2.0, 3.0, 2.0])[:, None]
+    logits[1] = -30.0
+    logits[1, vocab // 3] = 40.0  # one token takes (almost) all the mass
+    logits[6, 1234] = 60.0
+    logits = logits.to(torch.bfloat16)
+    # Row 5's target is its top token: a logp beyond -16 rounds to fp32 by up to 9.5e-7 on its own (at target 77,
+    # logp = -17.8, the error is 6.4e-7, that rounding).
+    targets = torch.tensor([5, vocab // 3, 70000, 3, vocab - 1, int(logits[5].argmax()), 1234])
+    got = token_stats_with_config(logits.to(DEVICE), targets.to(DEVICE), default_config(vocab))
+    figures = {"logp": 5.9e-7, "mu": 9.2e-7, "var": 7.1e-7}
+    for name, g, t in zip(TOKEN_STATS_COLUMNS, got, ground_truth(logits, targets), strict=True):
+        if name in figures:
+            error = (g.cpu().double() - t).abs().max().item()
+            assert error <= figures[name], f"{name}: {error:.3g} off fp64"
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the autotuner picks the config")
@@ -261,6 +293,34 @@ def test_the_autotuned_launch_runs_the_fastest_fitting_config(monkeypatch):
     targets = torch.randint(0, 1000, (13,), generator=torch.Generator().manual_seed(11))
     got = token_stats(logits, targets)
     assert len(timed) == len(fitting_configs(1000))
-    assert autotuner.best_config is fitting_configs(1000)[-1] and autotuner.best_config.kwargs["ROWS"] > 1
+    assert autotuner.best_config is fitting_configs(1000)[-1]
     for value, expected in zip(got, token_stats_with_config(logits, targets, autotuner.best_config), strict=True):
         torch.testing.assert_close(value, expected, rtol=0, atol=0)
+
+
+def test_the_autotune_key_buckets_the_row_count():
+    assert [rows_bucket(n) for n in (1, 3, 4, 5, 4096, 4097)] == [1, 4, 4, 8, 4096, 8192]
+    assert rows_bucket(10**8) == MAX_ROWS_BUCKET
+    autotuner = importlib.import_module("mia_fast.kernels.token_stats")._token_stats_autotuned
+    assert autotuner.keys == ["vocab_size", "rows_bucket"]
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU the autotuner times the configs for real")
+def test_the_autotuner_chooses_again_for_another_row_bucket(monkeypatch):
+    kernel_module = importlib.import_module("mia_fast.kernels.token_stats")
+    autotuner = kernel_module._token_stats_autotuned
+    timed = []
+
+    def first_is_faster(kernel_call, quantiles):
+        kernel_call()
+        timed.append(len(timed))
+        return [float(timed[-1])] * len(quantiles)
+
+    monkeypatch.setattr(kernel_module, "_CAN_AUTOTUNE", True)
+    monkeypatch.setitem(vars(autotuner), "do_bench", first_is_faster)
+    monkeypatch.setattr(autotuner, "cache", {})
+    for n in (3, 4, 40):  # buckets 4, 4, 64
+        logits = varied_logits(n, 1000, seed=n)
+        token_stats(logits, torch.randint(0, 1000, (n,), generator=torch.Generator().manual_seed(n)))
+    assert len(timed) == 2 * len(fitting_configs(1000))
+    assert len(autotuner.cache) == 2

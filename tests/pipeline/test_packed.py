@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from mia_fast import ComputeConfig, ConRecallSettings, Detector, ModelConfig, RecallSettings
 from mia_fast.ops.token_stats import StreamedTokenStats, token_stats_torch
+from mia_fast.pipeline.attention import SEGMENT_ATTENTION, AttentionBackend, segment_attention
 from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.device import onednn_layout
 from mia_fast.pipeline.engine import StatsEngine
@@ -115,7 +116,9 @@ def test_gpt_neox_sequential_residual_and_full_rotary_equal_the_model_forward():
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("kind", sorted(ARCHITECTURES))
-def test_packed_bf16_is_closer_to_fp32_than_the_model_bf16_forward(kind, layout):
+def test_packed_bf16_is_as_close_to_fp32_as_the_model_bf16_forward(kind, layout):
+    """The residual stream in bf16 as the model keeps it, norms rounded once: within 10% of the model's own bf16
+    error against fp32 (measured 0.94-1.04x its mean deviation over the families and layouts)."""
     model = tiny_decoder(kind, seed=3)
     rows = random_rows([48, 31, 12], seed=1)
     reference = own_hidden(model, rows).double()
@@ -123,7 +126,8 @@ def test_packed_bf16_is_closer_to_fp32_than_the_model_bf16_forward(kind, layout)
     packed = packed_hidden(PackedDecoder(model_bf16, reorder=LAYOUTS[layout]), rows)
     ours = (packed.double() - reference).abs().mean()
     theirs = (own_hidden(model_bf16, rows).double() - reference).abs().mean()
-    assert ours <= theirs
+    assert packed.dtype == torch.bfloat16
+    assert ours <= 1.1 * theirs
 
 
 @pytest.mark.parametrize("kind", ["qwen2", "gpt_neox"])
@@ -180,9 +184,62 @@ def test_unsupported_models_say_why():
     assert packed_unsupported(tiny_decoder("llama"), 64) is None
     assert packed_unsupported(tiny_decoder("gpt_neox"), 64) is None
     assert "relu" in packed_unsupported(tiny_decoder("gpt_neox", hidden_act="relu"), 64)
-    windowed = tiny_decoder("mistral", sliding_window=16)
-    assert "sliding-window" in packed_unsupported(windowed, 64)
-    assert packed_unsupported(windowed, 16) is None
+    assert packed_unsupported(tiny_decoder("mistral", sliding_window=16), 64) is None
+
+
+WINDOWED = {
+    "mistral": {"sliding_window": 8},
+    "qwen2": {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1},  # layer 0 full, layer 1 not
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("kind", sorted(WINDOWED))
+def test_a_sliding_window_packed_equals_the_model_forward_on_texts_longer_than_the_window(kind, layout):
+    """Mistral attends through its window in every layer, Qwen2 in the layers its config names: texts of up to
+    5 windows, alone and after a shared context, each within 1e-5 of the model's own fp32 forward."""
+    model = tiny_decoder(kind, **WINDOWED[kind])
+    decoder = PackedDecoder(model, reorder=LAYOUTS[layout])
+    assert decoder.windows == ([8, 8] if kind == "mistral" else [None, 8])
+    rows = random_rows([40, 1, 8, 9, 23], seed=7)
+    torch.testing.assert_close(packed_hidden(decoder, rows), own_hidden(model, rows), rtol=1e-5, atol=1e-5)
+    prefix = random_rows([11], seed=8)[0]
+    contexts = [decoder.context(prefix)] * len(rows)
+    expected = torch.cat([own_hidden(model, [prefix + row])[-len(row) :] for row in rows])
+    torch.testing.assert_close(packed_hidden(decoder, rows, contexts), expected, rtol=1e-5, atol=1e-5)
+    unwindowed = packed_hidden(PackedDecoder(tiny_decoder(kind), reorder=LAYOUTS[layout]), rows)
+    assert not torch.allclose(packed_hidden(decoder, rows), unwindowed, atol=1e-3)
+
+
+def flash_stand_in(calls: list):
+    """Flash ``varlen_attn`` as the bf16 path calls it, answered by the reference: grouped heads must come as they
+    are, offsets on the device as int32, q, k and v in the model's dtype."""
+
+    def attend(query, key, value, segments, *, enable_gqa=False, window=None):
+        assert key.shape[1] < query.shape[1] and enable_gqa, "keys and values repeated to every query head"
+        assert segments.cu_seq_q.dtype == segments.cu_seq_k.dtype == torch.int32
+        assert query.dtype == key.dtype == value.dtype == torch.bfloat16
+        calls.append(window)
+        return segment_attention(query, key, value, segments, enable_gqa=True, window=window)
+
+    return AttentionBackend("flash stand-in", attend, offsets_on_host=False, in_model_dtype=True)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
+def test_the_bf16_flash_path_passes_grouped_heads_int32_offsets_and_windows_as_they_are(kind):
+    model = tiny_decoder(kind, seed=3, heads=4, kv_heads=2, **WINDOWED.get(kind, {})).to(torch.bfloat16)
+    rows, calls, prefix = random_rows([30, 3, 17], seed=1), [], random_rows([5], seed=2)[0]
+
+    def hidden(decoder: PackedDecoder) -> torch.Tensor:
+        context = decoder.context(prefix)
+        return packed_hidden(decoder, rows, [context, None, context])
+
+    decoder = PackedDecoder(model, reorder=False, attention=flash_stand_in(calls))
+    got = hidden(decoder)
+    assert calls == decoder.windows * 2  # the context, then the texts
+    expected = hidden(PackedDecoder(model, reorder=False, attention=SEGMENT_ATTENTION))
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected.float(), atol=5e-2, rtol=5e-2)
 
 
 def test_engine_packs_llama_on_cpu_and_scores_as_the_padded_forward(tiny_model_dir):

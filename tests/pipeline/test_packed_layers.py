@@ -1,6 +1,6 @@
 """The packed decoder's layers (pipeline.packed_layers) against torch's formulas and the model's own modules:
-products on the model's weights or a reordered copy, norms, both families' MLPs, q/k/v in each layout, and the
-rotary pairing's row order."""
+products on the model's weights or a reordered copy, norms (in fp32, and bf16 rounded once), both kinds of MLP, q/k/v
+in each layout, and the rotary pairing's row order (each family's layer: tests/pipeline/families)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from mia_fast.pipeline.packed_layers import (
     Norm,
     Product,
     linear_product,
-    llama_layer,
-    neox_layer,
 )
 
 # A copy in oneDNN's layout sums in another order: equal to a few float32 ulps.
@@ -109,27 +107,29 @@ def test_a_plain_mlp_is_down_of_the_activation_of_up(reorder):
     torch.testing.assert_close(mlp.added_to(x, total.clone()), expected, **CLOSE)
 
 
-def test_an_rms_norm_is_the_llama_familys():
+@pytest.mark.parametrize("fused", [False, True])
+def test_an_rms_norm_is_the_llama_familys(fused):
     module = transformers.models.llama.modeling_llama.LlamaRMSNorm(16, eps=1e-5)
     with torch.no_grad():
         module.weight.copy_(random(16, seed=5))
     x = random(5, 16, seed=1) * 3
-    norm = Norm(module)
+    norm = Norm(module, fused=fused)
     assert not norm.layer_norm and norm.eps == 1e-5
     expected = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * module.weight
     torch.testing.assert_close(norm(x.clone()), expected, **CLOSE)
     torch.testing.assert_close(norm(x.clone()), module(x), **CLOSE)
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("bias", [True, False])
-def test_a_layer_norm_is_torchs_with_its_bias(bias):
+def test_a_layer_norm_is_torchs_with_its_bias(bias, fused):
     module = torch.nn.LayerNorm(16, eps=1e-4, bias=bias)
     with torch.no_grad():
         module.weight.copy_(random(16, seed=5))
         if bias:
             module.bias.copy_(random(16, seed=6))
     x = random(5, 16, seed=1) * 3 + 1
-    norm = Norm(module)
+    norm = Norm(module, fused=fused)
     assert norm.layer_norm and norm.eps == 1e-4 and (norm.bias is not None) == bias
     torch.testing.assert_close(norm(x), module(x), **CLOSE)
 
@@ -158,56 +158,35 @@ def test_a_per_head_qkv_reads_each_heads_q_k_and_v_in_turn():
     assert torch.equal(q[:, 1], x[:, 9:12]) and torch.equal(k[:, 1], x[:, 12:15]) and torch.equal(v[:, 0], x[:, 6:9])
 
 
-def tiny_llama_layer() -> torch.nn.Module:
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=50,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    return transformers.LlamaForCausalLM(config).eval().model.layers[0]
-
-
-def tiny_neox_layer() -> torch.nn.Module:
-    torch.manual_seed(0)
-    config = transformers.GPTNeoXConfig(
-        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, rotary_pct=0.5
-    )
-    return transformers.GPTNeoXForCausalLM(config).eval().gpt_neox.layers[0]
-
-
-@pytest.mark.parametrize("reorder", [False, True])
-def test_a_llama_layer_holds_the_models_products_with_q_and_k_paired_when_reordered(reorder):
-    layer, shape = tiny_llama_layer(), HeadShape(heads=4, kv_heads=2, head_dim=8, rotary_dims=8)
-    packed, x = llama_layer(layer, shape, reorder), random(5, 32, seed=1)
-    attention = layer.self_attn
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_bf16_rms_norm_keeps_the_stream_in_bf16_rounded_once(fused):
+    module = transformers.models.llama.modeling_llama.LlamaRMSNorm(256, eps=1e-5)
     with torch.no_grad():
-        q, k, v = packed.qkv(x)
-        q_rows = shape.paired(4) if reorder else torch.arange(32)
-        k_rows = shape.paired(2) if reorder else torch.arange(16)
-        torch.testing.assert_close(q, attention.q_proj(x)[:, q_rows].view(5, 4, 8), **CLOSE)
-        torch.testing.assert_close(k, attention.k_proj(x)[:, k_rows].view(5, 2, 8), **CLOSE)
-        torch.testing.assert_close(v, attention.v_proj(x).view(5, 2, 8), **CLOSE)
-        torch.testing.assert_close(packed.mlp.added_to(x, torch.zeros(5, 32)), layer.mlp(x), **CLOSE)
-        torch.testing.assert_close(packed.input_norm(x), layer.input_layernorm(x), **CLOSE)
-        torch.testing.assert_close(packed.out(x), attention.o_proj(x), **CLOSE)
-    assert not packed.parallel and packed.qkv.per_head is False
+        module.weight.copy_(random(256, seed=5) + 1)
+    module = module.to(torch.bfloat16)
+    x = (random(64, 256, seed=1) * 3).to(torch.bfloat16)
+    got = Norm(module, fused=fused)(x)
+    assert got.dtype == torch.bfloat16
+    wide = x.double()
+    exact = wide * torch.rsqrt(wide.square().mean(-1, keepdim=True) + 1e-5) * module.weight.double()
+    # Rounded once, against the model's twice (before and after its weight).
+    ours, theirs = ((t.double() - exact).abs().mean() for t in (got, module(x)))
+    assert ours < theirs
+    assert (got.double() - exact).abs().max() <= exact.abs().max() * 2**-8
 
 
-@pytest.mark.parametrize("reorder", [False, True])
-def test_a_neox_layer_gathers_each_heads_q_k_and_v_with_q_and_k_paired_when_reordered(reorder):
-    layer, shape = tiny_neox_layer(), HeadShape(heads=4, kv_heads=4, head_dim=8, rotary_dims=4)
-    packed, x = neox_layer(layer, shape, reorder, "gelu"), random(5, 32, seed=1)
-    within = shape.paired(1) if reorder else torch.arange(8)
-    with torch.no_grad():
-        q, k, v = packed.qkv(x)
-        heads = layer.attention.query_key_value(x).view(5, 4, 3, 8)
-        torch.testing.assert_close(q, heads[:, :, 0, within], **CLOSE)
-        torch.testing.assert_close(k, heads[:, :, 1, within], **CLOSE)
-        torch.testing.assert_close(v, heads[:, :, 2], **CLOSE)
-        torch.testing.assert_close(packed.mlp.added_to(x, torch.zeros(5, 32)), layer.mlp(x), **CLOSE)
-        torch.testing.assert_close(packed.post_norm(x), layer.post_attention_layernorm(x), **CLOSE)
-    assert packed.parallel == layer.use_parallel_residual and packed.mlp.gate is None
+def test_the_fused_rms_norm_is_used_only_with_the_signature_it_is_called_with(monkeypatch):
+    from types import SimpleNamespace
+
+    from mia_fast.pipeline import packed_layers
+
+    assert packed_layers._fused_rms_norm_op() is torch.ops.aten._fused_rms_norm  # torch 2.13's signature
+    other = SimpleNamespace(default=SimpleNamespace(_schema=SimpleNamespace(arguments=[SimpleNamespace(name="input")])))
+    monkeypatch.setattr(torch.ops.aten, "_fused_rms_norm", other)
+    assert packed_layers._fused_rms_norm_op() is None
+    # Without it, a fused norm is torch's rms_norm (its own fused kernel on a GPU): the same values.
+    module = transformers.models.llama.modeling_llama.LlamaRMSNorm(16, eps=1e-5)
+    x = random(5, 16, seed=1) * 3
+    fused = Norm(module, fused=True)(x)
+    monkeypatch.setattr(packed_layers, "_FUSED_RMS_NORM", None)
+    torch.testing.assert_close(Norm(module, fused=True)(x), fused, **CLOSE)

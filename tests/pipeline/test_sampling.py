@@ -278,3 +278,34 @@ def test_prompt_batches_hold_their_rows_within_the_budget(row_lengths, rows):
     for batch in batches:
         longest = max(row_lengths[i] for i in batch)
         assert len(batch) == 1 or sum(rows[i] for i in batch) * longest <= 100
+
+
+def test_a_model_with_a_sliding_window_scores_packed_and_samples_through_its_own_forward(tmp_path, monkeypatch):
+    """The packed decoding attends to every earlier key, so a windowed model (Mistral's window of 4 ids, shorter than
+    the prompts) samples through its own forward, as ``--forward model`` does, while its scores run packed."""
+    from conftest import train_tokenizer
+
+    tokenizer = train_tokenizer({"eos_token": "<|endoftext|>"}, vocab_size=280)
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        sliding_window=4,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    transformers.MistralForCausalLM(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be that is the question"]
+    detector = Detector(str(tmp_path), [SamiaSettings(samples=3)])
+    assert detector.target.packs and detector.target._packed_decoder().windows == [4, 4]
+    samia = samia_pass(detector.settings)
+    fed = record_packed(monkeypatch)
+    windowed = run_passes(detector.engines, texts, [samia])[samia]
+    assert fed == []
+    detector.target.use_forward("model")
+    np.testing.assert_array_equal(run_passes(detector.engines, texts, [samia])[samia], windowed)
