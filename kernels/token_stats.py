@@ -48,8 +48,6 @@ GPU-only forms (the bf16 shift or mask and the packed max), which it does by ord
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -77,7 +75,6 @@ LN2 = tl.constexpr(0.6931471805599453)
 # takes only the 64-logit configs (BLOCK_V >= 2048, <= 75 merges) and the merges' rounding stays below the
 # former kernel's (which kept per-logit merges to <= 128 a lane).
 MAX_LANE_MERGES = 128
-INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")  # as triton.jit decides
 # Past it every config's program count fills the GPU many times over, so one choice serves all larger N.
 MAX_ROWS_BUCKET = 65536
 
@@ -282,8 +279,10 @@ _token_stats_autotuned = triton.autotune(
     key=["vocab_size", "rows_bucket"],
     prune_configs_by={"early_config_prune": _prune_to_vocabulary},
 )(_token_stats_kernel)
-# Under TRITON_INTERPRET=1 triton.jit makes an interpreted function, which the autotuner cannot time.
+# Under TRITON_INTERPRET=1 triton.jit makes an interpreted function, which the autotuner cannot time, and which
+# reads INTERPRETED (used by the helpers above) when it runs, as the compiler does when it compiles.
 _CAN_AUTOTUNE = isinstance(_token_stats_kernel, triton.runtime.JITFunction)
+INTERPRETED = tl.constexpr(not _CAN_AUTOTUNE)
 
 
 def _check_targets(targets: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
