@@ -30,7 +30,6 @@ from mia_fast.methods.settings import (
     TOKENS,
     Range,
 )
-from mia_fast.pipeline.families import FAMILIES
 
 
 def bounded(bounds: Range) -> Callable[[str], int | float]:
@@ -294,8 +293,8 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
         "--forward",
         choices=["auto", "packed", "model"],
         default="auto",
-        help="the forward: the pad-free packed decoder where the model's family is supported (auto; "
-        f"{', '.join(sorted(FAMILIES))}), always (packed), or the model's own (model)",
+        help="the forward: the pad-free packed decoder where the model's family is supported (auto; --verbose says "
+        "which a model runs, and why not), always (packed), or the model's own (model)",
     )
     scoring.add_argument(
         "--verbose", action="store_true", help="say which forward path each model runs (packed or not, and why)"
