@@ -31,12 +31,12 @@ from mia_fast.api import DcpddSettings, NeighborSettings, NgramCoverageSettings,
 from mia_fast.cli.options import bounded_list, positive_ints
 from mia_fast.evaluation.experiments import KNOWN_NONMEMBERS, ExperimentDesign, FineTuning, run_experiment
 from mia_fast.frequency.build import count_token_ids
+from mia_fast.generation.neighbors import DEFAULT_NEIGHBORS, WordDropNeighbors
 from mia_fast.methods import REGISTRY
 from mia_fast.methods.ngram_coverage import DEFAULT_SAMPLES as DEFAULT_NGRAM_SAMPLES
 from mia_fast.methods.samia import DEFAULT_SAMPLES as DEFAULT_SAMIA_SAMPLES
 from mia_fast.methods.settings import POSITIVE
 from mia_fast.pipeline.models import LoadedModel, load_model
-from mia_fast.pipeline.neighbors import DEFAULT_NEIGHBORS, WordDropNeighbors
 
 SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
 METHODS = "loss,zlib,mink,minkpp,lowercase,ref"

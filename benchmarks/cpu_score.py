@@ -47,10 +47,10 @@ from mia_fast import (
     ScoringConfig,
     score_file,
 )
+from mia_fast.engines.batching import plan_batches
 from mia_fast.methods import DEFAULT_KS
-from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.models import load_tokenizer
-from mia_fast.pipeline.tokenize import split_windows
+from mia_fast.tokens.tokenize import split_windows
 
 METHODS = ["loss", "zlib", "mink", "minkpp"]
 FILE_BLOCK_ROWS = 20

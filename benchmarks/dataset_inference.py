@@ -30,9 +30,9 @@ from mia_fast.api import NeighborSettings, ScoringConfig
 from mia_fast.evaluation.assessment import BlindSettings
 from mia_fast.evaluation.dataset_inference import dataset_inference, plot_p_values
 from mia_fast.evaluation.experiments import ExperimentDesign, FineTuning, run_experiment
+from mia_fast.generation.neighbors import WordDropNeighbors
 from mia_fast.methods import resolve_methods
 from mia_fast.pipeline.models import load_model
-from mia_fast.pipeline.neighbors import WordDropNeighbors
 
 FEATURES = ["loss", "zlib", "mink", "minkpp", "lowercase", "neighbor", "ref"]
 KS = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]

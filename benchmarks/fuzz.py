@@ -35,8 +35,8 @@ from mia_fast.cli.main import main as mia_fast_main
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency import table as freq
 from mia_fast.frequency.table import FrequencyTable, FrequencyTableError
-from mia_fast.pipeline import server_url
-from mia_fast.pipeline.server_url import endpoint, hide_key, mask_urls, masked_url
+from mia_fast.served import url as server_url
+from mia_fast.served.url import endpoint, hide_key, mask_urls, masked_url
 
 SEED_RUN_FILE = b"""command = "eval"
 

@@ -58,6 +58,7 @@ from reference_loop import public_loop_scores  # noqa: E402
 
 import mia_fast  # noqa: E402
 from mia_fast import ComputeConfig, DcpddSettings, Detector, LoadedModel, ModelConfig, kernels  # noqa: E402
+from mia_fast.engines.stats import TOKEN_STATS_COLUMNS, TokenStats  # noqa: E402
 from mia_fast.evaluation.corpus import stdlib_corpus  # noqa: E402
 from mia_fast.frequency.build import count_token_ids  # noqa: E402
 from mia_fast.kernels import token_stats  # noqa: E402
@@ -66,7 +67,6 @@ from mia_fast.ops.bottom_k import bottom_k_counts, bottom_k_means  # noqa: E402
 from mia_fast.ops.first_occurrence import capped_first_occurrence_mean  # noqa: E402
 from mia_fast.ops.token_stats import linear_token_stats, token_stats_torch  # noqa: E402
 from mia_fast.pipeline.engine import DEFAULT_CHUNK_BYTES, MIN_HEAD_ROWS  # noqa: E402
-from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats  # noqa: E402
 
 # Sections in the order they run: the end-to-end goals first, so that a run cut short still has them.
 SECTIONS = ("e2e_llama_8b", "e2e_recall", "e2e_llama_1b", "e2e_pythia_6.9b", "token_stats", "fused", "aggregation")

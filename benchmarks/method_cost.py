@@ -59,7 +59,21 @@ from mia_fast import (
     RecallSettings,
     SamiaSettings,
 )
+from mia_fast.engines.passes import (
+    PLAIN,
+    TARGET,
+    GradientNormReadout,
+    HiddenStatesReadout,
+    Identity,
+    Pass,
+    Progress,
+    SamplesReadout,
+    TokenSpansReadout,
+    TokenStatsReadout,
+)
 from mia_fast.frequency.build import count_token_ids
+from mia_fast.generation.finetune import fine_tune
+from mia_fast.generation.neighbors import WordDropNeighbors
 from mia_fast.methods import REGISTRY, NgramCoverageSettings
 from mia_fast.methods.camia import REPEATED
 from mia_fast.methods.conrecall import member_prefix_pass
@@ -74,23 +88,9 @@ from mia_fast.methods.reference_tokens import token_passes
 from mia_fast.methods.registry import calibration_sets
 from mia_fast.methods.samia import samia_pass
 from mia_fast.methods.settings import recorded
-from mia_fast.pipeline.finetune import fine_tune
 from mia_fast.pipeline.models import LoadedModel, load_model
-from mia_fast.pipeline.neighbors import WordDropNeighbors
-from mia_fast.pipeline.passes import (
-    PLAIN,
-    TARGET,
-    GradientNormReadout,
-    HiddenStatesReadout,
-    Identity,
-    Pass,
-    Progress,
-    SamplesReadout,
-    TokenSpansReadout,
-    TokenStatsReadout,
-)
-from mia_fast.pipeline.tokenize import tokenize
 from mia_fast.scoring.planner import run_passes
+from mia_fast.tokens.tokenize import tokenize
 
 METHODS = [
     "loss",

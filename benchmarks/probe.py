@@ -30,8 +30,8 @@ from mia_fast.data import Dataset
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.corpus import prepare_texts, split_members
 from mia_fast.evaluation.figures import plot_dev_auroc
-from mia_fast.evaluation.probe import ProbeTraining, train_probe
-from mia_fast.pipeline.finetune import FineTuning, fine_tune
+from mia_fast.evaluation.probe_training import ProbeTraining, train_probe
+from mia_fast.generation.finetune import FineTuning, fine_tune
 
 SUBSETS = ("wikipedia_en", "pile_cc", "pubmed_abstracts", "stackexchange")
 METHODS = ["loss", "mink_0.2", "minkpp_0.2"]

@@ -5,8 +5,8 @@ For each seed, on one pile_test domain (texts cut to 128 tokens, split i.i.d.): 
 members (3 epochs at lr 1e-4, as the contamination experiment and ``benchmarks/probe.py`` do), then
 
 - **oracle**: a probe of the same kind (bias-free logistic regression per layer, standardised, as
-  ``mia_fast.evaluation.probe.fit_probes``) trained on the *target's own* activations of the evaluated texts with
-  the true labels, scored out of fold (k-fold): an upper bound for any probe. Near 0.5, the state carries no
+  ``mia_fast.evaluation.probe_training.fit_probes``) trained on the *target's own* activations of the evaluated texts
+  with the true labels, scored out of fold (k-fold): an upper bound for any probe. Near 0.5, the state carries no
   membership and no proxy can help.
 - **the probe**, trained with ``train_probe`` on a disjoint probe set (half of it its proxy's members) once per
   proxy learning rate, its layer picked on a dev set: the evaluation AUROC of *every* layer's probe at every
@@ -35,15 +35,15 @@ from common import RESULTS, machine, pile_texts
 
 from mia_fast import Detector, load_model
 from mia_fast.data import Dataset
+from mia_fast.engines.passes import HiddenStatesReadout
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.corpus import prepare_texts, split_members
 from mia_fast.evaluation.figures import pyplot, save_figure
-from mia_fast.evaluation.probe import ProbeTraining, fit_probes, train_probe
+from mia_fast.evaluation.probe_training import ProbeTraining, fit_probes, train_probe
+from mia_fast.generation.finetune import FineTuning, TrainingDiverged, fine_tune
 from mia_fast.methods.probe import ProbePrompt, standardise
 from mia_fast.pipeline.engine import StatsEngine
-from mia_fast.pipeline.finetune import FineTuning, TrainingDiverged, fine_tune
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.passes import HiddenStatesReadout
 
 TARGET_TUNING = dict(epochs=3, learning_rate=1e-4, batch_size=8, max_tokens=128)
 

@@ -23,11 +23,11 @@ from common import RESULTS, machine, pile_texts
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from mia_fast import Detector, ModelConfig
+from mia_fast.engines.batching import plan_batches
 from mia_fast.methods import DEFAULT_KS
 from mia_fast.ops.token_stats import StreamedTokenStats
-from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.packed import PackedDecoder
-from mia_fast.pipeline.tokenize import tokenize
+from mia_fast.tokens.tokenize import tokenize
 
 METHODS = ["loss", "zlib", "mink", "minkpp"]
 PRODUCTS = ("qkv", "out", "gate", "up", "down")

@@ -23,10 +23,10 @@ import numpy as np
 from common import RESULTS, machine
 
 from mia_fast import Detector
+from mia_fast.engines.stats import TokenStats
+from mia_fast.engines.stats_cache import StatsCache, text_key
 from mia_fast.methods import DEFAULT_KS
 from mia_fast.ops.first_occurrence import first_occurrence_mask
-from mia_fast.pipeline.stats import TokenStats
-from mia_fast.pipeline.stats_cache import StatsCache, text_key
 
 METHODS = ["loss", "zlib", "mink", "minkpp", "lowercase"]
 VOCAB = 49152

@@ -106,7 +106,7 @@ def main() -> None:
     from mia_fast import Detector, ModelConfig
     from mia_fast.methods import DEFAULT_KS
     from mia_fast.pipeline.models import default_model_dir
-    from mia_fast.pipeline.server_client import RequestSettings, ServerConfig
+    from mia_fast.served.client import RequestSettings, ServerConfig
 
     if not Path(args.vllm_python).exists():
         raise SystemExit(f"the vLLM environment {args.vllm_python} is missing; make it with:\n  {VLLM_SETUP}")

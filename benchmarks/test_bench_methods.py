@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from mia_fast import metrics
+from mia_fast.engines.stats import TokenStats
 from mia_fast.methods import (
     DEFAULT_KS,
     DcpddSettings,
@@ -16,7 +17,6 @@ from mia_fast.methods import (
     resolve_methods,
     score,
 )
-from mia_fast.pipeline.stats import TokenStats
 
 N_TEXTS = 10_000
 VOCAB = 49_152

@@ -32,7 +32,7 @@ from mia_fast.cli.main import main as mia_fast
 from mia_fast.evaluation.corpus import prepare_texts
 from mia_fast.evaluation.experiments import FineTuning
 from mia_fast.evaluation.unlearning import DEFAULT_RATIO
-from mia_fast.pipeline.finetune import fine_tune
+from mia_fast.generation.finetune import fine_tune
 from mia_fast.pipeline.models import load_model
 
 GROUPS = ("planted-kept", "planted-unlearned", "never-seen")

@@ -153,7 +153,7 @@ def trained_probe(tiny_model_dir):
     """(the model, the report of) a probe trained for the tiny Llama on 12 texts, its layer picked on 8."""
     from mia_fast import load_model
     from mia_fast.data import Dataset
-    from mia_fast.evaluation.probe import ProbeTraining, train_probe
+    from mia_fast.evaluation.probe_training import ProbeTraining, train_probe
 
     loaded = load_model(str(tiny_model_dir))
     texts = texts_of(20, seed=1)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from mia_fast.cli import main
-from mia_fast.pipeline.stats import TokenStats
+from mia_fast.engines.stats import TokenStats
 
 FAST = ["--methods", "loss,zlib,mink,minkpp", "--k", "0.2,1.0", "--quiet"]
 # The one-pass methods every engine test scores, and every k fraction they score.

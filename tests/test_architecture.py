@@ -16,8 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGE_ORDER = [
     ("errors", "kernels"),
     ("data", "ops"),
+    ("tokens",),
     ("frequency",),
+    ("engines",),
     ("pipeline",),
+    ("served", "generation"),
     ("methods",),
     ("scoring",),
     ("api",),
@@ -157,7 +160,7 @@ def test_no_import_cycles():
     "name, source, expected",
     [
         ("mia_fast.pipeline.engine", "from mia_fast.methods.registry import score", "a later stage"),
-        ("mia_fast.ops.bottom_k", "import mia_fast.pipeline.stats", "a later stage"),
+        ("mia_fast.ops.bottom_k", "import mia_fast.engines.stats", "a later stage"),
         ("mia_fast.evaluation.report", "from mia_fast.cli import main", "nothing imports the CLI"),
         ("mia_fast.api", "from mia_fast import _native", "only mia_fast.frequency.build, mia_fast.ops.token_stats may"),
         ("mia_fast.kernels.aggregate", "import numpy", "kernels import only torch and triton"),
@@ -472,7 +475,7 @@ def test_the_device_check_finds_each_kind_of_device_test():
 
 # ---- one engine flow -------------------------------------------------------------------------------------------------
 
-ENGINE_BASE = "mia_fast.pipeline.engine_base"
+ENGINE_BASE = "mia_fast.engines.base"
 BASE_CLASS = "ModelEngine"
 # The flow the base holds; an engine of a model says only what differs (it may add to a step, through ``super()``).
 BASE_FLOW = {"run", "compute", "use_cache", "stats_cache", "token_spans", "sample_prompts", "_encode", "provenance"}

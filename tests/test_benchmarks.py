@@ -167,13 +167,13 @@ def test_peer_vllm_scores_the_recall_family_as_mia_fast_does():
     methods do from the same token log-probs."""
     np = pytest.importorskip("numpy")
     from mia_fast import ConRecallSettings, DcpddSettings, RecallSettings
+    from mia_fast.engines.stats import TokenStats
     from mia_fast.methods import DEFAULT_KS, registry
     from mia_fast.methods.conrecall import DEFAULT_GAMMA, member_prefix_pass
     from mia_fast.methods.dcpdd import DEFAULT_A, LogFrequencies
     from mia_fast.methods.lowercase import LOWERCASE
     from mia_fast.methods.recall import recall_pass
     from mia_fast.methods.settings import MethodSettings
-    from mia_fast.pipeline.stats import TokenStats
 
     peer = benchmark_module("peer_vllm")
     rng = np.random.default_rng(0)

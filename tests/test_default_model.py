@@ -156,7 +156,7 @@ def test_a_prefix_computed_once_scores_as_the_prefix_recomputed_on_the_builtin_m
 def test_neighbor_matches_mimirs_formula_on_real_text(detector, wiki_texts):
     """Issue 11, must-show 1: MIMIR's get_ll and neighbourhood statistic re-typed, one text at a time
     (theirs lower = member, ours its negation). Neighbours here: the text with one word dropped."""
-    from mia_fast.pipeline.neighbors import Neighbors
+    from mia_fast.generation.neighbors import Neighbors
 
     texts = wiki_texts[:8]
     neighbors = [[" ".join(w for j, w in enumerate(t.split()) if j != drop) for drop in (1, 5, 9)] for t in texts]

@@ -17,10 +17,10 @@ from conftest import benchmark_module
 from helpers import digests, read_jsonl, refused, run_cli, wait_until, write_jsonl
 
 from mia_fast import Detector
-from mia_fast.pipeline.passes import SamplesReadout
-from mia_fast.pipeline.server import ECHO, ServerEngine
-from mia_fast.pipeline.server_client import ServerConfig
+from mia_fast.engines.passes import SamplesReadout
 from mia_fast.scoring.config import ComputeConfig, ModelConfig
+from mia_fast.served.client import ServerConfig
+from mia_fast.served.server import ECHO, ServerEngine
 
 pytestmark = pytest.mark.vllm
 

@@ -38,9 +38,9 @@ from mia_fast.evaluation.experiments import (
     FineTuning,
     supplied_by_experiment,
 )
-from mia_fast.evaluation.probe import ProbeTraining
+from mia_fast.evaluation.probe_training import ProbeTraining
+from mia_fast.generation.finetune import TrainingDiverged
 from mia_fast.methods.settings import Range
-from mia_fast.pipeline.finetune import TrainingDiverged
 
 # What the command's --help says of it (argparse wraps it anew).
 DESCRIPTION = """Splits a corpus into members and non-members (seeded, i.i.d.), fine-tunes the model on the members,

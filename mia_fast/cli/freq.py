@@ -20,10 +20,11 @@ from mia_fast.frequency.build import Counting
 from mia_fast.frequency.checkpoints import check_checkpoints, remove_checkpoints
 from mia_fast.frequency.corpus import CorpusFormat, expand_sources, require_text
 from mia_fast.frequency.counting_tokenizers import BACKENDS, one_thread_per_worker
-from mia_fast.frequency.table import MODES, FrequencyTable, tokenizer_fingerprint
+from mia_fast.frequency.table import MODES, FrequencyTable
 from mia_fast.frequency.text_build import build_from_text
 from mia_fast.frequency.token_files import TOKEN_DTYPES, build_from_tokens
 from mia_fast.methods.settings import Range
+from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 
 # The largest vocabularies hold about 256k tokens; a table of 2**24 counts is already 128 MiB.
 VOCABULARY_SIZE = Range(1, 2**24, whole=True)

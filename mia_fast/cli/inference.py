@@ -17,8 +17,8 @@ from mia_fast.cli.options import (
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.cli.runfile import write_report_run_file
 from mia_fast.data.gate import Output
+from mia_fast.generation.neighbors import WORD_DROP
 from mia_fast.methods.reference import REFERENCE_RATIO
-from mia_fast.pipeline.neighbors import WORD_DROP
 
 # Maini et al.'s features, as far as the engine has them: likelihoods, Min-K% and Min-K%++ over k,
 # zlib and lowercase ratios, and a perturbation (word-drop neighbours); ref when a reference model is given.

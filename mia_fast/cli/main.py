@@ -23,7 +23,7 @@ from typing import NoReturn
 from mia_fast.cli.run import run_file_argv
 from mia_fast.cli.runfile import RUN_COMMANDS, RunFileLayout, command_parser
 from mia_fast.errors import MiaFastError, MiaFastWarning, readable
-from mia_fast.pipeline.server_url import environment_key, hide_key, mask_urls
+from mia_fast.served.url import environment_key, hide_key, mask_urls
 
 # command: (help, module that adds its options and handler)
 COMMANDS = {

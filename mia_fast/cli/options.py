@@ -174,8 +174,8 @@ def add_device_options(group: argparse._ArgumentGroup) -> None:
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
     """A target model reached over HTTP instead of --model: vLLM or any OpenAI-compatible completions server."""
-    from mia_fast.pipeline.server_client import RequestSettings
-    from mia_fast.pipeline.server_url import endpoint, key_variable
+    from mia_fast.served.client import RequestSettings
+    from mia_fast.served.url import endpoint, key_variable
 
     defaults = RequestSettings()
     server = parser.add_argument_group("served model (vLLM, SGLang, TGI, llama.cpp, OpenAI-compatible servers)")

@@ -18,7 +18,7 @@ from mia_fast.cli.options import (
 )
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.data.gate import Output
-from mia_fast.evaluation.probe import ProbeTraining
+from mia_fast.evaluation.probe_training import ProbeTraining
 from mia_fast.methods.probe import NORMALIZATIONS
 from mia_fast.methods.settings import Range
 
@@ -83,7 +83,7 @@ def command_train(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
     from mia_fast.data import Fields, read_dataset
-    from mia_fast.evaluation.probe import check_labelled, save_probe, train_probe
+    from mia_fast.evaluation.probe_training import check_labelled, save_probe, train_probe
     from mia_fast.pipeline.models import load_model
 
     out = Path(args.out)

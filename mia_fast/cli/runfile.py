@@ -29,7 +29,7 @@ from typing import Any
 
 from mia_fast.data.outputs import RUN_FILE_HEADER
 from mia_fast.errors import MiaFastError, MiaFastWarning
-from mia_fast.pipeline.server_url import environment_key, hide_key, mask_urls
+from mia_fast.served.url import environment_key, hide_key, mask_urls
 
 # The commands a run file can describe: every one whose options are plain values and switches (not freq's and
 # probe's, which have commands of their own).

@@ -11,8 +11,8 @@ from typing import Any
 
 from mia_fast.data import SUITES
 from mia_fast.errors import MiaFastError
+from mia_fast.generation.neighbors import Neighbors
 from mia_fast.methods.registry import DEFAULT_METHODS, setting_options
-from mia_fast.pipeline.neighbors import Neighbors
 
 
 def stderr(message: str) -> None:
@@ -21,7 +21,7 @@ def stderr(message: str) -> None:
 
 def server_config(args: argparse.Namespace):
     """The ServerConfig of the served-model options, or None without --server."""
-    from mia_fast.pipeline.server_client import RequestSettings, ServerConfig
+    from mia_fast.served.client import RequestSettings, ServerConfig
 
     if getattr(args, "server", None) is None:
         names = ("server_model", "api_key_env", "tokenizer")

@@ -37,11 +37,14 @@ from mia_fast.api import (
 )
 from mia_fast.data.files import Dataset
 from mia_fast.data.outputs import ResultWriter
+from mia_fast.engines.passes import REFERENCE
 from mia_fast.evaluation.assessment import Assessment, BlindSettings, assess
 from mia_fast.evaluation.corpus import prepare_texts, split_members
 from mia_fast.evaluation.figures import plot_dev_auroc, pyplot, save_figure
-from mia_fast.evaluation.probe import ProbeTraining, train_probe
+from mia_fast.evaluation.probe_training import ProbeTraining, train_probe
 from mia_fast.evaluation.report import write_report
+from mia_fast.generation.finetune import FineTuning, TrainingDiverged, fine_tune
+from mia_fast.generation.neighbors import WORD_DROP
 from mia_fast.methods.probe import Probe
 from mia_fast.methods.registry import (
     DEMO_METHODS,
@@ -54,10 +57,7 @@ from mia_fast.methods.registry import (
     settings_classes,
 )
 from mia_fast.methods.settings import recorded, setting_fields
-from mia_fast.pipeline.finetune import FineTuning, TrainingDiverged, fine_tune
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.neighbors import WORD_DROP
-from mia_fast.pipeline.passes import REFERENCE
 
 # Texts drawn beside the experiment's for each prefix of ReCaLL and Con-ReCall, never scored: known
 # non-members (never trained on) and, for Con-ReCall, known members (trained on).

@@ -37,7 +37,8 @@ from mia_fast.frequency.counting_tokenizers import (
 )
 from mia_fast.frequency.pieces import Piece, piece_documents, plan_pieces
 from mia_fast.frequency.progress import Progress
-from mia_fast.frequency.table import FrequencyTable, tokenizer_fingerprint
+from mia_fast.frequency.table import FrequencyTable
+from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 
 # Characters of text per tokenizer call: large enough that a thread seldom waits for the GIL, small enough to stream.
 BATCH_CHARS = 1 << 21

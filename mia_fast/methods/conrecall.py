@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.methods.recall import RecallSettings, recall_pass, refuse_prefix_overlap
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
 from mia_fast.methods.settings import CheckedSettings, Flag, MethodSettings, Range, known_texts, setting
-from mia_fast.pipeline.passes import PLAIN, Pass
 
 DEFAULT_GAMMA = 0.5
 # Past a weight of ±100 the member prefix's term alone decides the score.

@@ -17,7 +17,7 @@ exactly S(target) − S(fine-tuned), which is reported here. Its base scores are
 elsewhere in the paper) besides.
 
 Deviations, all deliberate:
-- the fine-tuning is a full one (``mia_fast.pipeline.finetune``: AdamW at a constant learning rate, no weight decay,
+- the fine-tuning is a full one (``mia_fast.generation.finetune``: AdamW at a constant learning rate, no weight decay,
   gradients clipped to norm 1) of an fp32 copy of the target, cast back to the target's dtype to be scored, where the
   public code trains LoRA adapters (rank 16, alpha 32, dropout 0.05, on the attention's q and v projections) on an
   8-bit copy in fp16 mixed precision, at 1e-3 on a cosine schedule with 10 warm-up steps and weight decay 5e-4: no
@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mia_fast.data.artefacts import read_checked_json, replacing, sha256_file, write_checked_json
+from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.likelihood import loss_score, zlib_score
 from mia_fast.methods.lowercase import lowercase_score
@@ -70,12 +71,11 @@ from mia_fast.methods.settings import (
     recorded,
     setting,
 )
-from mia_fast.pipeline.passes import PLAIN, Pass
 
 if TYPE_CHECKING:  # torch, and modules that import it: importing the methods does not
     import torch
 
-    from mia_fast.pipeline.finetune import FineTuning
+    from mia_fast.generation.finetune import FineTuning
     from mia_fast.pipeline.models import LoadedModel
 
 FINETUNED = "finetuned"
@@ -120,14 +120,14 @@ class FsdSettings(CheckedSettings):
     @property
     def tuning(self) -> FineTuning:
         """The fine-tuning these settings say."""
-        from mia_fast.pipeline.finetune import FineTuning
+        from mia_fast.generation.finetune import FineTuning
 
         return FineTuning(self.epochs, self.learning_rate, self.batch_size, self.max_tokens, self.seed)
 
     def fingerprint(self, target: LoadedModel) -> str:
         """What the fine-tuned copy of ``target`` is made from: its weights, tokenizer and dtype, the
         texts and the fine-tuning."""
-        from mia_fast.frequency.table import tokenizer_fingerprint
+        from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 
         texts = hashlib.sha256(json.dumps(self.nonmembers, ensure_ascii=False).encode("utf-8")).hexdigest()
         made_from = {
@@ -146,7 +146,7 @@ def fine_tuned_copy(target: LoadedModel, settings: FsdSettings, log: Callable[[s
     of the same fingerprint checks, else fine-tuned (the target untouched) and cached."""
     import torch
 
-    from mia_fast.pipeline.finetune import fine_tune
+    from mia_fast.generation.finetune import fine_tune
     from mia_fast.pipeline.models import LoadedModel, cache_dir
 
     key = settings.fingerprint(target)

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mia_fast.engines.passes import GradientNormReadout, Pass
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.methods.settings import Flag, MethodSettings, setting
-from mia_fast.pipeline.passes import GradientNormReadout, Pass
 
 NORMS = (1.0, 2.0, math.inf)
 

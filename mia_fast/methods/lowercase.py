@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.pipeline.passes import PLAIN, Pass
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mia_fast.engines.stats import TokenStats
 from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.ops.bottom_k import bottom_k_means
-from mia_fast.pipeline.stats import TokenStats
 
 # Floor on var in Min-K%++ so that z is finite on fully peaked rows.
 VAR_FLOOR = 1e-12

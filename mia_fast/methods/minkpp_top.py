@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mia_fast.engines.passes import Pass, TopLogprobsReadout
 from mia_fast.methods.mink import minkpp_of
 from mia_fast.methods.registry import DEFAULT_METHODS, REGISTRY, ScoringInputs, register
 from mia_fast.methods.settings import MethodSettings
-from mia_fast.pipeline.passes import Pass, TopLogprobsReadout
 
 # vLLM returns at most 20 top log-probs unless started with --max-logprobs.
 TOP_KS = (5, 10, 20)

@@ -11,7 +11,7 @@ negated so that higher means member. Deviation: MIMIR's code (``mimir/attacks/ne
 loss(x) − max_j loss(n_j(x)); we take the mean, as the paper defines it. A text with fewer
 neighbours than the others averages over those it has (NaN with none).
 
-Neighbours come from ``mia_fast.pipeline.neighbors``: the data's own (a list of texts per row, as in
+Neighbours come from ``mia_fast.generation.neighbors``: the data's own (a list of texts per row, as in
 MIMIR's neighbour splits), a masked LM's (MIMIR's recipe) or a model-free generator. Each neighbour
 rank is one pass, so the engine batches every text's j-th neighbour together and a
 neighbour that equals another scored text, or another neighbour, costs no second forward.
@@ -26,16 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.methods.settings import PER_TEXT, CheckedSettings, Flag, MethodSettings, method_seed, setting
-from mia_fast.pipeline.neighbors import (
+from mia_fast.engines.passes import PLAIN, Pass
+from mia_fast.generation.neighbors import (
     DEFAULT_NEIGHBORS,
     WORD_DROP,
     NeighborSource,
     WordDropNeighbors,
     neighbor_source,
 )
-from mia_fast.pipeline.passes import PLAIN, Pass
+from mia_fast.methods.registry import ScoringInputs, mean_loss, register
+from mia_fast.methods.settings import PER_TEXT, CheckedSettings, Flag, MethodSettings, method_seed, setting
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class NeighborSettings(CheckedSettings):
 
     neighbors: NeighborSource | None = setting(
         None,
-        "the neighbour texts of every scored text, given or generated (mia_fast.pipeline.neighbors)",
+        "the neighbour texts of every scored text, given or generated (mia_fast.generation.neighbors)",
         required=True,
         supply="the neighbour texts of every scored text (--neighbor-field FIELD, a list of texts per row, or "
         "--neighbor-model M)",

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.engines.passes import Pass, SamplesReadout
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.methods.settings import (
@@ -64,7 +65,6 @@ from mia_fast.methods.settings import (
     method_seed,
     setting,
 )
-from mia_fast.pipeline.passes import Pass, SamplesReadout
 
 TOP_P = 0.95
 CREATIVITY_SIZES = range(2, 13)

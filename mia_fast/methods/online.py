@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.engines.stats import TOKEN_STATS_COLUMNS, TokenStats
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import MethodRequest, ScoringInputs, resolve_methods, score
 from mia_fast.ops.first_occurrence import first_occurrence_mask
-from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
 
 ONLINE_FAMILIES = ("loss", "mink", "minkpp")
 DEFAULT_ONLINE_METHOD = "minkpp_0.2"

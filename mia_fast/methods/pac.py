@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.engines.passes import PLAIN, Pass
+from mia_fast.engines.stats import TokenStats
 from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.methods.settings import PER_TEXT, CheckedSettings, MethodSettings, method_seed, setting
 from mia_fast.ops.bottom_k import bottom_k_means
-from mia_fast.pipeline.passes import PLAIN, Pass
-from mia_fast.pipeline.stats import TokenStats
 
 SWAP_FRACTION = 0.3
 LOW_FRACTION = 0.3

@@ -1,6 +1,6 @@
 """The probe (Liu et al. 2024, "Probing Language Models for Pre-training Data Detection", ACL; public
 code github.com/zhliu0106/probing-lm-data): a logistic regression on one decoder layer's hidden state
-of the last token of the text wrapped in a prompt. It is trained by ``mia_fast.evaluation.probe``;
+of the last token of the text wrapped in a prompt. It is trained by ``mia_fast.evaluation.probe_training``;
 this module holds the trained probe (its file and its score) and the ``probe`` method.
 
 score = sigmoid(w · standardise(h_layer(prompt(text)))), higher = member. As in the public code the
@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from mia_fast.data.artefacts import read_checked_json, replacing, sha256_file, write_checked_json
+from mia_fast.engines.passes import HiddenStatesReadout, Pass
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.methods.settings import Flag, MethodSettings, setting
-from mia_fast.pipeline.passes import HiddenStatesReadout, Pass
 
 PROMPT = "Here is a statement:\n\n[TEXT]\n\nIs the above statement correct? Answer: "
 NORMALIZATIONS = ("split", "train")

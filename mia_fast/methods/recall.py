@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
 from mia_fast.methods.settings import CheckedSettings, Flag, MethodSettings, known_texts
-from mia_fast.pipeline.passes import PLAIN, Pass
 
 
 def refuse_prefix_overlap(texts: Sequence[str], prefix: Sequence[str], role: str = "prefix") -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mia_fast.engines.passes import PLAIN, REFERENCE, Pass
 from mia_fast.methods.registry import ScoringInputs, mean_loss, register
-from mia_fast.pipeline.passes import PLAIN, REFERENCE, Pass
 
 REFERENCE_PASS = Pass(model=REFERENCE)
 # The name other modules add it by (dataset inference, where a reference model is given).

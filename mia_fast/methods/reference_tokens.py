@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mia_fast.engines.passes import PLAIN, REFERENCE, TOKEN_SPANS, Pass
 from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.methods.reference import REFERENCE_PASS
 from mia_fast.methods.registry import ScoringInputs
 from mia_fast.methods.settings import MethodSettings
-from mia_fast.pipeline.passes import PLAIN, REFERENCE, TOKEN_SPANS, Pass
 
 TARGET_SPANS = Pass(readout=TOKEN_SPANS)
 REFERENCE_SPANS = Pass(model=REFERENCE, readout=TOKEN_SPANS)

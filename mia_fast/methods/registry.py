@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.engines.passes import PLAIN, REFERENCE, TARGET, Pass
+from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.settings import (
     Flag,
@@ -31,8 +33,6 @@ from mia_fast.methods.settings import (
     recorded,
     setting_fields,
 )
-from mia_fast.pipeline.passes import PLAIN, REFERENCE, TARGET, Pass
-from mia_fast.pipeline.stats import TokenStats
 
 DEFAULT_METHODS: tuple[str, ...] = ("loss", "zlib", "mink", "minkpp")
 # The controlled experiment's (``mia-fast demo``): the defaults, the lowercase ratio and the reference ratio (the

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.engines.passes import Pass, SamplesReadout
 from mia_fast.methods.registry import ScoringInputs, register
 from mia_fast.methods.settings import PER_TEXT, CheckedSettings, MethodSettings, method_seed, setting
-from mia_fast.pipeline.passes import Pass, SamplesReadout
 
 PREFIX_RATIO = 0.5
 

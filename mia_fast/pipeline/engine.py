@@ -22,17 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mia_fast.errors import MiaFastError
-from mia_fast.frequency.table import tokenizer_fingerprint
-from mia_fast.ops.impl import resolve_backend
-from mia_fast.ops.token_stats import linear_token_stats, token_stats
-from mia_fast.pipeline.batching import plan_batches
-from mia_fast.pipeline.device import for_device, to_device
-from mia_fast.pipeline.engine_base import ModelEngine
-from mia_fast.pipeline.forward_path import ALONE_FROM, ForwardPath, choose_forward
-from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.packed import PackedDecoder
-from mia_fast.pipeline.passes import (
+from mia_fast.engines.base import ModelEngine
+from mia_fast.engines.batching import plan_batches
+from mia_fast.engines.passes import (
     QUIET,
     GradientNormReadout,
     HiddenStatesReadout,
@@ -42,9 +34,17 @@ from mia_fast.pipeline.passes import (
     Texts,
     TopLogprobsReadout,
 )
+from mia_fast.engines.stats import TOKEN_STATS_COLUMNS, TokenStats
+from mia_fast.errors import MiaFastError
+from mia_fast.ops.impl import resolve_backend
+from mia_fast.ops.token_stats import linear_token_stats, token_stats
+from mia_fast.pipeline.device import for_device, to_device
+from mia_fast.pipeline.forward_path import ALONE_FROM, ForwardPath, choose_forward
+from mia_fast.pipeline.models import LoadedModel
+from mia_fast.pipeline.packed import PackedDecoder
 from mia_fast.pipeline.rotary import batches_alone, pin
-from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS, TokenStats
-from mia_fast.pipeline.tokenize import Row, per_text
+from mia_fast.tokens.fingerprint import tokenizer_fingerprint
+from mia_fast.tokens.tokenize import Row, per_text
 
 # Token budget per forward batch. On CPU the forward is compute-bound and large padded batches
 # fall out of cache (measured slower); a GPU wants large batches to fill its cores.

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mia_fast.engines.passes import QUIET, Progress, SamplesReadout
 from mia_fast.pipeline.decoding import ModelDecoding, PackedDecoding
 from mia_fast.pipeline.packed import PackedDecoder
-from mia_fast.pipeline.passes import QUIET, Progress, SamplesReadout
 
 _UINT32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -126,7 +126,7 @@ def plan_prompt_batches(row_lengths: Sequence[int], rows: Sequence[int], budget:
 @dataclass(frozen=True)
 class SampleRequest:
     """What :func:`sample_texts` draws: ``readout``'s samples after each of ``prompts`` ((text index, prompt ids, new
-    tokens), :meth:`~mia_fast.pipeline.engine_base.ModelEngine.sample_prompts`), each sample keyed by its text's
+    tokens), :meth:`~mia_fast.engines.base.ModelEngine.sample_prompts`), each sample keyed by its text's
     ``names[i]`` (prefix and text), in batches whose cache holds at most ``budget`` slots."""
 
     readout: SamplesReadout

@@ -20,7 +20,7 @@ from mia_fast.methods.settings import MethodSettings, recorded
 
 if TYPE_CHECKING:  # annotations only: the model's module imports torch, which a configuration does not need
     from mia_fast.pipeline.models import LoadedModel
-    from mia_fast.pipeline.server_client import ServerConfig
+    from mia_fast.served.client import ServerConfig
 
 DEFAULT_BLOCK_ROWS = 512
 DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"

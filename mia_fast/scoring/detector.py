@@ -1,6 +1,6 @@
 """The Detector: scores texts with every requested method, running each pass the methods need once, on the
 engines it holds (a model run here or behind a server, a stats cache, saved TokenStats, any engine of the registry
-``mia_fast.scoring.engines``; ``mia_fast.pipeline.passes.Engine``)."""
+``mia_fast.scoring.engines``; ``mia_fast.engines.passes.Engine``)."""
 
 from __future__ import annotations
 
@@ -12,30 +12,22 @@ from typing import Any
 
 import numpy as np
 
+from mia_fast.engines.passes import PLAIN, REFERENCE, TARGET, Pass, Progress, TokenCallback
+from mia_fast.engines.protocol import Engine, EngineLimits, WeightsEngine
+from mia_fast.engines.stats import TokenStats
+from mia_fast.engines.stats_cache import open_cache
+from mia_fast.engines.stored import CacheOnlyEngine, SavedStatsEngine
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import registry
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting, TextWindows, online_scores
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, MethodRequest, ScoringInputs
 from mia_fast.methods.settings import MethodSettings
 from mia_fast.pipeline.models import LoadedModel
-from mia_fast.pipeline.passes import (
-    PLAIN,
-    REFERENCE,
-    TARGET,
-    Engine,
-    EngineLimits,
-    Pass,
-    Progress,
-    TokenCallback,
-    WeightsEngine,
-)
-from mia_fast.pipeline.server_client import ServerConfig
-from mia_fast.pipeline.stats import TokenStats
-from mia_fast.pipeline.stats_cache import CacheOnlyEngine, SavedStatsEngine, open_cache
-from mia_fast.pipeline.tokenize import encodable
 from mia_fast.scoring.config import ComputeConfig, ModelConfig
 from mia_fast.scoring.engines import engine_kind, weights_engine
 from mia_fast.scoring.planner import run_passes
+from mia_fast.served.client import ServerConfig
+from mia_fast.tokens.tokenize import encodable
 
 UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
 Settings = MethodSettings | Iterable[object] | None
@@ -144,7 +136,7 @@ class Detector:
     ``model`` is a :class:`ModelConfig`, or its model alone (a hub name, a directory, a GGUF file, a
     :class:`LoadedModel` already in memory, e.g. one just fine-tuned, a ``ServerConfig``: any source an engine of
     the registry takes), or an engine of its own (anything following
-    :class:`mia_fast.pipeline.passes.Engine`, e.g. :meth:`from_stats_cache`'s). ``settings`` are the methods'
+    :class:`mia_fast.engines.passes.Engine`, e.g. :meth:`from_stats_cache`'s). ``settings`` are the methods'
     settings (a :class:`MethodSettings` or settings objects, e.g. ``[RecallSettings(prefix_nonmembers=...)]``),
     made ready here: a probe loaded and checked against the model, a frequency table mapped onto its
     vocabulary. ``compute`` sets the batch budget and the stats cache: texts scored before, with any methods, k

@@ -2,7 +2,7 @@
 
 ``ModelConfig.model`` is the one source of the target model, whatever its kind. Each kind is an :class:`EngineKind`
 in ``ENGINES``: a predicate that claims a source, the factory that builds its engine
-(``mia_fast.pipeline.passes.Engine``) from the run's ModelConfig and ComputeConfig, the check run before anything
+(``mia_fast.engines.passes.Engine``) from the run's ModelConfig and ComputeConfig, the check run before anything
 loads, and its limits: what its engine will refuse, known before it is built, so that a run refuses such a method
 in one line before any model loads (here or on Ray). Kinds are asked newest first: a kind added later may claim
 sources a built-in one would take (a llama.cpp engine, ``.gguf`` files), and the weights run here take whatever
@@ -16,9 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mia_fast.pipeline.passes import Engine, EngineLimits, Readout
-from mia_fast.pipeline.server_client import ServerConfig
+from mia_fast.engines.passes import Readout
+from mia_fast.engines.protocol import Engine, EngineLimits
 from mia_fast.scoring.config import ComputeConfig, GgufFile, ModelConfig
+from mia_fast.served.client import ServerConfig
 
 if TYPE_CHECKING:  # the model's module imports torch, which a run refused before loading does not need
     from mia_fast.pipeline.models import LoadedModel
@@ -112,7 +113,7 @@ def _local_engine(config: ModelConfig, compute: ComputeConfig, log: Log) -> Engi
 
 
 def _served_engine(config: ModelConfig, compute: ComputeConfig, log: Log) -> Engine:
-    from mia_fast.pipeline.server import ServerEngine
+    from mia_fast.served.server import ServerEngine
 
     engine = ServerEngine(config.model, prepend_start=config.prepend_start, max_length=config.max_length, log=log)
     if compute.stats_cache is not None:
@@ -121,7 +122,7 @@ def _served_engine(config: ModelConfig, compute: ComputeConfig, log: Log) -> Eng
 
 
 def _served_limits(config: ModelConfig) -> EngineLimits:
-    from mia_fast.pipeline.served_model import ServedLimits
+    from mia_fast.served.model import ServedLimits
 
     return ServedLimits(config.model.tokenizer is not None)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mia_fast.engines.passes import QUIET, Pass, Progress, Texts
+from mia_fast.engines.protocol import Engine
+from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import QUIET, Engine, Pass, Progress, Texts
-from mia_fast.pipeline.stats import TokenStats
 
 
 def run_passes(

@@ -16,12 +16,12 @@ from mia_fast.data.artefacts import OutputLock
 from mia_fast.data.files import Dataset, DataStream
 from mia_fast.data.gate import Output, refuse_inputs
 from mia_fast.data.outputs import ResultWriter
+from mia_fast.engines.passes import REFERENCE, TARGET
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import registry
 from mia_fast.methods.registry import MethodRequest
 from mia_fast.methods.settings import MethodSettings
 from mia_fast.pipeline.models import check_device
-from mia_fast.pipeline.passes import REFERENCE, TARGET
 from mia_fast.scoring.config import ModelConfig, RunConfig, ScoringConfig
 from mia_fast.scoring.detector import Detector, OnlineScores, Scores, check_served
 from mia_fast.scoring.engines import check_weights, engine_kind

@@ -6,7 +6,7 @@ from helpers import parsed, refused, write_jsonl
 
 from mia_fast.cli.inference import FEATURE_KS, FEATURE_METHODS, FEATURE_NEIGHBORS
 from mia_fast.cli.options import fractions
-from mia_fast.pipeline.neighbors import WORD_DROP
+from mia_fast.generation.neighbors import WORD_DROP
 
 
 def test_the_features_default_to_maini_et_als():

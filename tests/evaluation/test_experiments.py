@@ -114,7 +114,7 @@ def test_the_experiment_runs_the_sampled_white_box_and_frequency_methods_with_it
 def test_probe_in_the_experiment_has_its_own_training_set_and_a_dev_set_no_method_is_evaluated_on(
     tiny_model_dir, tmp_path
 ):
-    from mia_fast.evaluation.probe import ProbeTraining
+    from mia_fast.evaluation.probe_training import ProbeTraining
 
     loaded = load_model(str(tiny_model_dir))
     tuning = FineTuning(epochs=1, learning_rate=1e-3, batch_size=4, max_tokens=8, seed=0)
@@ -200,7 +200,7 @@ def test_demo_command_end_to_end(tiny_model_dir, tmp_path, capsys):
 
 
 def test_a_fine_tuning_with_dropout_repeats_exactly_and_leaves_the_global_generator_alone(tiny_model_dir):
-    from mia_fast.pipeline.finetune import FineTuning, fine_tune
+    from mia_fast.generation.finetune import FineTuning, fine_tune
 
     def tuned_losses(caller_seed: int) -> tuple[list[float], torch.Tensor]:
         loaded = load_model(str(tiny_model_dir))

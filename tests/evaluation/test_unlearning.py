@@ -13,7 +13,7 @@ from mia_fast.api import Detector, ModelConfig
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.thresholds import Threshold
 from mia_fast.evaluation.unlearning import RatioRule, ThresholdRule, audit_unlearning
-from mia_fast.pipeline.finetune import FineTuning, fine_tune
+from mia_fast.generation.finetune import FineTuning, fine_tune
 from mia_fast.pipeline.models import load_model
 
 # Kept and unlearned texts share no characters but the space, so that the ascent on the unlearned

@@ -13,13 +13,13 @@ import pytest
 from helpers import refused, run_cli, stats_of, write_jsonl
 
 from mia_fast import Detector, ProbeSettings, load_model
+from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation.comparison import compare_reports
 from mia_fast.evaluation.metrics import MethodMetrics
 from mia_fast.evaluation.report import write_report
 from mia_fast.evaluation.thresholds import Threshold, calibrate, write_classification
 from mia_fast.methods.probe import Probe
-from mia_fast.pipeline.stats import TokenStats
 
 TEXTS = ["the quick brown fox jumps over the lazy dog", "to be or not to be", "all that glitters is not gold"]
 

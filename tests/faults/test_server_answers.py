@@ -10,7 +10,7 @@ import time
 import pytest
 from helpers import read_jsonl, refused, run_cli, script, write_jsonl
 
-from mia_fast.pipeline.server_client import LOGPROB_TOLERANCE, Malformed, json_int, logprob
+from mia_fast.served.client import LOGPROB_TOLERANCE, Malformed, json_int, logprob
 
 faulty_server = script("faulty_server")
 

@@ -19,9 +19,10 @@ from mia_fast.frequency import text_build
 from mia_fast.frequency.build import Counting
 from mia_fast.frequency.corpus import CorpusFormat
 from mia_fast.frequency.counting_tokenizers import choose_counter
-from mia_fast.frequency.table import FrequencyTable, tokenizer_fingerprint
+from mia_fast.frequency.table import FrequencyTable
 from mia_fast.frequency.text_build import build_from_text, count_text_file, text_build_settings
 from mia_fast.frequency.token_files import build_from_tokens
+from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 
 ENGLISH_DOCS = [f"{CORPUS[i % 6]} ({i}) " + CORPUS[(i * 5) % 7] for i in range(60)] + ["", "x"]
 CHINESE_DOCS = [

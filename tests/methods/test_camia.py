@@ -11,6 +11,7 @@ import pytest
 import scipy.stats
 
 from mia_fast import CamiaSettings, ComputeConfig, Detector
+from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import ScoringInputs, resolve_methods, score
 from mia_fast.methods.camia import (
@@ -28,7 +29,6 @@ from mia_fast.methods.camia import (
     token_diversity,
 )
 from mia_fast.methods.settings import MethodSettings
-from mia_fast.pipeline.stats import TokenStats
 
 
 def test_repeated_text_is_the_text_and_five_copies_after_spaces():

@@ -8,13 +8,13 @@ import torch
 from helpers import stats_of
 
 from mia_fast import Detector, FsdSettings, MethodSettings, ModelConfig, ScoringInputs, resolve_methods, score_stats
+from mia_fast.engines.passes import PLAIN
 from mia_fast.errors import MiaFastError
+from mia_fast.generation import finetune
 from mia_fast.methods import fsd
 from mia_fast.methods.fsd import FINETUNED, fine_tuned_copy, on_finetuned
 from mia_fast.methods.lowercase import LOWERCASE
-from mia_fast.pipeline import finetune
 from mia_fast.pipeline.models import load_model
-from mia_fast.pipeline.passes import PLAIN
 
 NONMEMBERS = (
     "Mountain goats climb the cliffs where no path has ever been cut",

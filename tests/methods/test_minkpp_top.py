@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from helpers import HAND_STATS, method_scores
 
+from mia_fast.engines.passes import TopLogprobsReadout
 from mia_fast.methods import REGISTRY, MethodSettings
 from mia_fast.methods.minkpp_top import TOP_KS, served_defaults
-from mia_fast.pipeline.passes import TopLogprobsReadout
 
 
 @pytest.mark.parametrize("top", TOP_KS)

@@ -10,6 +10,7 @@ from helpers import MEMBER_PREFIX, PREFIX, count_sequences, fail, read_jsonl, ru
 from mia_fast import Detector
 from mia_fast.data import Fields, read_dataset
 from mia_fast.errors import MiaFastError
+from mia_fast.generation.neighbors import MaskedLMNeighbors, Neighbors
 from mia_fast.methods import (
     ConRecallSettings,
     MethodSettings,
@@ -20,7 +21,6 @@ from mia_fast.methods import (
     score,
 )
 from mia_fast.methods.neighbor import neighbor_passes
-from mia_fast.pipeline.neighbors import MaskedLMNeighbors, Neighbors
 
 TEXTS = ["the quick brown fox", "to be or not to be"]
 NEIGHBORS = [["the quick brown cat", "the slow brown fox", "to be or not to be"], ["to see or not to see"]]

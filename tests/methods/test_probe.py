@@ -20,11 +20,11 @@ from mia_fast import (
     score_file,
 )
 from mia_fast.data import Dataset
+from mia_fast.engines.passes import HiddenStatesReadout
 from mia_fast.errors import MiaFastError
-from mia_fast.evaluation.probe import save_probe
+from mia_fast.evaluation.probe_training import save_probe
 from mia_fast.methods.probe import PROMPT, Probe, ProbePrompt
 from mia_fast.pipeline.engine import StatsEngine
-from mia_fast.pipeline.passes import HiddenStatesReadout
 
 ARCHITECTURES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", "norm"),

@@ -16,8 +16,8 @@ def test_ref_is_the_loss_under_the_reference_minus_the_loss_under_the_target():
 
 
 def test_its_passes_are_the_plain_one_and_the_reference_models():
+    from mia_fast.engines.passes import PLAIN, REFERENCE
     from mia_fast.methods import REGISTRY, MethodSettings
-    from mia_fast.pipeline.passes import PLAIN, REFERENCE
 
     assert tuple(REGISTRY[REFERENCE_RATIO].passes(MethodSettings())) == (PLAIN, REFERENCE_PASS)
     assert REFERENCE_PASS.model == REFERENCE

@@ -9,16 +9,16 @@ import pytest
 from helpers import paired_inputs, paired_stats, span_lists, word_spans
 
 from mia_fast import Detector, ModelConfig
+from mia_fast.engines.passes import TOKEN_SPANS
+from mia_fast.engines.stored import CacheOnlyEngine
 from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.methods import ScoringInputs
 from mia_fast.methods.ezmia import MEMBER_OUTRIGHT
 from mia_fast.methods.reference import REFERENCE_PASS
 from mia_fast.methods.reference_tokens import REFERENCE_SPANS, TARGET_SPANS, align_spans, paired_tokens
 from mia_fast.pipeline.models import load_model
-from mia_fast.pipeline.passes import TOKEN_SPANS
-from mia_fast.pipeline.served_model import served_refusal
-from mia_fast.pipeline.stats_cache import CacheOnlyEngine
-from mia_fast.pipeline.tokenize import token_spans, tokenize
+from mia_fast.served.model import served_refusal
+from mia_fast.tokens.tokenize import token_spans, tokenize
 
 TEXTS = ["the quick brown fox jumps over the lazy dog", "Zhōngwén 中文 文本 也 可以 被 分词", "a", ""]
 

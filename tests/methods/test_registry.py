@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from helpers import HAND_STATS, method_scores
 
+from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import resolve_methods
-from mia_fast.pipeline.stats import TokenStats
 
 
 def test_resolve_methods_names_and_errors():

@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mia_fast.engines.stats import TOKEN_STATS_COLUMNS
 from mia_fast.kernels import token_stats
 from mia_fast.kernels.token_stats import (
     MAX_ROWS_BUCKET,
@@ -23,7 +24,6 @@ from mia_fast.kernels.token_stats import (
     token_stats_with_config,
 )
 from mia_fast.ops.token_stats import token_stats_torch
-from mia_fast.pipeline.stats import TOKEN_STATS_COLUMNS
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -9,7 +9,7 @@ from helpers import ALL_KS, ONE_PASS_METHODS, assert_scores_close
 from mia_fast import ComputeConfig, DcpddSettings, Detector, ModelConfig, load_model
 from mia_fast.errors import MiaFastError
 from mia_fast.pipeline.engine import StatsEngine
-from mia_fast.pipeline.tokenize import split_windows, tokenize
+from mia_fast.tokens.tokenize import split_windows, tokenize
 
 public_loop_scores = benchmark_module("reference_loop").public_loop_scores
 

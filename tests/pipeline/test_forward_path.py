@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from mia_fast import Detector, ModelConfig
 from mia_fast.data.artefacts import read_checked_json, write_checked_json
 from mia_fast.data.outputs import MANIFEST_KIND, manifest_path, stage_path
+from mia_fast.engines.batching import plan_batches
 from mia_fast.errors import MiaFastError
 from mia_fast.pipeline import engine as engine_module
-from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.models import LoadedModel, load_model
 from pipeline.test_packed import ARCHITECTURES, tiny_decoder

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mia_fast import ComputeConfig, ConRecallSettings, Detector, ModelConfig, RecallSettings
+from mia_fast.engines.batching import plan_batches
 from mia_fast.ops.token_stats import StreamedTokenStats, token_stats_torch
 from mia_fast.pipeline.attention import SEGMENT_ATTENTION, AttentionBackend, segment_attention
-from mia_fast.pipeline.batching import plan_batches
 from mia_fast.pipeline.device import onednn_layout
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.models import load_model

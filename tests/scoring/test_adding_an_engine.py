@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from mia_fast.cli import main
-from mia_fast.pipeline.passes import QUIET, Progress, Readout, TokenStatsReadout
-from mia_fast.pipeline.stats import TokenStats
+from mia_fast.engines.passes import QUIET, Progress, Readout, TokenStatsReadout
+from mia_fast.engines.stats import TokenStats
 from mia_fast.scoring.engines import ENGINES, EngineKind
 
 UNIFORM_LOGP = -math.log(256)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from mia_fast.methods.online import OnlineSetting
-from mia_fast.pipeline.server_client import ServerConfig
 from mia_fast.scoring.config import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_MODEL_NAME,
@@ -18,6 +17,7 @@ from mia_fast.scoring.config import (
     ScoringConfig,
     score_fields,
 )
+from mia_fast.served.client import ServerConfig
 
 
 def test_the_defaults_are_the_built_in_model_on_the_best_device_with_the_start_token():

@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mia_fast import ComputeConfig, Detector, ModelConfig
+from mia_fast.engines.passes import TARGET
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import MethodSettings, resolve_methods
-from mia_fast.pipeline.passes import TARGET
-from mia_fast.pipeline.served_model import ServedLimits
 from mia_fast.scoring.detector import Scores, check_served
+from mia_fast.served.model import ServedLimits
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from mia_fast.engines.passes import GradientNormReadout, TopLogprobsReadout
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import GradientNormReadout, TopLogprobsReadout
-from mia_fast.pipeline.served_model import ServedLimits
-from mia_fast.pipeline.server_client import ServerConfig
 from mia_fast.scoring.config import ComputeConfig, GgufFile, ModelConfig
 from mia_fast.scoring.engines import ENGINES, engine_kind, served_default_methods
+from mia_fast.served.client import ServerConfig
+from mia_fast.served.model import ServedLimits
 
 
 def test_a_served_model_is_the_model_of_a_model_config_and_the_server_engine_serves_it():

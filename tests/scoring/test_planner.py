@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mia_fast.engines.passes import PLAIN, QUIET, REFERENCE, TARGET, HiddenStatesReadout, Pass, Progress, Readout
+from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.passes import PLAIN, QUIET, REFERENCE, TARGET, HiddenStatesReadout, Pass, Progress, Readout
-from mia_fast.pipeline.stats import TokenStats
 from mia_fast.scoring.planner import run_passes
 
 

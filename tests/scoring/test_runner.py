@@ -21,9 +21,9 @@ from mia_fast.data.files import cut_to_words
 from mia_fast.data.outputs import ResultWriter
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import resolve_methods
-from mia_fast.pipeline.server_client import ServerConfig
 from mia_fast.scoring import runner as runner_module
 from mia_fast.scoring.runner import ONLINE_COLUMNS, check_before_loading, output_columns, windows_path
+from mia_fast.served.client import ServerConfig
 
 
 @pytest.fixture(scope="module")
