@@ -8,15 +8,8 @@ import pytest
 
 from mia_fast import metrics
 from mia_fast.engines.stats import TokenStats
-from mia_fast.methods import (
-    DEFAULT_KS,
-    DcpddSettings,
-    LogFrequencies,
-    MethodSettings,
-    ScoringInputs,
-    resolve_methods,
-    score,
-)
+from mia_fast.methods import DEFAULT_KS, DcpddSettings, LogFrequencies, MethodSettings, resolve_methods, score
+from mia_fast.methods.inputs import ScoringInputs
 
 N_TEXTS = 10_000
 VOCAB = 49_152

@@ -256,7 +256,8 @@ def token_stats(*texts: dict) -> TokenStats:
 
 def method_scores(stats: TokenStats, names: list[str], ks=(0.5,), settings=(), **inputs) -> dict[str, np.ndarray]:
     """The registered methods ``names`` on ``stats`` (at ``ks``), with ``settings`` objects and other ScoringInputs."""
-    from mia_fast.methods import MethodSettings, ScoringInputs, resolve_methods, score
+    from mia_fast.methods import MethodSettings, resolve_methods, score
+    from mia_fast.methods.inputs import ScoringInputs
 
     given = ScoringInputs(stats=stats, settings=MethodSettings(*settings), **inputs)
     return score(given, resolve_methods(names, ks))
@@ -294,7 +295,8 @@ def word_spans(n: int) -> list:
 
 def paired_inputs(target: TokenStats, reference: TokenStats, target_spans, reference_spans, settings=()):
     """ScoringInputs of the token-level reference attacks: both models' statistics and token spans."""
-    from mia_fast.methods import MethodSettings, ScoringInputs
+    from mia_fast.methods import MethodSettings
+    from mia_fast.methods.inputs import ScoringInputs
     from mia_fast.methods.reference import REFERENCE_PASS
     from mia_fast.methods.reference_tokens import REFERENCE_SPANS, TARGET_SPANS
 

@@ -10,8 +10,8 @@ from conftest import benchmark_module
 
 from mia_fast import CamiaSettings, Detector, ModelConfig
 from mia_fast.engines.passes import PLAIN
-from mia_fast.methods import ScoringInputs
 from mia_fast.methods.camia import FEATURES, REPEATED, SIGNS, Repeated, camia_features, occurrences
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.scoring.planner import run_passes
 
 SHARED_DATA, pile_texts = benchmark_module("common").SHARED_DATA, benchmark_module("common").pile_texts

@@ -19,12 +19,12 @@ SamiaSettings``), as is each name below.
 import importlib
 import pkgutil
 
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.registry import (
     DEFAULT_KS,
     DEFAULT_METHODS,
     REGISTRY,
     MethodRequest,
-    ScoringInputs,
     register,
     resolve_methods,
     score,

@@ -60,8 +60,9 @@ import numpy as np
 
 from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.engines.stats import TokenStats
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.recall import refuse_prefix_overlap
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import EXAMPLE_NONMEMBERS, CheckedSettings, MethodSettings, known_nonmembers
 
 COPIES = 5  # copies of the text after it in the repeated pass (the public code's num_repeatitions)

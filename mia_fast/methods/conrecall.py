@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from mia_fast.engines.passes import PLAIN, Pass
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.recall import RecallSettings, recall_pass, refuse_prefix_overlap
-from mia_fast.methods.registry import ScoringInputs, mean_loss, register
+from mia_fast.methods.registry import mean_loss, register
 from mia_fast.methods.settings import CheckedSettings, Flag, MethodSettings, Range, known_texts, setting
 
 DEFAULT_GAMMA = 0.5

@@ -10,7 +10,8 @@ import numpy as np
 
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import CheckedSettings, Flag, Range, setting
 from mia_fast.ops.first_occurrence import capped_first_occurrence_mean
 

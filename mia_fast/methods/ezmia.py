@@ -27,9 +27,10 @@ from __future__ import annotations
 import numpy as np
 
 from mia_fast.errors import MiaFastError
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.reference import REFERENCE_PASS
 from mia_fast.methods.reference_tokens import paired_tokens, token_passes
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.registry import register
 from mia_fast.ops.segments import segment_ids
 
 # Where a text with no downward shift scores: above any ratio, with room below 2^1024 to order such texts by P.

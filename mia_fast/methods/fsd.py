@@ -53,11 +53,12 @@ import numpy as np
 from mia_fast.data.artefacts import read_checked_json, replacing, sha256_file, write_checked_json
 from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.errors import MiaFastError
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.likelihood import loss_score, zlib_score
 from mia_fast.methods.lowercase import lowercase_score
 from mia_fast.methods.mink import mink_score, minkpp_score
 from mia_fast.methods.recall import refuse_prefix_overlap
-from mia_fast.methods.registry import REGISTRY, ScoringInputs, derive_model, register
+from mia_fast.methods.registry import REGISTRY, derive_model, register
 from mia_fast.methods.settings import (
     BATCH_TEXTS,
     EPOCHS,

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import TOKENS, CheckedSettings, setting
 from mia_fast.ops.bottom_k import bottom_k_means
 from mia_fast.ops.segments import segment_moving_average

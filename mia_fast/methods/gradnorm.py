@@ -23,7 +23,8 @@ import numpy as np
 
 from mia_fast.engines.passes import GradientNormReadout, Pass
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import Flag, MethodSettings, setting
 
 NORMS = (1.0, 2.0, math.inf)

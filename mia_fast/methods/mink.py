@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from mia_fast.engines.stats import TokenStats
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import register
 from mia_fast.ops.bottom_k import bottom_k_means
 
 # Floor on var in Min-K%++ so that z is finite on fully peaked rows.

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from mia_fast.engines.passes import Pass, TopLogprobsReadout
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.mink import minkpp_of
-from mia_fast.methods.registry import DEFAULT_METHODS, REGISTRY, ScoringInputs, register
+from mia_fast.methods.registry import DEFAULT_METHODS, REGISTRY, register
 from mia_fast.methods.settings import MethodSettings
 
 # vLLM returns at most 20 top log-probs unless started with --max-logprobs.

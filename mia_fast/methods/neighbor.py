@@ -34,7 +34,8 @@ from mia_fast.generation.neighbors import (
     WordDropNeighbors,
     neighbor_source,
 )
-from mia_fast.methods.registry import ScoringInputs, mean_loss, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import mean_loss, register
 from mia_fast.methods.settings import PER_TEXT, CheckedSettings, Flag, MethodSettings, method_seed, setting
 
 

@@ -54,7 +54,8 @@ import numpy as np
 
 from mia_fast.engines.passes import Pass, SamplesReadout
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import (
     FRACTION,
     PER_TEXT,

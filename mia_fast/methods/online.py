@@ -17,7 +17,8 @@ import numpy as np
 
 from mia_fast.engines.stats import TOKEN_STATS_COLUMNS, TokenStats
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import MethodRequest, ScoringInputs, resolve_methods, score
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import MethodRequest, resolve_methods, score
 from mia_fast.ops.first_occurrence import first_occurrence_mask
 
 ONLINE_FAMILIES = ("loss", "mink", "minkpp")

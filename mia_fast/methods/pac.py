@@ -26,7 +26,8 @@ import numpy as np
 
 from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.engines.stats import TokenStats
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import PER_TEXT, CheckedSettings, MethodSettings, method_seed, setting
 from mia_fast.ops.bottom_k import bottom_k_means
 

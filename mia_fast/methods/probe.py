@@ -23,7 +23,8 @@ import numpy as np
 from mia_fast.data.artefacts import read_checked_json, replacing, sha256_file, write_checked_json
 from mia_fast.engines.passes import HiddenStatesReadout, Pass
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import Flag, MethodSettings, setting
 
 PROMPT = "Here is a statement:\n\n[TEXT]\n\nIs the above statement correct? Answer: "

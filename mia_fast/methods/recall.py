@@ -25,7 +25,8 @@ import numpy as np
 
 from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import ScoringInputs, mean_loss, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import mean_loss, register
 from mia_fast.methods.settings import CheckedSettings, Flag, MethodSettings, known_texts
 
 

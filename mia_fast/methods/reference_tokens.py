@@ -21,8 +21,8 @@ import numpy as np
 
 from mia_fast.engines.passes import PLAIN, REFERENCE, TOKEN_SPANS, Pass
 from mia_fast.errors import MiaFastError, MiaFastWarning
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.reference import REFERENCE_PASS
-from mia_fast.methods.registry import ScoringInputs
 from mia_fast.methods.settings import MethodSettings
 
 TARGET_SPANS = Pass(readout=TOKEN_SPANS)

@@ -16,7 +16,7 @@ that what a method needs was supplied (:func:`check_available`), the settings re
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ import numpy as np
 from mia_fast.engines.passes import PLAIN, REFERENCE, TARGET, Pass
 from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.settings import (
     Flag,
     MethodSettings,
@@ -69,29 +70,6 @@ def derive_model(
     served model, a stats cache)."""
     DERIVED_MODELS[model] = DerivedModel(settings, make)
     _MODEL_SUPPLY[model] = supply
-
-
-@dataclass(frozen=True)
-class ScoringInputs:
-    """Everything a method may read: the texts, the plain pass's TokenStats, the results of the other passes
-    and the run's settings."""
-
-    stats: TokenStats | None
-    passes: Mapping[Pass, Any] = field(default_factory=dict)
-    texts: Sequence[str] | None = None
-    settings: MethodSettings = field(default_factory=MethodSettings)
-    impl: str = "torch"  # the per-text reductions: numpy reference or Triton kernels
-    device: Any = None  # where the kernels run
-    # The inputs of the known texts a method compares the scored texts with (its ``calibration``), run through the
-    # same passes, keyed by those texts as its settings give them.
-    calibration: Mapping[tuple[str, ...], ScoringInputs] = field(default_factory=dict)
-
-    def of(self, needed: Pass) -> Any:
-        """The result of a pass: TokenStats, or hidden states for a hidden-state readout."""
-        return self.stats if needed == PLAIN else self.passes[needed]
-
-    def has(self, needed: Pass) -> bool:
-        return self.stats is not None if needed == PLAIN else needed in self.passes
 
 
 def _plain(settings: MethodSettings) -> tuple[Pass, ...]:

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from mia_fast.engines.passes import Pass, SamplesReadout
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import PER_TEXT, CheckedSettings, MethodSettings, method_seed, setting
 
 PREFIX_RATIO = 0.5

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import CheckedSettings, Range, setting
 from mia_fast.ops.segments import segment_ids
 

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.errors import MiaFastError
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.reference import REFERENCE_PASS
 from mia_fast.methods.reference_tokens import paired_tokens, token_passes
-from mia_fast.methods.registry import ScoringInputs, register
+from mia_fast.methods.registry import register
 from mia_fast.methods.settings import TOKENS, Flag, setting
 from mia_fast.ops.segments import segment_ids, segment_mean, segment_moving_average
 

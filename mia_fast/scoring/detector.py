@@ -19,8 +19,9 @@ from mia_fast.engines.stats_cache import open_cache
 from mia_fast.engines.stored import CacheOnlyEngine, SavedStatsEngine
 from mia_fast.errors import MiaFastError
 from mia_fast.methods import registry
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting, TextWindows, online_scores
-from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, MethodRequest, ScoringInputs
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, MethodRequest
 from mia_fast.methods.settings import MethodSettings
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.scoring.config import ComputeConfig, ModelConfig

@@ -1,4 +1,5 @@
-"""Every engine the project builds has every member the ``Engine`` protocol names, and the check names what one lacks."""
+"""Every engine the project builds has every member the ``Engine`` protocol names; the check names what one
+lacks."""
 
 import pytest
 

@@ -19,7 +19,8 @@ import pytest
 from helpers import package_copy_with
 
 from mia_fast.cli import main
-from mia_fast.methods import REGISTRY, ScoringInputs, register, setting
+from mia_fast.methods import REGISTRY, register, setting
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.registry import example_settings, mean_loss
 from mia_fast.methods.settings import CheckedSettings, Flag
 
@@ -108,7 +109,8 @@ TOY_MODULE = textwrap.dedent(
 
     import numpy as np
 
-    from mia_fast.methods.registry import ScoringInputs, mean_loss, register
+    from mia_fast.methods.inputs import ScoringInputs
+    from mia_fast.methods.registry import mean_loss, register
     from mia_fast.methods.settings import CheckedSettings, Range, setting
 
 

@@ -13,7 +13,7 @@ import scipy.stats
 from mia_fast import CamiaSettings, ComputeConfig, Detector
 from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import ScoringInputs, resolve_methods, score
+from mia_fast.methods import resolve_methods, score
 from mia_fast.methods.camia import (
     FEATURES,
     REPEATED,
@@ -28,6 +28,7 @@ from mia_fast.methods.camia import (
     slopes,
     token_diversity,
 )
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.settings import MethodSettings
 
 

@@ -11,7 +11,8 @@ from helpers import fail, fail_writes, read_jsonl, run_cli
 from mia_fast import Detector, TokenStats, load_model, resolve_methods, score_stats
 from mia_fast.errors import MiaFastError
 from mia_fast.generation.finetune import FineTuning, fine_tune
-from mia_fast.methods import ScoringInputs, online
+from mia_fast.methods import online
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.online import OnlineSetting, online_scores, window_starts
 
 

@@ -7,7 +7,8 @@ from helpers import count_sequences, stats_of
 
 from mia_fast import Detector
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import MethodSettings, ScoringInputs, resolve_methods, score
+from mia_fast.methods import MethodSettings, resolve_methods, score
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.pac import PacSettings, SwappedWords, pac_passes, polarized_distance
 
 TEXTS = [

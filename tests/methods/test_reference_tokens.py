@@ -12,8 +12,8 @@ from mia_fast import Detector, ModelConfig
 from mia_fast.engines.passes import TOKEN_SPANS
 from mia_fast.engines.stored import CacheOnlyEngine
 from mia_fast.errors import MiaFastError, MiaFastWarning
-from mia_fast.methods import ScoringInputs
 from mia_fast.methods.ezmia import MEMBER_OUTRIGHT
+from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.reference import REFERENCE_PASS
 from mia_fast.methods.reference_tokens import REFERENCE_SPANS, TARGET_SPANS, align_spans, paired_tokens
 from mia_fast.pipeline.models import load_model

@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 from helpers import refused, write_jsonl
-from served.test_client import free_port
 
 from mia_fast import Detector
 from mia_fast.engines.passes import PLAIN, TopLogprobsReadout
+from served.test_client import free_port
 
 
 def test_a_local_model_estimates_from_its_own_top_k_and_is_exact_with_the_whole_vocabulary(tiny_model_dir):
