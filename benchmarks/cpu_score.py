@@ -158,7 +158,7 @@ def on_model_forward(engine, fn):
     return run
 
 
-def scoring_file(detector: Detector, texts: list[str], scratch: Path, overlap: bool):
+def scoring_file(detector: Detector, texts: list[str], scratch: Path, *, overlap: bool):
     """``score_file`` over a .jsonl of ``texts``, in blocks of FILE_BLOCK_ROWS rows, overlapped or not."""
     data = scratch / "texts.jsonl"
     if not data.exists():

@@ -158,7 +158,7 @@ def bench_tokens(workdir: Path, gib: float, n_rounds: int, threads: int) -> dict
     return results
 
 
-def repeated_corpus(path: Path, mib: int, permuted: bool = False) -> Path:
+def repeated_corpus(path: Path, mib: int, *, permuted: bool = False) -> Path:
     """pile_test's four subsets as JSON lines, copied until the file holds ``mib`` MiB; each copy's documents start
     with a line of their own, so no input repeats. With ``permuted``, every copy after the first also swaps the
     letters of its words (a permutation of a-z of its own), so no word repeats across copies either: the
@@ -205,7 +205,7 @@ def tokenize_alone(counter, pieces: list[list[str]], workers: int) -> int:
     """The counting tokenizer alone on texts already in memory, in the build's batches and worker threads."""
 
     def tokenize(texts: list[str]) -> int:
-        return sum(len(counter.encode(batch)[0]) for batch in text_build._batches([texts]))
+        return sum(len(counter.encode(batch)[0]) for batch in text_build.document_batches([texts]))
 
     with ThreadPoolExecutor(workers) as pool:
         return sum(pool.map(tokenize, pieces))
@@ -216,12 +216,12 @@ def decompression(path: Path, workdir: Path) -> dict[str, float]:
     data = path.read_bytes()[: 64 << 20]
     gz, zst = workdir / "sample.jsonl.gz", workdir / "sample.jsonl.zst"
     gz.write_bytes(gzip.compress(data, 6))
-    zst.write_bytes(readers._zstd.compress(data, 3))
+    zst.write_bytes(readers.ZSTD.compress(data, 3))
     rates = {}
     for name, target, opener in (
         ("gzip_stdlib", gz, lambda p: gzip.open(p, "rb")),
-        ("gzip_isal", gz, lambda p: readers._gzip.open(p, "rb")),
-        ("zstd", zst, lambda p: readers._zstd.open(p, "rb")),
+        ("gzip_isal", gz, lambda p: readers.GZIP.open(p, "rb")),
+        ("zstd", zst, lambda p: readers.ZSTD.open(p, "rb")),
     ):
         started = time.perf_counter()
         with opener(target) as f:
@@ -289,7 +289,7 @@ def bench_scaling(path: Path, tokenizer, n_rounds: int) -> dict:
     for r in range(n_rounds):
         ticks = cpu_ticks()
         for workers in (1, 2):
-            counting_tokenizers._LOADED.clear()
+            counting_tokenizers.forget_loaded()
             started = time.perf_counter()
             report = build_from_text([path], tokenizer, workers=workers)
             times[workers].append(time.perf_counter() - started)
@@ -321,7 +321,7 @@ def bench_corpus(path: Path, tokenizer, n_rounds: int, before: Path | None, befo
     # contender's warm-up into the next. A build loads its own (timed, as a user's build does); a library alone is
     # loaded before the clock starts.
     def build(workers: int) -> float:
-        counting_tokenizers._LOADED.clear()
+        counting_tokenizers.forget_loaded()
         started = time.perf_counter()
         report = build_from_text([path], tokenizer, workers=workers)
         tokens["build"] = report.table.tokens
@@ -388,7 +388,7 @@ def bench_corpus(path: Path, tokenizer, n_rounds: int, before: Path | None, befo
     if before is not None:
         entry["speedup_vs_before_2_workers"] = median["before_build_2_workers"] / median["build_2_workers"]
     fast = FastokensCounter(spec)
-    encoded = [fast.encode(batch) for texts in pieces for batch in text_build._batches([texts])]
+    encoded = [fast.encode(batch) for texts in pieces for batch in text_build.document_batches([texts])]
     started = time.perf_counter()
     for ids, offsets in encoded:
         count_documents(ids, offsets, len(tokenizer), threads=1)
@@ -423,12 +423,12 @@ def bench_text(
     tokenizer = load_tokenizer("default")
     result = {"tokenizer": "built-in SmolLM2-135M", "before": str(before) if before else None}
     for corpus, permuted in (("repeated", False), ("permuted", True)):
-        path = repeated_corpus(workdir / f"pile-{corpus}-{mib}.jsonl", mib, permuted)
+        path = repeated_corpus(workdir / f"pile-{corpus}-{mib}.jsonl", mib, permuted=permuted)
         result[corpus] = bench_corpus(
             path, tokenizer, n_rounds, before if corpus == "repeated" else None, before_python
         )
     if scaling_mib:
-        large = repeated_corpus(workdir / f"pile-permuted-{scaling_mib}.jsonl", scaling_mib, True)
+        large = repeated_corpus(workdir / f"pile-permuted-{scaling_mib}.jsonl", scaling_mib, permuted=True)
         result["scaling_permuted"] = bench_scaling(large, tokenizer, n_rounds)
     result["decompression_megabytes_per_second"] = decompression(path, workdir)
     public = public_text_loop(path, tokenizer, PUBLIC_LOOP_DOCUMENTS)

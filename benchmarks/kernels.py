@@ -338,13 +338,15 @@ def max_abs_errors(got, truth) -> dict[str, float]:
 def compiled_eager() -> Callable:
     """The eager recipe through torch.compile, in a fresh cache (no recompile limit hit): called on inputs whose N is
     marked dynamic (:func:`token_stats_row`), one compile serves every N of a vocabulary."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return torch.compile(eager_token_stats)
 
 
 def compiled_graphs() -> int:
     """The graphs dynamo has compiled in this process so far."""
-    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
 
 
 def token_stats_row(
@@ -361,8 +363,10 @@ def token_stats_row(
     }
     row: dict = {"n": n, "vocab": vocab, "logits_bytes": logits.numel() * logits.element_size()}
     if compiled is not None:
-        torch._dynamo.mark_dynamic(logits, 0)
-        torch._dynamo.mark_dynamic(targets, 0)
+        from torch._dynamo import mark_dynamic
+
+        mark_dynamic(logits, 0)
+        mark_dynamic(targets, 0)
         contenders["compile"] = partial(compiled, logits, targets)
         # The first call of a vocabulary compiles; a later N that compiled again would show here.
         began = time.perf_counter()
@@ -396,7 +400,9 @@ def token_stats_row(
     return row
 
 
-def bench_token_stats(config: dict, device: torch.device, copy_bps: float, use_compile: bool, deadline: float) -> dict:
+def bench_token_stats(
+    config: dict, device: torch.device, copy_bps: float, deadline: float, *, use_compile: bool
+) -> dict:
     """Every shape; the torch.compile contender compiled once per vocabulary, and only when its cost (the first
     compile's, measured, or the planned ``compile_s`` before it) still fits before ``deadline``: a vocabulary left
     without it is recorded in ``budget_notes`` and logged."""
@@ -444,7 +450,7 @@ def fused_row(n: int, weight: torch.Tensor, chunk_mb: list[float], reps: int) ->
     for mb in chunk_mb:
         chunk_rows = max(1, int(mb * 2**20) // (vocab * 2))
         contenders[f"fused_chunk_{mb}MB"] = partial(
-            linear_token_stats, hidden, weight, targets, chunk_rows=chunk_rows, impl="triton"
+            linear_token_stats, hidden, weight, targets, chunk_rows=chunk_rows, backend="triton"
         )
     # The chunking the engine itself uses on this device (StatsEngine: chunk_bytes of fp32 logits, MIN_HEAD_ROWS).
     stats_rows = max(1, DEFAULT_CHUNK_BYTES.get(weight.device.type, DEFAULT_CHUNK_BYTES["cuda"]) // (4 * vocab))
@@ -455,7 +461,7 @@ def fused_row(n: int, weight: torch.Tensor, chunk_mb: list[float], reps: int) ->
         targets,
         chunk_rows=max(stats_rows, MIN_HEAD_ROWS),
         stats_rows=stats_rows,
-        impl="triton",
+        backend="triton",
     )
     row: dict = {"n": n, "hidden": hidden_size, "vocab": vocab}
     row["max_abs_diff_fused_vs_matmul_then_kernel"] = max_abs_errors(
@@ -715,6 +721,7 @@ def run_contenders(
     reps: int,
     deadline: float,
     label: str,
+    *,
     warm: bool = False,
     results: dict[str, dict] | None = None,
 ) -> tuple[dict[str, dict], dict[str, object]]:
@@ -882,6 +889,7 @@ def recall_section(
     reps: int,
     deadline: float,
     label: str,
+    *,
     warm: bool = False,
 ) -> dict:
     """ReCaLL's prefixed pass (the texts after one shared prefix) against the plain pass, on the engine itself; the
@@ -1042,7 +1050,7 @@ def goal_rows(checks: dict) -> list[list[str]]:
     return rows
 
 
-def print_goals(checks: dict, smoke: bool) -> None:
+def print_goals(checks: dict, *, smoke: bool) -> None:
     rows = [["goal", "measured", "wanted", "met?"], *goal_rows(checks)]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     title = "goals" + (" (smoke run on the CPU interpreter: the numbers mean nothing)" if smoke else "")
@@ -1147,7 +1155,7 @@ def _goals_panel(ax, result: dict) -> None:
         cellLoc="left",
         colWidths=[0.4, 0.3, 0.15, 0.06],
     )
-    table.auto_set_font_size(False)
+    table.auto_set_font_size(value=False)
     table.set_fontsize(9)
     table.scale(1, 1.5)
     for i, row in enumerate(cells, start=1):
@@ -1268,7 +1276,7 @@ PLAN_HOW = {
 }
 
 
-def token_stats_plan(config: dict, copy_bps: float, memory_bytes: float, use_compile: bool) -> dict:
+def token_stats_plan(config: dict, copy_bps: float, memory_bytes: float, *, use_compile: bool) -> dict:
     """token_stats's seconds by the rule :func:`bench_token_stats` follows: each vocabulary's shapes at the copy rate
     (every contender's calls bounded by the eager recipe's bytes), and its torch.compile when ``compile_s`` still fits
     in the share."""
@@ -1295,7 +1303,7 @@ def token_stats_plan(config: dict, copy_bps: float, memory_bytes: float, use_com
 
 
 def plan(
-    config: dict, sections: list[str], copy_bps: float, memory_bytes: float, use_compile: bool, budget: float
+    config: dict, sections: list[str], copy_bps: float, memory_bytes: float, budget: float, *, use_compile: bool
 ) -> dict:
     """The run's estimate before it starts, from the tables it runs by (``config``: its shapes, shares and planned
     costs) and the device's copy rate and memory: each section's shapes and seconds, the total against ``budget``."""
@@ -1313,7 +1321,7 @@ def plan(
     planned = {}
     for name in sections:
         if name == "token_stats":
-            entry = token_stats_plan(config, copy_bps, memory_bytes, use_compile)
+            entry = token_stats_plan(config, copy_bps, memory_bytes, use_compile=use_compile)
         else:
             entry = {"seconds": float(config["shares"][name]), "how": PLAN_HOW[name], "notes": []}
         planned[name] = {"shapes": shapes[name], **entry}
@@ -1515,7 +1523,7 @@ def main() -> None:
         copy_bps = copy_bandwidth(device, 2**32 if device.type == "cuda" else 2**20, config["stats_reps"])
         free_memory()
     memory_bytes = args.memory_gib * 2**30 if args.memory_gib is not None else device_memory(device)
-    planned = plan(config, sections, copy_bps, memory_bytes, not args.no_compile, budget)
+    planned = plan(config, sections, copy_bps, memory_bytes, budget, use_compile=not args.no_compile)
     print_plan(planned, "the device given" if hypothetical else device_name(device))
     if args.plan:
         return
@@ -1577,7 +1585,7 @@ def main() -> None:
 
         def micro(deadline: float, name: str) -> dict:
             if name == "token_stats":
-                return bench_token_stats(config, device, copy_bps, not args.no_compile, deadline)
+                return bench_token_stats(config, device, copy_bps, deadline, use_compile=not args.no_compile)
             if name == "fused":
                 return bench_fused(config, device, deadline)
             return bench_aggregation(config, device)
@@ -1601,7 +1609,7 @@ def main() -> None:
         result["wall_seconds"] = elapsed()
         result["goals"] = goals(result)  # the whole run's time, the plot included
         run.write_json()
-        print_goals(result["goals"], args.smoke)
+        print_goals(result["goals"], smoke=args.smoke)
         timing = {"texts and tokenizer": result.get("texts", {}).get("setup_seconds")}
         for name in sections:
             built = result.get(name, {}).get("model_build_seconds") if isinstance(result.get(name), dict) else None

@@ -55,7 +55,7 @@ TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 def cases() -> list[dict]:
     """(kernel, argument types, constexprs, num_warps) at every configuration the launchers use."""
     found = []
-    kernel = token_stats._token_stats_kernel
+    kernel = token_stats.TOKEN_STATS_KERNEL
     for dtype in ("bf16", "fp16", "fp32"):
         types = {
             "logits_ptr": f"*{dtype}",
@@ -85,7 +85,7 @@ def cases() -> list[dict]:
                         config=f"{dtype} V={vocab} ROWS={rows} BLOCK_V={block}",
                     )
                 )
-    kernel = aggregate._bottom_k_means_kernel
+    kernel = aggregate.BOTTOM_K_MEANS_KERNEL
     for n_ks in (1, 2, 4, 8, 10):  # 10: the default k's
         block_l, block_k = aggregate.bottom_k_blocks(n_ks)
         types = {
@@ -104,7 +104,7 @@ def cases() -> list[dict]:
                 config=f"{n_ks} k's: BLOCK_L={block_l}, BLOCK_K={block_k}",
             )
         )
-    kernel = aggregate._capped_first_mean_kernel
+    kernel = aggregate.CAPPED_FIRST_MEAN_KERNEL
     types = {
         "ids_ptr": "*i64",
         "logp_ptr": "*fp32",

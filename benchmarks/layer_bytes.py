@@ -82,6 +82,7 @@ def _varlen_stand_in(
     cu_seq_k: torch.Tensor,
     max_q: int,
     max_k: int,
+    *,
     enable_gqa: bool,
     window: int | None,
 ) -> torch.Tensor:
@@ -99,7 +100,9 @@ def flash_stand_in(query, key, value, segments: Segments, *, enable_gqa=False, w
         raise AssertionError(f"offsets of {cu_seq_q.dtype}, not int32")
     if {query.dtype, key.dtype, value.dtype} - {torch.bfloat16, torch.float16} or len({query.dtype, key.dtype}) > 1:
         raise AssertionError(f"q, k, v of {query.dtype}, {key.dtype}, {value.dtype}")
-    return _varlen_stand_in(query, key, value, cu_seq_q, cu_seq_k, segments.max_q, segments.max_k, enable_gqa, window)
+    return _varlen_stand_in(
+        query, key, value, cu_seq_q, cu_seq_k, segments.max_q, segments.max_k, enable_gqa=enable_gqa, window=window
+    )
 
 
 FLASH_STAND_IN = AttentionBackend("flash stand-in", flash_stand_in, offsets_on_host=False, in_model_dtype=True)
@@ -151,9 +154,8 @@ class OpBytes(TorchDispatchMode):
 def one_layer_model(shape: str, dtype: torch.dtype) -> torch.nn.Module:
     config_name, sizes = SHAPES[shape]
     config = getattr(transformers, config_name)(
-        vocab_size=1024, num_hidden_layers=1, max_position_embeddings=4096, **sizes
+        vocab_size=1024, num_hidden_layers=1, max_position_embeddings=4096, attn_implementation="sdpa", **sizes
     )
-    config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = getattr(transformers, config_name.replace("Config", "ForCausalLM"))(config)
     return model.to(dtype).eval()

@@ -85,10 +85,10 @@ from mia_fast.methods.pac import pac_passes
 from mia_fast.methods.probe import Probe
 from mia_fast.methods.recall import recall_pass
 from mia_fast.methods.reference_tokens import token_passes
-from mia_fast.methods.registry import calibration_sets
 from mia_fast.methods.samia import samia_pass
 from mia_fast.methods.settings import recorded
 from mia_fast.pipeline.models import LoadedModel, load_model
+from mia_fast.scoring.method_runs import calibration_sets
 from mia_fast.scoring.planner import run_passes
 from mia_fast.tokens.tokenize import tokenize
 
@@ -250,7 +250,9 @@ def fine_tune_floor(detector: Detector, plain_tokens: int) -> float:
     """fsd's fine-tune as multiples of the plain pass's tokens: every (cut) non-member's ids, each epoch, forward and
     backward."""
     tuning = detector.settings.of(FsdSettings).tuning
-    ids = tokenize(detector.target.loaded.tokenizer, list(detector.settings.of(FsdSettings).nonmembers), True)
+    ids = tokenize(
+        detector.target.loaded.tokenizer, list(detector.settings.of(FsdSettings).nonmembers), prepend_start=True
+    )
     cut = [i[: tuning.max_tokens + 1] if tuning.max_tokens is not None else i for i in ids]
     return sum(map(len, cut)) * tuning.epochs * (1 + BACKWARD_FORWARDS) / plain_tokens
 
@@ -348,7 +350,7 @@ def main() -> None:
                 fsd_tuning,
             )
         )
-        detector._engines_for([p for m in fsd_methods for p in REGISTRY[m].passes(options)], options)
+        detector.engines_for([p for m in fsd_methods for p in REGISTRY[m].passes(options)], options)
     # The word tools of the n-gram coverage attack (NLTK, sacremoses, unidecode): imported once per process.
     word_tools_s = None
     if {"ngram_coverage", "ngram_creativity"} & set(methods):
@@ -362,7 +364,7 @@ def main() -> None:
         for known, passes in calibration_sets(detector.requests([method]), options).items():
             calibration_loss_s[method] = loss_round()
             started = time.perf_counter()
-            detector._calibration_inputs(known, passes, options)
+            detector.calibration_inputs(known, passes, options)
             calibration_s[method] = calibration_s.get(method, 0.0) + time.perf_counter() - started
             print(f"{method}: calibration over {len(known)} texts {calibration_s[method]:.1f} s", flush=True)
 
@@ -399,7 +401,7 @@ def main() -> None:
         for kind, passes in pass_kinds.items():
             pass_s, pass_tokens[kind] = timed(
                 lambda on_tokenized, passes=passes: run_passes(
-                    detector._engines_for(passes, options), texts, passes, Progress(on_tokenized)
+                    detector.engines_for(passes, options), texts, passes, Progress(on_tokenized)
                 )
             )
             pass_seconds[kind].append(pass_s)

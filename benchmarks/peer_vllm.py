@@ -361,7 +361,7 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def bench(name: str, dtypes: list[str], rounds: int, vllm_python: str, scratch: Path, padded: bool) -> dict:
+def bench(name: str, dtypes: list[str], rounds: int, vllm_python: str, scratch: Path, *, padded: bool) -> dict:
     import numpy as np
 
     from mia_fast import Detector, ModelConfig
@@ -698,7 +698,7 @@ def recall_family(args, scratch: Path) -> dict:
     order = ["mia_fast", "vllm", *(["before"] if before else []), "mia_fast_recall_conrecall", "mia_fast_loss"]
     order.append("mia_fast_startup")
 
-    def run_eval(contender: str, report: Path, startup: bool = False) -> float:
+    def run_eval(contender: str, report: Path, *, startup: bool = False) -> float:
         launcher, env, data, methods = evals[contender]
         data, methods = ("startup", "loss") if startup else (data, methods)
         return timed_process(eval_command(launcher, files[data], methods, report, files, args), env, log)
@@ -1076,7 +1076,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="peer-vllm-") as scratch:
         for name in args.models.split(","):
             results["models"][name] = bench(
-                name, args.dtypes.split(","), args.rounds, args.vllm_python, Path(scratch), args.padded
+                name, args.dtypes.split(","), args.rounds, args.vllm_python, Path(scratch), padded=args.padded
             )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -81,7 +81,7 @@ def profile_dtype(dtype: str, texts: list[str]) -> dict:
     detector = Detector(ModelConfig(device="cpu", dtype=dtype))
     engine = detector.target
     detector.score(texts, methods=METHODS, k=DEFAULT_KS)  # warm-up; builds the packed decoder
-    instrument(engine._packed)
+    instrument(engine.packed_decoder())
     add = StreamedTokenStats.add
     StreamedTokenStats.add = lambda self, logits, first_id: labelled("statistics", add)(self, logits, first_id)
     try:
@@ -97,7 +97,7 @@ def profile_dtype(dtype: str, texts: list[str]) -> dict:
         / 1e6
     )
     start = time.perf_counter()
-    lengths = [len(ids) for ids in tokenize(engine.loaded.tokenizer, texts, engine.prepend_start)]
+    lengths = [len(ids) for ids in tokenize(engine.loaded.tokenizer, texts, prepend_start=engine.prepend_start)]
     tokenize_s = time.perf_counter() - start
     padded = sum(len(b) * max(lengths[i] for i in b) for b in plan_batches(lengths, engine.batch_tokens))
     rows_total = sum(lengths)

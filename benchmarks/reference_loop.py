@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 @torch.inference_mode()
 def public_loop_scores(
-    model, tokenizer, texts: Sequence[str], ks: Sequence[float], upcast_logits: bool = False
+    model, tokenizer, texts: Sequence[str], ks: Sequence[float], *, upcast_logits: bool = False
 ) -> dict[str, list[float]]:
     """Scores ``texts`` like the public code: columns loss, zlib, mink_k, minkpp_k (our naming).
 
@@ -165,6 +165,7 @@ def public_conrecall_scores(
     nonmember_prefix: str,
     member_prefix: str,
     gamma: float,
+    *,
     score_first_token: bool = True,
 ) -> dict[str, list[float]]:
     """Columns recall and conrecall as the public code computes them: ``ll_nonmember / ll`` and
@@ -258,7 +259,7 @@ def public_gradnorm_scores(model, tokenizer, texts: Sequence[str], p: float = np
     return scores
 
 
-def public_samia_scores(texts: Sequence[str], outputs: Sequence[Sequence[str]], use_zlib: bool) -> list[float]:
+def public_samia_scores(texts: Sequence[str], outputs: Sequence[Sequence[str]], *, use_zlib: bool) -> list[float]:
     """Mean over samples of ROUGE-1 recall (times the sample's zlib size with ``use_zlib``); ``outputs``
     are prompt and continuation decoded together, as ``sampling.py`` saves them; ``text_length`` is
     taken as the text's word count."""
@@ -292,6 +293,7 @@ def public_ngram_coverage_scores(
     tokenizer,
     proportion_from_end: float = 0.5,
     min_ngram: int = 3,
+    *,
     creativity: bool = False,
 ) -> list[float]:
     """The N-gram coverage attack (github.com/shallinan1/NGramCoverageAttack), given the sampled continuations:
@@ -402,7 +404,7 @@ def public_ezmia_scores(target_model, reference_model, tokenizer, texts: Sequenc
         argmax = logits.argmax(dim=-1)
         return logprob[0].numpy().astype(np.float32), argmax[0].numpy(), targets[0].numpy()
 
-    def padded(rows: list[np.ndarray], fill, dtype) -> np.ndarray:
+    def padded(rows: list[np.ndarray], *, fill, dtype) -> np.ndarray:
         out = np.full((len(rows), max(len(r) for r in rows)), fill, dtype=dtype)
         for i, row in enumerate(rows):
             out[i, : len(row)] = row
@@ -432,11 +434,11 @@ def public_ezmia_scores(target_model, reference_model, tokenizer, texts: Sequenc
     ids = [tokenizer(text)["input_ids"] for text in texts]
     target = [token_evidence(target_model, i) for i in ids]
     reference = [token_evidence(reference_model, i) for i in ids]
-    target_logprob = padded([t[0] for t in target], 0.0, np.float32)
-    target_argmax = padded([t[1] for t in target], -1, np.int64)
-    target_ids = padded([t[2] for t in target], -1, np.int64)
-    mask = padded([np.ones(len(t[0]), bool) for t in target], False, bool)
-    reference_logprob = padded([r[0] for r in reference], 0.0, np.float32)
+    target_logprob = padded([t[0] for t in target], fill=0.0, dtype=np.float32)
+    target_argmax = padded([t[1] for t in target], fill=-1, dtype=np.int64)
+    target_ids = padded([t[2] for t in target], fill=-1, dtype=np.int64)
+    mask = padded([np.ones(len(t[0]), bool) for t in target], fill=False, dtype=bool)
+    reference_logprob = padded([r[0] for r in reference], fill=0.0, dtype=np.float32)
 
     delta = target_logprob - reference_logprob
     error = (target_argmax != target_ids) & mask
@@ -536,6 +538,7 @@ def public_camia_scores(
     texts: Sequence[str],
     nonmembers: Sequence[str],
     signs: dict[str, int],
+    *,
     prepend_start: bool = False,
 ) -> dict[str, np.ndarray]:
     """CAMIA's default path (github.com/changhongyan123/context_aware_mia): the two passes of

@@ -8,8 +8,9 @@ import pytest
 
 from mia_fast import metrics
 from mia_fast.engines.stats import TokenStats
-from mia_fast.methods import DEFAULT_KS, DcpddSettings, LogFrequencies, MethodSettings, resolve_methods, score
+from mia_fast.methods import DEFAULT_KS, DcpddSettings, LogFrequencies, MethodSettings, resolve_methods
 from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.scoring.method_runs import score
 
 N_TEXTS = 10_000
 VOCAB = 49_152

@@ -1,7 +1,9 @@
 """mia-fast: fast, exact pretraining-data detection.
 
 The names below are imported on first use, so ``import mia_fast`` loads no torch, transformers or
-triton until something needs them.
+triton until something needs them. Every settings class a registered method reads is a name here too
+(``mia_fast.RecallSettings``), read from the method registry, so a method added as a module of its own is exported
+with no line here; so are the registries a user extends (``ENGINES``, ``OUTPUT_FORMATS``, ``SUITES``).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError as MiaFastError  # the one name imported at once
 
 # public name: (module, attribute in it; None for the module itself)
 _EXPORTS = {
@@ -30,29 +32,20 @@ _EXPORTS = {
     "ModelConfig": ("mia_fast.api", "ModelConfig"),
     "ServerConfig": ("mia_fast.served.client", "ServerConfig"),
     "RequestSettings": ("mia_fast.served.client", "RequestSettings"),
+    "ENGINES": ("mia_fast.scoring.engines", "ENGINES"),
+    "EngineKind": ("mia_fast.scoring.engines", "EngineKind"),
+    "OUTPUT_FORMATS": ("mia_fast.data.formats", "OUTPUT_FORMATS"),
+    "register_format": ("mia_fast.data.formats", "register_format"),
+    "SUITES": ("mia_fast.data.suites", "SUITES"),
     "ComputeConfig": ("mia_fast.api", "ComputeConfig"),
     "ScoringConfig": ("mia_fast.api", "ScoringConfig"),
     "OutputConfig": ("mia_fast.api", "OutputConfig"),
     "RunConfig": ("mia_fast.api", "RunConfig"),
-    "CamiaSettings": ("mia_fast.methods", "CamiaSettings"),
-    "ConRecallSettings": ("mia_fast.methods", "ConRecallSettings"),
-    "DcpddSettings": ("mia_fast.methods", "DcpddSettings"),
-    "FsdSettings": ("mia_fast.methods", "FsdSettings"),
-    "GapkSettings": ("mia_fast.methods", "GapkSettings"),
-    "GradnormSettings": ("mia_fast.methods", "GradnormSettings"),
     "LogFrequencies": ("mia_fast.methods", "LogFrequencies"),
-    "NeighborSettings": ("mia_fast.methods", "NeighborSettings"),
-    "NgramCoverageSettings": ("mia_fast.methods", "NgramCoverageSettings"),
-    "PacSettings": ("mia_fast.methods", "PacSettings"),
-    "ProbeSettings": ("mia_fast.methods", "ProbeSettings"),
-    "RecallSettings": ("mia_fast.methods", "RecallSettings"),
-    "SamiaSettings": ("mia_fast.methods", "SamiaSettings"),
-    "SurpSettings": ("mia_fast.methods", "SurpSettings"),
-    "WbcSettings": ("mia_fast.methods", "WbcSettings"),
     "evaluate_file": ("mia_fast.evaluation.workflows", "evaluate_file"),
     "ScoringInputs": ("mia_fast.methods", "ScoringInputs"),
     "resolve_methods": ("mia_fast.methods", "resolve_methods"),
-    "score_stats": ("mia_fast.methods", "score"),
+    "score_stats": ("mia_fast.scoring.method_runs", "score"),
     "Pass": ("mia_fast.engines.passes", "Pass"),
     "TokenStats": ("mia_fast.engines.stats", "TokenStats"),
     "LoadedModel": ("mia_fast.pipeline.models", "LoadedModel"),
@@ -65,19 +58,34 @@ _EXPORTS = {
     "metrics": ("mia_fast.evaluation.metrics", None),
 }
 
-__all__ = ["MiaFastError", *_EXPORTS]
+
+def settings_classes() -> dict[str, type]:
+    """Every settings class a registered method reads, by its name, as the method registry lists them (importing the
+    methods, though no torch)."""
+    registry = importlib.import_module("mia_fast.methods").REGISTRY
+    return {cls.__name__: cls for method in registry.values() for cls in method.settings}
+
+
+def _public_names() -> list[str]:
+    return ["MiaFastError", *_EXPORTS, *settings_classes(), "settings_classes"]
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
+    # __all__ too is made on first use: the settings classes' names need the method registry.
+    if name == "__all__":
+        value = _public_names()
+    elif name in _EXPORTS:
+        module, attribute = _EXPORTS[name]
+        value = importlib.import_module(module)
+        if attribute is not None:
+            value = getattr(value, attribute)
+    elif name.startswith("__") or name not in (found := settings_classes()):
         raise AttributeError(f"module 'mia_fast' has no attribute {name!r}")
-    module, attribute = _EXPORTS[name]
-    value = importlib.import_module(module)
-    if attribute is not None:
-        value = getattr(value, attribute)
+    else:
+        value = found[name]
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted(globals().get("__all__") or __getattr__("__all__"))

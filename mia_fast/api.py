@@ -1,6 +1,7 @@
 """The Python API, one front door: ``Detector`` scores texts with every requested method, running each pass the
 methods need once; ``score_file`` scores a dataset into a file block by block, resumably; a run is described by
-the typed configs of ``mia_fast.scoring.config`` and the methods' own settings classes.
+the typed configs of ``mia_fast.scoring.config`` and the methods' own settings classes (every one a registered
+method reads is a name here, as the method registry lists them: :func:`mia_fast.settings_classes`).
 
 >>> from mia_fast.api import Detector, RecallSettings
 >>> detector = Detector("HuggingFaceTB/SmolLM2-135M", [RecallSettings(prefix_nonmembers=("a known non-member",))])
@@ -9,23 +10,12 @@ the typed configs of ``mia_fast.scoring.config`` and the methods' own settings c
 
 from __future__ import annotations
 
-from mia_fast.methods.camia import CamiaSettings
-from mia_fast.methods.conrecall import ConRecallSettings
-from mia_fast.methods.dcpdd import DcpddSettings, LogFrequencies
-from mia_fast.methods.fsd import FsdSettings
-from mia_fast.methods.gapk import GapkSettings
-from mia_fast.methods.gradnorm import GradnormSettings
-from mia_fast.methods.neighbor import NeighborSettings
-from mia_fast.methods.ngram_coverage import NgramCoverageSettings
+from mia_fast import settings_classes
+from mia_fast.methods.dcpdd import LogFrequencies
 from mia_fast.methods.online import OnlineSetting
-from mia_fast.methods.pac import PacSettings
-from mia_fast.methods.probe import ProbeSettings
-from mia_fast.methods.recall import RecallSettings
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS
-from mia_fast.methods.samia import SamiaSettings
 from mia_fast.methods.settings import MethodSettings
-from mia_fast.methods.surp import SurpSettings
-from mia_fast.methods.wbc import WbcSettings
+from mia_fast.scoring.columns import ONLINE_COLUMNS, output_columns, windows_path
 from mia_fast.scoring.config import (
     DEFAULT_BLOCK_ROWS,
     ComputeConfig,
@@ -35,7 +25,12 @@ from mia_fast.scoring.config import (
     ScoringConfig,
 )
 from mia_fast.scoring.detector import UNSCORABLE_WARNING, Detector, OnlineScores, Scores
-from mia_fast.scoring.runner import ONLINE_COLUMNS, check_before_loading, output_columns, score_file, windows_path
+from mia_fast.scoring.run_plan import check_before_loading
+from mia_fast.scoring.runner import score_file
+
+# Every settings class a registered method reads (``from mia_fast.api import RecallSettings``).
+SETTINGS_CLASSES = settings_classes()
+globals().update(SETTINGS_CLASSES)
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -43,33 +38,20 @@ __all__ = [
     "DEFAULT_METHODS",
     "ONLINE_COLUMNS",
     "UNSCORABLE_WARNING",
-    "CamiaSettings",
     "ComputeConfig",
-    "ConRecallSettings",
-    "DcpddSettings",
     "Detector",
-    "FsdSettings",
-    "GapkSettings",
-    "GradnormSettings",
     "LogFrequencies",
     "MethodSettings",
     "ModelConfig",
-    "NeighborSettings",
-    "NgramCoverageSettings",
     "OnlineScores",
     "OnlineSetting",
     "OutputConfig",
-    "PacSettings",
-    "ProbeSettings",
-    "RecallSettings",
     "RunConfig",
-    "SamiaSettings",
     "Scores",
     "ScoringConfig",
-    "SurpSettings",
-    "WbcSettings",
     "check_before_loading",
     "output_columns",
     "score_file",
     "windows_path",
+    *SETTINGS_CLASSES,
 ]

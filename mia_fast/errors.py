@@ -20,7 +20,7 @@ LINE_CHARACTERS = 1000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def shown(value: object, quote: bool = True) -> str:
+def shown(value: object, *, quote: bool = True) -> str:
     """A value as a line echoes it: a string quoted (a path unquoted with ``quote=False``, where it prints as it
     is), anything else as Python writes it, and a long one cut in the middle with its length said."""
     if not isinstance(value, str):

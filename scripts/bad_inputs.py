@@ -78,7 +78,9 @@ CASES = [
     Case("score: csv not UTF-8", "score {latin1} {M} --out {new} --quiet", "cannot read"),
     Case("score: corrupt parquet", "score {badparquet} {M} --out {new} --quiet", "cannot read"),
     Case("score: JSON that is not an array", "score {jsonobject} {M} --out {new} --quiet", "array of objects"),
-    Case("score: lone surrogate in a text", "score {surrogate} {M} --out {new} --quiet", "lone surrogate", True),
+    Case(
+        "score: lone surrogate in a text", "score {surrogate} {M} --out {new} --quiet", "lone surrogate", accepted=True
+    ),
     Case("score: no DATA", "score {M} --out {new} --quiet", "give DATA"),
     Case("score: --split without --suite", "score {data} {M} --out {new} --split x --quiet", "within a --suite"),
     # ---- outputs ----
@@ -440,12 +442,17 @@ CASES = [
     ),
     # ---- inputs and options ----
     Case("score: a named pipe as DATA", "score {fifo} {M} --out {new} --quiet", "named pipe"),
-    Case("score: the same id twice", "score {dupids} {M} --methods loss --out {new} --quiet", "more than once", True),
+    Case(
+        "score: the same id twice",
+        "score {dupids} {M} --methods loss --out {new} --quiet",
+        "more than once",
+        accepted=True,
+    ),
     Case(
         "eval: a text labelled both ways",
         "eval {contradictory} {M} --methods loss --report {work}/r --bootstrap 20 --no-blind --quiet",
         "labelled both",
-        True,
+        accepted=True,
     ),
     Case("eval: --bootstrap 1000000000", "eval {data} {M} --report {work}/r --bootstrap 1000000000", "--bootstrap"),
     Case("score: --block-rows 10**12", SCORE + " --block-rows 1000000000000 --out {new}", "--block-rows"),
@@ -629,7 +636,12 @@ def _copy_weights(model: str | None, target: Path) -> None:
 
 
 def _tampered_model(
-    model: str | None, target: Path, renamed: bool = False, config: dict | None = None, cut_vocabulary: bool = False
+    model: str | None,
+    target: Path,
+    *,
+    renamed: bool = False,
+    config: dict | None = None,
+    cut_vocabulary: bool = False,
 ) -> None:
     """A copy of the model directory whose checkpoint's keys are renamed, whose embedding (and config) keeps only its
     first 100 rows, or whose config.json is updated."""

@@ -256,8 +256,9 @@ def token_stats(*texts: dict) -> TokenStats:
 
 def method_scores(stats: TokenStats, names: list[str], ks=(0.5,), settings=(), **inputs) -> dict[str, np.ndarray]:
     """The registered methods ``names`` on ``stats`` (at ``ks``), with ``settings`` objects and other ScoringInputs."""
-    from mia_fast.methods import MethodSettings, resolve_methods, score
+    from mia_fast.methods import MethodSettings, resolve_methods
     from mia_fast.methods.inputs import ScoringInputs
+    from mia_fast.scoring.method_runs import score
 
     given = ScoringInputs(stats=stats, settings=MethodSettings(*settings), **inputs)
     return score(given, resolve_methods(names, ks))

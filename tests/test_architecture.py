@@ -159,7 +159,7 @@ def test_no_import_cycles():
 @pytest.mark.parametrize(
     "name, source, expected",
     [
-        ("mia_fast.pipeline.engine", "from mia_fast.methods.registry import score", "a later stage"),
+        ("mia_fast.pipeline.engine", "from mia_fast.methods.registry import resolve_methods", "a later stage"),
         ("mia_fast.ops.bottom_k", "import mia_fast.engines.stats", "a later stage"),
         ("mia_fast.evaluation.report", "from mia_fast.cli import main", "nothing imports the CLI"),
         ("mia_fast.api", "from mia_fast import _native", "only mia_fast.frequency.build, mia_fast.ops.token_stats may"),
@@ -267,7 +267,7 @@ def flag_declarations(source: str, flags: set[str]) -> list[str]:
 def test_a_flag_that_several_settings_classes_share_is_declared_once():
     """Fields of several settings classes that share a flag are one option and must agree: one declaration
     (``methods/settings.py``) serves them all, and no other module declares or spells the option again."""
-    from mia_fast.methods.registry import setting_options
+    from mia_fast.methods.setting_options import setting_options
 
     shared = {option.flag.name for option in setting_options() if len({f.owner for f in option.fields}) > 1}
     assert {"method-seed", "nonmembers"} <= shared
@@ -280,7 +280,7 @@ def test_a_flag_that_several_settings_classes_share_is_declared_once():
 def test_every_method_setting_flag_is_declared_once_in_its_methods_module():
     """A method owns its settings: its flags (``--neighbor-model``, ``--samia-samples``) are declared in its own
     module (a shared one in ``methods/settings.py``), and no command spells them again."""
-    from mia_fast.methods.registry import setting_options
+    from mia_fast.methods.setting_options import setting_options
 
     flags = {}
     for option in setting_options():
@@ -421,7 +421,7 @@ def test_the_long_file_check_counts_long_files_and_reads_their_reasons():
 # ---- what differs by device is decided in one place ------------------------------------------------------------------
 
 # The pipeline's one place where the device decides anything, and the ops' one choice of a kernel.
-DEVICE_DECIDERS = {"mia_fast.pipeline.device", "mia_fast.ops.impl"}
+DEVICE_DECIDERS = {"mia_fast.pipeline.device", "mia_fast.ops.backend"}
 DEVICE_KINDS = {"cpu", "cuda", "mps", "xpu", "meta"}
 
 
@@ -580,3 +580,45 @@ def test_the_mirror_check_names_a_module_without_its_test_file():
     sources |= {"mia_fast.ops.constants": "X = 1\n", "mia_fast.cli.__main__": "def main(): pass\n"}
     assert untested_modules(sources, lambda path: path.name == "test_tested.py") == ["mia_fast.ops.untested"]
     assert mirrored_test("mia_fast.api") == ROOT / "tests" / "test_api.py"
+
+
+# The habits the linter keeps (pyproject.toml): booleans keyword-only, no private member used from another module.
+# They hold everywhere but the tests, with no exception: no `noqa` for them, no file ignoring them.
+HABIT_RULES = ("FBT", "SLF001")
+
+
+def habit_exceptions(sources: dict[str, str], per_file_ignores: dict[str, list[str]]) -> list[str]:
+    """Each way ``sources`` (path -> text, tests left out) or the linter's per-file ignores step around a habit
+    rule: a ``noqa`` naming one, a bare ``noqa``, or a pattern other than the tests' that ignores one."""
+    found = []
+    for path, source in sources.items():
+        for number, line in enumerate(source.splitlines(), 1):
+            marker = line.partition("# noqa")[2]
+            if "# noqa" in line and (not marker.startswith(":") or any(r in marker for r in HABIT_RULES)):
+                found.append(f"{path}:{number}: {line.strip()}")
+    for pattern, rules in per_file_ignores.items():
+        if pattern != "tests/**" and any(r.startswith(HABIT_RULES) for r in rules):
+            found.append(f"pyproject.toml ignores {', '.join(rules)} in {pattern}")
+    return found
+
+
+def _linted_sources() -> dict[str, str]:
+    folders = ("mia_fast", "kernels", "benchmarks", "scripts")
+    return {str(p.relative_to(ROOT)): p.read_text() for f in folders for p in sorted((ROOT / f).rglob("*.py"))}
+
+
+def test_the_habit_rules_are_on_with_no_exception_outside_the_tests():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+    lint = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
+    assert set(HABIT_RULES) <= set(lint["select"])
+    assert habit_exceptions(_linted_sources(), lint.get("per-file-ignores", {})) == []
+
+
+def test_the_habit_check_finds_each_way_around_a_rule():
+    sources = {
+        "a.py": "def f(flag: bool): ...  # noqa: FBT001\n",
+        "b.py": "x = thing._inner  # noqa\n",
+        "c.py": "import torch  # noqa: PLC0415 (start-up)\n",
+    }
+    found = habit_exceptions(sources, {"tests/**": ["FBT"], "benchmarks/**": ["SLF001"]})
+    assert [f.split(":")[0] for f in found] == ["a.py", "b.py", "pyproject.toml ignores SLF001 in benchmarks/**"]

@@ -168,12 +168,14 @@ def test_peer_vllm_scores_the_recall_family_as_mia_fast_does():
     np = pytest.importorskip("numpy")
     from mia_fast import ConRecallSettings, DcpddSettings, RecallSettings
     from mia_fast.engines.stats import TokenStats
-    from mia_fast.methods import DEFAULT_KS, registry
+    from mia_fast.methods import DEFAULT_KS, resolve_methods
     from mia_fast.methods.conrecall import DEFAULT_GAMMA, member_prefix_pass
     from mia_fast.methods.dcpdd import DEFAULT_A, LogFrequencies
+    from mia_fast.methods.inputs import ScoringInputs
     from mia_fast.methods.lowercase import LOWERCASE
     from mia_fast.methods.recall import recall_pass
     from mia_fast.methods.settings import MethodSettings
+    from mia_fast.scoring.method_runs import score
 
     peer = benchmark_module("peer_vllm")
     rng = np.random.default_rng(0)
@@ -205,9 +207,9 @@ def test_peer_vllm_scores_the_recall_family_as_mia_fast_does():
         recall_pass(settings): TokenStats.from_texts(nonmember),
         member_prefix_pass(settings): TokenStats.from_texts(member),
     }
-    inputs = registry.ScoringInputs(TokenStats.from_texts(plain), passes, texts, settings)
+    inputs = ScoringInputs(TokenStats.from_texts(plain), passes, texts, settings)
     methods = peer.RECALL_FAMILY_METHODS.split(",")
-    expected = registry.score(inputs, registry.resolve_methods(methods, DEFAULT_KS))
+    expected = score(inputs, resolve_methods(methods, DEFAULT_KS))
     logps = {"plain": plain, "lowercase": lowercase, "nonmember": nonmember, "member": member}
     got = peer.peer_scores(
         {name: [t["logp"] for t in rows] for name, rows in logps.items()},

@@ -219,7 +219,7 @@ def test_samia_matches_its_public_formula_and_its_samples_do_not_depend_on_the_b
     outputs = [[" ".join([FirstHalf()(t), *s.split()]) for s in row] for t, row in zip(texts, samples[0])]
     for column, use_zlib in (("samia", False), ("samia_zlib", True)):
         np.testing.assert_allclose(
-            scores[column], reference_loop.public_samia_scores(texts, outputs, use_zlib), rtol=1e-12
+            scores[column], reference_loop.public_samia_scores(texts, outputs, use_zlib=use_zlib), rtol=1e-12
         )
 
 

@@ -9,8 +9,9 @@ import pytest
 from conftest import benchmark_module
 
 from mia_fast import ComputeConfig, Detector, MethodSettings, ModelConfig, NgramCoverageSettings, ScoringInputs
-from mia_fast.methods import resolve_methods, score
+from mia_fast.methods import resolve_methods
 from mia_fast.methods.ngram_coverage import Prompt, ngram_pass
+from mia_fast.scoring.method_runs import score
 from mia_fast.scoring.planner import run_passes
 
 SHARED_DATA, pile_texts = benchmark_module("common").SHARED_DATA, benchmark_module("common").pile_texts

@@ -3,7 +3,7 @@
 - ``main.py``: the entry point; the parser of the chosen command alone, one-line errors, SIGTERM as Ctrl-C.
 - ``options.py``: declaring options: the groups the commands share and the argparse types that check each value
   as it is parsed; reading the input they name (``load_input``).
-- ``runs.py``: parsed options turned into what the library takes: the typed ``RunConfig``, method settings, a
+- ``run_options.py``: parsed options turned into what the library takes: the typed ``RunConfig``, method settings, a
   threshold checked against the run.
 - ``paths.py``: the output gate fed from the options: every path a command reads is an input no output may destroy.
 - ``runfile.py``: a command's run-file layout (which TOML key holds which option) and writing a run file.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mia_fast.cli.options import add_input_options, add_model_options, add_scoring_options, bounded, load_input
 from mia_fast.cli.paths import check_command_outputs
-from mia_fast.cli.runs import checked_threshold, input_name, run_config, score_settings, single_column, stderr
+from mia_fast.cli.run_options import checked_threshold, input_name, run_config, score_settings, single_column, stderr
 from mia_fast.data.gate import Output
 from mia_fast.evaluation.thresholds import RULES
 from mia_fast.methods.settings import Range
@@ -51,7 +51,7 @@ def _scores_path(out: Path) -> Path:
 
 
 def command_calibrate(args: argparse.Namespace) -> None:
-    from mia_fast.evaluation.workflows import CalibrationRule, calibrate_file
+    from mia_fast.evaluation.workflows import CalibrationRule, calibrate_file  # noqa: PLC0415 (torch: 1.5 s at start-up; --help loads none)
 
     column = single_column(args.method)
     out = Path(args.out)
@@ -72,7 +72,7 @@ def command_calibrate(args: argparse.Namespace) -> None:
 
 
 def command_classify(args: argparse.Namespace) -> None:
-    from mia_fast.evaluation.workflows import classify_file
+    from mia_fast.evaluation.workflows import classify_file  # noqa: PLC0415 (torch: 1.5 s at start-up; --help loads none)
 
     out = Path(args.out)
     rates_path = out.with_name(out.stem + ".rates.json")

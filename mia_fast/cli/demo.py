@@ -8,6 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from mia_fast.cli.options import (
     add_blind_permutations_option,
     add_method_settings,
@@ -24,23 +26,29 @@ from mia_fast.cli.options import (
     token_count,
 )
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.run_options import method_settings
 from mia_fast.cli.runfile import write_report_run_file
-from mia_fast.cli.runs import method_settings
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
-from mia_fast.evaluation.assessment import Assessment
-from mia_fast.evaluation.corpus import MIN_TEXTS
+from mia_fast.evaluation.assessment import Assessment, BlindSettings
+from mia_fast.evaluation.corpus import MIN_TEXTS, read_corpus, stdlib_corpus
 from mia_fast.evaluation.experiments import (
     DEMO_METHODS,
     PREFIX_SHOTS,
     PROBE_TEXTS,
     Experiment,
+    ExperimentDesign,
+    ExperimentProgress,
     FineTuning,
+    run_experiment,
     supplied_by_experiment,
 )
 from mia_fast.evaluation.probe_training import ProbeTraining
+from mia_fast.evaluation.report import format_table
 from mia_fast.generation.finetune import TrainingDiverged
 from mia_fast.methods.settings import Range
+from mia_fast.pipeline.models import load_model
+from mia_fast.scoring.config import ScoringConfig
 
 # What the command's --help says of it (argparse wraps it anew).
 DESCRIPTION = """Splits a corpus into members and non-members (seeded, i.i.d.), fine-tunes the model on the members,
@@ -112,13 +120,11 @@ def add_command(name: str, demo: argparse.ArgumentParser) -> None:
 class _DemoBars:
     """The demo's progress: a bar over the fine-tuning's steps, then one over the scored tokens."""
 
-    def __init__(self, steps: int, quiet: bool) -> None:
+    def __init__(self, steps: int, *, quiet: bool) -> None:
         self.quiet = quiet
         self.bars = [self._bar(steps, "fine-tuning on the members", "step")]
 
     def _bar(self, total: int, desc: str, unit: str) -> Any:
-        from tqdm.auto import tqdm
-
         return tqdm(total=total, desc=desc, unit=unit, disable=self.quiet, file=sys.stderr, dynamic_ncols=True)
 
     def on_step(self, step: int, loss: float) -> None:
@@ -141,12 +147,6 @@ class _DemoBars:
 
 
 def command_demo(args: argparse.Namespace) -> None:
-    from mia_fast.evaluation.assessment import BlindSettings
-    from mia_fast.evaluation.corpus import read_corpus, stdlib_corpus
-    from mia_fast.evaluation.experiments import ExperimentDesign, ExperimentProgress, run_experiment
-    from mia_fast.pipeline.models import load_model
-    from mia_fast.scoring.config import ScoringConfig
-
     report = Path(args.report)
     check_command_outputs(args, Output(report, "--report", folder=True))
     corpus = read_corpus(args.corpus, args.text_field) if args.corpus else stdlib_corpus()
@@ -157,7 +157,7 @@ def command_demo(args: argparse.Namespace) -> None:
     # Fine-tuning wants fp32 weights; the dtype option still wins if given.
     loaded = load_model(args.model, gguf=args.gguf, device=args.device, dtype=args.dtype or "fp32")
     tuning = FineTuning(args.epochs, args.lr, args.batch_size, args.max_tokens, args.seed)
-    bars = _DemoBars(args.epochs * -(-(args.texts // 2) // args.batch_size), args.quiet)
+    bars = _DemoBars(args.epochs * -(-(args.texts // 2) // args.batch_size), quiet=args.quiet)
     try:
         design = ExperimentDesign(
             tuning=tuning,
@@ -182,8 +182,6 @@ def command_demo(args: argparse.Namespace) -> None:
 
 
 def _print_summary(args: argparse.Namespace, experiment: Experiment, assessed: Assessment, report: Path) -> None:
-    from mia_fast.evaluation.report import format_table
-
     print(
         f"{len(experiment.trained)} members fine-tuned for {args.epochs} epoch(s) at lr {args.lr:g}: "
         f"loss {experiment.losses[0]:.3f} -> {experiment.losses[-1]:.3f}; "

@@ -188,13 +188,13 @@ def _build(args: argparse.Namespace, out: Path, sources: list[Path]) -> None:
     if args.overwrite:
         remove_checkpoints(checkpoints)
     if args.ray is not None:
-        from mia_fast.cluster import build_on_ray, require_ray
+        from mia_fast.cluster import build_on_ray, require_ray  # noqa: PLC0415 (torch: loaded by mia_fast.cluster; build-tokens and info load none)
 
         require_ray()
         build, options = build_on_ray, {"address": args.ray or None, "threads": args.workers or 1}
     else:
         build, options = build_from_text, {"workers": args.workers}
-    from mia_fast.pipeline.models import load_tokenizer
+    from mia_fast.pipeline.models import load_tokenizer  # noqa: PLC0415 (torch: 1.5 s at start-up; build-tokens and info load none)
 
     tokenizer = load_tokenizer(args.tokenizer)
     report = build(
@@ -237,7 +237,7 @@ def command_build_tokens(args: argparse.Namespace) -> None:
 def _build_tokens(args: argparse.Namespace, out: Path) -> None:
     fingerprint = None
     if args.tokenizer:
-        from mia_fast.pipeline.models import load_tokenizer
+        from mia_fast.pipeline.models import load_tokenizer  # noqa: PLC0415 (torch: 1.5 s at start-up; only --tokenizer needs it)
 
         fingerprint = tokenizer_fingerprint(load_tokenizer(args.tokenizer))
     table = build_from_tokens(
@@ -268,7 +268,7 @@ def command_info(args: argparse.Namespace) -> None:
     print(f"{'ids seen':22} {int((table.counts > 0).sum())} of {table.vocab_size}")
     decode = None
     if args.tokenizer:
-        from mia_fast.pipeline.models import load_tokenizer
+        from mia_fast.pipeline.models import load_tokenizer  # noqa: PLC0415 (torch: 1.5 s at start-up; only --tokenizer needs it)
 
         tokenizer = load_tokenizer(args.tokenizer)
         decode = tokenizer.convert_ids_to_tokens

@@ -15,8 +15,11 @@ from mia_fast.cli.options import (
     seed,
 )
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.run_options import run_config, stderr
 from mia_fast.cli.runfile import write_report_run_file
+from mia_fast.data import Fields, read_dataset
 from mia_fast.data.gate import Output
+from mia_fast.evaluation.dataset_inference import check_distinct_files
 from mia_fast.generation.neighbors import WORD_DROP
 from mia_fast.methods.reference import REFERENCE_RATIO
 
@@ -60,10 +63,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_dataset_inference(args: argparse.Namespace) -> None:
-    from mia_fast.cli.runs import run_config, stderr
-    from mia_fast.data import Fields, read_dataset
-    from mia_fast.evaluation.dataset_inference import check_distinct_files
-    from mia_fast.evaluation.workflows import DatasetInferenceRun, infer_dataset, suspect_and_validation
+    from mia_fast.evaluation.workflows import DatasetInferenceRun, infer_dataset, suspect_and_validation  # noqa: PLC0415 (torch: 1.5 s at start-up; --help loads none)
 
     report = Path(args.report)
     check_command_outputs(

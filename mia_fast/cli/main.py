@@ -60,7 +60,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit")
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        from importlib.metadata import version
+        from importlib.metadata import version  # noqa: PLC0415  (read only when --version is asked for)
 
         print(f"mia-fast {version('mia-fast')}")
         parser.exit()
@@ -101,7 +101,7 @@ def _quiet_transformers() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if "transformers" in sys.modules:
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging  # noqa: PLC0415  (only once transformers is loaded)
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()

@@ -1,7 +1,7 @@
 """Declaring options: the option groups the commands share (input, model, served model, scoring, method settings,
 output) and the argparse types that check every number and method list as it is parsed (one line, before any model
 or data is touched); and reading the input those options name (``load_input``). Turning parsed options into a run
-is ``runs.py``'s job."""
+is ``run_options.py``'s job."""
 
 from __future__ import annotations
 
@@ -9,16 +9,11 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from mia_fast.data import SUITES, output_suffixes
+from mia_fast.data import SUITES, DataStream, Fields, load_suite, output_suffixes, read_dataset
+from mia_fast.data.files import cut_to_words
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import (
-    DEFAULT_KS,
-    DEFAULT_METHODS,
-    REGISTRY,
-    SettingOption,
-    resolve_methods,
-    setting_options,
-)
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, REGISTRY, resolve_methods
+from mia_fast.methods.setting_options import SettingOption, setting_options
 from mia_fast.methods.settings import (
     BATCH_TEXTS,
     EPOCHS,
@@ -30,6 +25,10 @@ from mia_fast.methods.settings import (
     TOKENS,
     Range,
 )
+from mia_fast.ops.backend import BACKENDS
+from mia_fast.pipeline.choices import DTYPE_NAMES, FORWARDS, batch_tokens_default
+from mia_fast.served.client import RequestSettings
+from mia_fast.served.url import endpoint, key_variable
 
 
 def bounded(bounds: Range) -> Callable[[str], int | float]:
@@ -105,7 +104,7 @@ def method_list(text: str) -> str:
 
 
 def add_blind_permutations_option(parser: argparse.ArgumentParser) -> None:
-    from mia_fast.evaluation import blind_refit
+    from mia_fast.evaluation import blind_refit  # noqa: PLC0415  (only the commands that offer it import it)
 
     parser.add_argument(
         "--blind-permutations",
@@ -157,7 +156,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -> None:
+def add_model_options(parser: argparse.ArgumentParser, *, reference: bool = True) -> None:
     model = parser.add_argument_group("model")
     model.add_argument("--model", help="hub name or local directory (default: built-in SmolLM2-135M)")
     model.add_argument("--gguf", help="a GGUF model file instead of --model")
@@ -169,14 +168,11 @@ def add_model_options(parser: argparse.ArgumentParser, reference: bool = True) -
 def add_device_options(group: argparse._ArgumentGroup) -> None:
     """Where the models run and in which precision."""
     group.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    group.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on GPU, fp32 on CPU")
+    group.add_argument("--dtype", choices=DTYPE_NAMES, help="default: bf16 on GPU, fp32 on CPU")
 
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
     """A target model reached over HTTP instead of --model: vLLM or any OpenAI-compatible completions server."""
-    from mia_fast.served.client import RequestSettings
-    from mia_fast.served.url import endpoint, key_variable
-
     defaults = RequestSettings()
     server = parser.add_argument_group("served model (vLLM, SGLang, TGI, llama.cpp, OpenAI-compatible servers)")
     server.add_argument(
@@ -261,7 +257,7 @@ def setting_parser(option: SettingOption) -> Callable[[str], Any] | None:
     return type(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else None
 
 
-def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -> None:
+def add_scoring_options(parser: argparse.ArgumentParser, *, methods: bool = True) -> None:
     scoring = parser.add_argument_group("scoring")
     if methods:
         scoring.add_argument(
@@ -281,18 +277,20 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
         help="prepend the BOS/EOS start token so the first token is scored",
     )
     scoring.add_argument(
-        "--batch-tokens", type=batch_tokens, help="token budget per forward batch (default: 1024 on CPU, 16384 on GPU)"
+        "--batch-tokens",
+        type=batch_tokens,
+        help=f"token budget per forward batch (default: {batch_tokens_default()})",
     )
     scoring.add_argument(
         "--backend",
-        choices=["auto", "torch", "triton"],
-        default="auto",
+        choices=BACKENDS,
+        default=BACKENDS[0],
         help="token statistics and reductions: Triton kernels (auto on CUDA) or the reference",
     )
     scoring.add_argument(
         "--forward",
-        choices=["auto", "packed", "model"],
-        default="auto",
+        choices=FORWARDS,
+        default=FORWARDS[0],
         help="the forward: the pad-free packed decoder where the model's family is supported (auto; --verbose says "
         "which a model runs, and why not), always (packed), or the model's own (model)",
     )
@@ -305,10 +303,10 @@ def add_scoring_options(parser: argparse.ArgumentParser, methods: bool = True) -
     add_output_options(parser, stats_cache=True)
 
 
-def add_output_options(parser: argparse.ArgumentParser, stats_cache: bool = False) -> None:
+def add_output_options(parser: argparse.ArgumentParser, *, stats_cache: bool = False) -> None:
     # Here, not at the top: scoring.config imports torch, and `freq`, which shares this module's parsers, starts
     # without it.
-    from mia_fast.scoring.config import DEFAULT_BLOCK_ROWS
+    from mia_fast.scoring.config import DEFAULT_BLOCK_ROWS  # noqa: PLC0415  (see above)
 
     output = parser.add_argument_group("output")
     output.add_argument("--resume", action="store_true", help="continue an interrupted output")
@@ -333,13 +331,10 @@ def add_overwrite_and_quiet(parser: argparse.ArgumentParser, overwrite_help: str
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def load_input(args: argparse.Namespace, require_labels: bool = False, stream: bool = False):
+def load_input(args: argparse.Namespace, *, require_labels: bool = False, stream: bool = False):
     """DATA, or a benchmark suite (from the hub, or from DATA in its layout), cut to --max-words. With ``stream``
     a DATA file is read block by block as it is scored (a DataStream), unless --neighbor-field needs every
     row's neighbours at hand."""
-    from mia_fast.data import DataStream, Fields, load_suite, read_dataset
-    from mia_fast.data.files import cut_to_words
-
     if getattr(args, "neighbor_field", None) and getattr(args, "neighbor_model", None):
         raise MiaFastError("give --neighbor-field or --neighbor-model, not both")
     if args.suite:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable
 
 from mia_fast.data.gate import Output, check_outputs
+from mia_fast.methods.setting_options import setting_options
 
 # The options (argparse dests) of every command that name a file or folder it reads; method settings that name
 # one (``Flag.reads_path``) are added from the registry.
@@ -37,8 +38,6 @@ INPUT_OPTIONS = (
 
 def command_inputs(args: argparse.Namespace) -> list[str]:
     """Every path among the command's options that it reads."""
-    from mia_fast.methods.registry import setting_options
-
     dests = [*INPUT_OPTIONS, *(option.key for option in setting_options() if option.flag.reads_path)]
     found: list[str] = []
     for dest in dests:

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from mia_fast.cli.options import (
     add_model_options,
     add_overwrite_and_quiet,
@@ -17,10 +19,12 @@ from mia_fast.cli.options import (
     seed,
 )
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.data import Fields, read_dataset
 from mia_fast.data.gate import Output
-from mia_fast.evaluation.probe_training import ProbeTraining
+from mia_fast.evaluation.probe_training import ProbeTraining, check_labelled, save_probe, train_probe
 from mia_fast.methods.probe import NORMALIZATIONS
 from mia_fast.methods.settings import Range
+from mia_fast.pipeline.models import load_model
 
 
 def add_command(name: str, probe: argparse.ArgumentParser) -> None:
@@ -80,12 +84,6 @@ def add_command(name: str, probe: argparse.ArgumentParser) -> None:
 
 
 def command_train(args: argparse.Namespace) -> None:
-    from tqdm.auto import tqdm
-
-    from mia_fast.data import Fields, read_dataset
-    from mia_fast.evaluation.probe_training import check_labelled, save_probe, train_probe
-    from mia_fast.pipeline.models import load_model
-
     out = Path(args.out)
     check_command_outputs(args, Output(out, folder=True))
     fields = Fields(args.text_field, id=None, label=args.label_field)

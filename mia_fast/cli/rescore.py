@@ -11,13 +11,16 @@ from mia_fast.cli.options import (
     add_method_settings,
     add_output_options,
     fractions,
+    load_input,
     method_list,
     out_help,
 )
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.run_options import input_name, method_settings, output_config, stderr
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, resolve_methods
+from mia_fast.scoring.config import ComputeConfig, RunConfig, ScoringConfig
 
 # What the command's --help says of it (argparse wraps it anew).
 DESCRIPTION = """Scores DATA from the token statistics a 'mia-fast score --stats-cache DIR' run kept, or from a
@@ -54,12 +57,8 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_rescore(args: argparse.Namespace) -> None:
-    from mia_fast.cli.options import load_input
-    from mia_fast.cli.runs import input_name, method_settings, output_config, stderr
-    from mia_fast.methods.registry import resolve_methods
-    from mia_fast.scoring.config import ComputeConfig, RunConfig, ScoringConfig
-    from mia_fast.scoring.detector import Detector, check_served
-    from mia_fast.scoring.runner import score_file
+    from mia_fast.scoring.detector import Detector, check_served  # noqa: PLC0415 (torch, ~2.5 s: --help loads none)
+    from mia_fast.scoring.runner import score_file  # noqa: PLC0415 (torch, as above)
 
     check_command_outputs(args, Output(Path(args.out), staged=True, resumable=True))
     dataset = load_input(args)

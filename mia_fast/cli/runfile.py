@@ -18,6 +18,7 @@ scoring output and report gets the run file that reproduces it (``OUT.run.toml``
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -27,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mia_fast.data.outputs import RUN_FILE_HEADER
+from mia_fast.data.artefacts import write_atomic
+from mia_fast.data.side_files import RUN_FILE_HEADER
 from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.served.url import environment_key, hide_key, mask_urls
 
@@ -88,10 +90,48 @@ class _Key:
     key: str
 
 
+class _OptionsSeen(argparse.HelpFormatter):
+    """A help formatter that writes nothing and keeps what a parser hands it as it formats its help: its actions
+    (``actions``), and each group's title with the group's actions (``groups``). argparse keeps these lists private;
+    formatting the help is its public walk over them."""
+
+    def __init__(self, prog: str, **kwargs: Any) -> None:
+        super().__init__(prog, **kwargs)
+        self.actions: list[argparse.Action] = []
+        self.groups: list[tuple[str | None, list[argparse.Action]]] = []
+
+    def add_usage(self, usage: str | None, actions: Any, groups: Any, prefix: str | None = None) -> None:
+        self.actions = list(actions)
+
+    def start_section(self, heading: str | None) -> None:
+        self.groups.append((heading, []))
+
+    def end_section(self) -> None:
+        pass
+
+    def add_arguments(self, actions: Any) -> None:
+        self.groups[-1][1].extend(actions)
+
+    def format_help(self) -> str:
+        return ""
+
+
+def _options_seen(parser: argparse.ArgumentParser) -> _OptionsSeen:
+    """The actions and groups of ``parser``, seen by formatting its help (on a copy: the parser is left as it is)."""
+    seen = _OptionsSeen(parser.prog)
+    walked = copy.copy(parser)
+    walked.formatter_class = lambda prog, **kwargs: seen
+    walked.format_help()
+    return seen
+
+
 def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     """The subparser of ``command`` in the top parser of ``mia-fast``."""
-    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return subparsers.choices[command]
+    return next(
+        a.choices[command]
+        for a in _options_seen(parser).actions
+        if isinstance(a.choices, dict) and isinstance(a.choices.get(command), argparse.ArgumentParser)
+    )
 
 
 def _group_section(title: str, command: str) -> str:
@@ -100,19 +140,19 @@ def _group_section(title: str, command: str) -> str:
 
 def _recorded_actions(parser: argparse.ArgumentParser, command: str) -> Iterator[tuple[argparse.Action, str]]:
     """Every option a run file records, with the section of its group (METHOD_SETTINGS for a method's)."""
-    for group in parser._action_groups:
-        for action in group._group_actions:
+    for title, actions in _options_seen(parser).groups:
+        for action in actions:
             if action.dest in _NOT_RECORDED or action.dest == argparse.SUPPRESS:
                 continue
-            section = METHOD_SETTINGS if group.title == METHOD_SETTINGS else _group_section(group.title, command)
+            section = METHOD_SETTINGS if title == METHOD_SETTINGS else _group_section(title, command)
             yield action, _OPTION_SECTIONS.get(action.dest, section)
 
 
 def _setting_places(dests: set[str]) -> dict[str, list[_Key]]:
     """For each method setting's option among ``dests``, its places: ``methods.NAME`` and the field's own name, for
     every method that reads it."""
-    from mia_fast.methods.registry import REGISTRY
-    from mia_fast.methods.settings import setting_fields
+    from mia_fast.methods.registry import REGISTRY  # noqa: PLC0415 (0.2 s: mia-fast --help loads no method)
+    from mia_fast.methods.settings import setting_fields  # noqa: PLC0415 (0.2 s: mia-fast --help loads no method)
 
     places: dict[str, list[_Key]] = {}
     for method in REGISTRY.values():
@@ -194,7 +234,7 @@ def _section_order(section: str) -> tuple[int, str]:
 def requested_methods(args: argparse.Namespace) -> set[str] | None:
     """The methods a command line runs (``--methods``, ``--method``, and ``--online-method`` with ``--online``);
     None where the command reads its method from elsewhere (``classify`` from its threshold file)."""
-    from mia_fast.methods.registry import column_method
+    from mia_fast.methods.registry import column_method  # noqa: PLC0415 (0.2 s: mia-fast --help loads no method)
 
     lists = [getattr(args, "methods", None), getattr(args, "method", None)]
     if getattr(args, "online", None):
@@ -236,6 +276,4 @@ def _toml(value: Any) -> str:
 
 def write_report_run_file(report: str | os.PathLike, args: argparse.Namespace) -> Path:
     """The run file of ``args`` in the report directory ``report`` (``run.toml``), whole or not at all."""
-    from mia_fast.data.artefacts import write_atomic
-
     return write_atomic(Path(report) / REPORT_RUN_FILE, args.run_file)

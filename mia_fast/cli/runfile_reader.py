@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mia_fast.cli.runfile import COMMAND_LINE_ONLY, RUN_COMMANDS, RunFileLayout, requested_methods
+from mia_fast.data.readers import read_small_file
 from mia_fast.errors import MiaFastError, shown
 
 # A run file is a command line written out: a few hundred bytes, its values strings, numbers and lists of them.
@@ -27,9 +28,7 @@ def source_name(path: str) -> str:
 def read_run_file(path: str) -> tuple[str, dict[str, Any]]:
     """A run file's command and its document (``-``: standard input); one line for a path that is no readable file,
     a file too large or nested too deep to be a run file, and one that is no TOML of a known command."""
-    import tomllib
-
-    from mia_fast.data.readers import read_small_file
+    import tomllib  # noqa: PLC0415 (Python 3.11+: on 3.10 only a run file fails, not every command)
 
     source = source_name(path)
     try:
@@ -239,6 +238,12 @@ def _argument_text(value: Any, source: str, dotted: str) -> str:
     )
 
 
+def _is_switch(action: argparse.Action) -> bool:
+    """A store_true or store_false option: no value, a boolean constant (argparse's classes for them are
+    private)."""
+    return action.nargs == 0 and isinstance(action.const, bool)
+
+
 def _option_words(action: argparse.Action, value: Any, source: str, dotted: str) -> list[str]:
     """The command-line words that give ``action`` a run file's ``value``, checked as the option's parser checks
     it."""
@@ -246,7 +251,7 @@ def _option_words(action: argparse.Action, value: Any, source: str, dotted: str)
     if isinstance(action, argparse.BooleanOptionalAction):
         _expect_bool(value, source, dotted)
         return [flag if value else "--no-" + flag.removeprefix("--")]
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+    if _is_switch(action):
         _expect_bool(value, source, dotted)
         return [flag] if value != action.default else []
     if isinstance(value, bool):

@@ -22,12 +22,13 @@ from mia_fast.cli.options import (
     token_count,
 )
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.run_options import input_name, run_config, score_into, stderr
 from mia_fast.cli.runfile import write_report_run_file
-from mia_fast.cli.runs import input_name, run_config, score_into, stderr
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD
 from mia_fast.methods.settings import Range
+from mia_fast.scoring.columns import windows_path
 
 
 def add_command(name: str, parser: argparse.ArgumentParser) -> None:
@@ -103,8 +104,6 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_score(args: argparse.Namespace) -> None:
-    from mia_fast.scoring.runner import windows_path
-
     out = Path(args.out)
     online = [Output(windows_path(out), "--out", staged=True, resumable=True)] if args.online is not None else []
     check_command_outputs(args, Output(out, "--out", staged=True, resumable=True), *online)
@@ -118,7 +117,7 @@ def command_score(args: argparse.Namespace) -> None:
 
 def score_with_ray(args: argparse.Namespace) -> None:
     """``score --ray``: the data file in shards, scored by model actors on Ray (mia_fast.cluster)."""
-    from mia_fast import cluster
+    from mia_fast import cluster  # noqa: PLC0415 (ray and torch: only --ray loads them)
 
     if args.server is not None:
         raise MiaFastError("--ray scores with models loaded on the cluster; a served model needs no --ray")
@@ -134,10 +133,10 @@ def score_with_ray(args: argparse.Namespace) -> None:
 
 
 def command_eval(args: argparse.Namespace) -> None:
-    from mia_fast.evaluation.assessment import BlindSettings
-    from mia_fast.evaluation.comparison import compare_reports
-    from mia_fast.evaluation.report import format_table
-    from mia_fast.evaluation.workflows import EvaluationConfig, evaluate_file
+    from mia_fast.evaluation.assessment import BlindSettings  # noqa: PLC0415 (torch, ~2.5 s: score and eval --help load none)
+    from mia_fast.evaluation.comparison import compare_reports  # noqa: PLC0415 (torch, ~2.5 s: score and eval --help load none)
+    from mia_fast.evaluation.report import format_table  # noqa: PLC0415 (torch, ~2.5 s: score and eval --help load none)
+    from mia_fast.evaluation.workflows import EvaluationConfig, evaluate_file  # noqa: PLC0415 (torch, ~2.5 s: score and eval --help load none)
 
     if args.compare:
         print(compare_reports(*args.compare))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from mia_fast.cli.options import add_device_options, add_input_options, add_scoring_options, fraction, load_input
 from mia_fast.cli.paths import check_command_outputs
+from mia_fast.cli.run_options import checked_threshold, input_name, run_config, single_column, stderr
 from mia_fast.cli.runfile import write_report_run_file
-from mia_fast.cli.runs import checked_threshold, input_name, run_config, single_column, stderr
 from mia_fast.data.gate import Output
-from mia_fast.evaluation.unlearning import DEFAULT_RATIO
+from mia_fast.evaluation.unlearning import DEFAULT_RATIO, RatioRule, ThresholdRule, format_table
 
 # What the command's --help says of it (argparse wraps it anew).
 DESCRIPTION = """Scores every text under the model before and after unlearning (each with its own tokenizer) and
@@ -57,8 +57,7 @@ def add_command(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def command_audit_unlearning(args: argparse.Namespace) -> None:
-    from mia_fast.evaluation.unlearning import RatioRule, ThresholdRule, format_table
-    from mia_fast.evaluation.workflows import (
+    from mia_fast.evaluation.workflows import (  # noqa: PLC0415 (torch: 1.5 s at start-up; --help loads none)
         UNLEARNING_ROLES,
         UnlearningModels,
         audit_unlearning_file,

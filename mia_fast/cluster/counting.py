@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from mia_fast.cluster.session import last_line, ray_session
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.build import Counting
@@ -20,7 +22,7 @@ from mia_fast.frequency.text_build import BuildReport, count_text_file, settle_b
 
 
 def _count_file(
-    path: str, recipe: CounterRecipe, settings: dict[str, Any], threads: int, skip_bad_records: bool
+    path: str, recipe: CounterRecipe, settings: dict[str, Any], threads: int, *, skip_bad_records: bool
 ) -> tuple[Any, BadRecords | None, str]:
     """A Ray task: one corpus file's table, its bad records, and an error ('' if none)."""
     try:
@@ -63,12 +65,15 @@ def build_on_ray(
     todo = [index for index, table in enumerate(tables) if table is None]
     sizes = [path.stat().st_size for path in files]
     if todo:
-        bar = _bytes_bar(sum(sizes), sum(sizes) - sum(sizes[i] for i in todo), progress)
+        bar = _bytes_bar(sum(sizes), sum(sizes) - sum(sizes[i] for i in todo), progress=progress)
         with ray_session(address) as ray:
             count = ray.remote(num_cpus=threads)(_count_file)
             shared_recipe = ray.put(choice.recipe)
             pending = {
-                count.remote(str(files[i]), shared_recipe, settings, threads, corpus.skip_bad_records): i for i in todo
+                count.remote(
+                    str(files[i]), shared_recipe, settings, threads, skip_bad_records=corpus.skip_bad_records
+                ): i
+                for i in todo
             }
             try:
                 while pending:
@@ -101,10 +106,8 @@ def build_on_ray(
     return BuildReport(table, bad, resumed, seconds, counting, sum(sizes), choice.counter.library)
 
 
-def _bytes_bar(total: int, done: int, progress: bool) -> Any:
+def _bytes_bar(total: int, done: int, *, progress: bool) -> Any:
     """A progress bar over the corpus's bytes, the files already counted done."""
-    from tqdm.auto import tqdm
-
     return tqdm(
         total=total,
         initial=done,

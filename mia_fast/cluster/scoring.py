@@ -16,6 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
 from mia_fast.cluster.session import check_address, last_line, ray_session, require_ray
 from mia_fast.cluster.shards import MANIFEST, RayManifest, Shard, run_settings
 from mia_fast.data.artefacts import OutputLock
@@ -23,6 +26,11 @@ from mia_fast.data.files import DataStream
 from mia_fast.data.formats import PARQUET_CONVERSION_ROWS, output_format
 from mia_fast.data.outputs import ResultWriter, manifest_path
 from mia_fast.errors import MiaFastError
+from mia_fast.pipeline.models import LoadedModel
+from mia_fast.scoring.detector import Detector
+from mia_fast.scoring.method_runs import pooled_methods
+from mia_fast.scoring.run_plan import check_before_loading, refuse_input_as_output, run_record
+from mia_fast.scoring.runner import score_file
 
 if TYPE_CHECKING:
     from mia_fast.scoring.config import RunConfig
@@ -35,7 +43,7 @@ SHARD_BLOCKS = 8
 @contextmanager
 def _quiet_ray_data() -> Iterator[None]:
     """No Ray Data progress bars or execution logs while mia-fast shows its own bar."""
-    from ray.data import DataContext
+    from ray.data import DataContext  # noqa: PLC0415 (optional: ray, mia-fast[ray])
 
     context = DataContext.get_current()
     saved = {
@@ -70,8 +78,6 @@ class _ShardJob:
     def score(self, shard: Shard, detector: Any) -> None:
         """Scores one shard into its file: under its hidden name (continued after its last block if a killed
         run left it), then renamed, so that a shard's file exists only when whole."""
-        from mia_fast.scoring.runner import score_file
-
         partial = self.directory / shard.partial_name
         # A shard is part of OUT: the run file goes beside OUT alone.
         output = replace(self.config.output, out=partial, resume=True, overwrite=False, run_file=None)
@@ -87,8 +93,6 @@ class ShardScorer:
     shard failed in one line. (Texts that could not be scored are counted by the driver, over all shards.)"""
 
     def __init__(self, job: _ShardJob) -> None:
-        from mia_fast.scoring.detector import Detector
-
         self.job, self.detector, self.error = job, None, ""
         config = job.config
         try:
@@ -110,10 +114,6 @@ class ShardScorer:
 def _check_before_ray(config: RunConfig) -> None:
     """What can be refused before Ray starts: what a run here refuses before loading a model, methods that score
     all rows together, settings that cannot travel to an actor."""
-    from mia_fast.methods.registry import pooled_methods
-    from mia_fast.pipeline.models import LoadedModel
-    from mia_fast.scoring.runner import check_before_loading
-
     if config.scoring.online is not None:
         raise MiaFastError("online detection (--online) is not available with --ray; score without --ray")
     for role in ("model", "ref_model"):
@@ -196,9 +196,7 @@ def score_on_ray(
             "scored as in one process"
         )
     _check_before_ray(config)
-    from mia_fast.scoring.runner import refuse_input_as_output
-
-    refuse_input_as_output(data, out, online=False)
+    refuse_input_as_output(data, [out])
     with OutputLock(out):
         return _score_shards_and_merge(data, config, cluster, shard_rows, log)
 
@@ -207,12 +205,10 @@ def _score_shards_and_merge(
     data: DataStream, config: RunConfig, cluster: RayConfig, shard_rows: int, log: Callable[[str], None]
 ) -> Path:
     """score_on_ray once its checks are done and OUT is locked."""
-    from mia_fast.scoring.runner import run_record
-
     out, resume, overwrite = config.output.path, config.output.resume, config.output.overwrite
     directory = out.with_name(out.name + ".shards")
     settings = run_settings(data, config, shard_rows)
-    manifest = RayManifest(directory, settings, resume, overwrite, out)
+    manifest = RayManifest(directory, settings, resume=resume, overwrite=overwrite, out=out)
     if manifest.content["merged"] and out.is_file():
         log(f"{out}: all {manifest.content['rows']} rows already scored")
         return out
@@ -244,11 +240,9 @@ def _score_shards(
     log: Callable[[str], None],
     total_rows: int,
 ) -> None:
-    from tqdm.auto import tqdm
-
     progress = job.config.compute.progress
     with ray_session(cluster.address) as ray, _quiet_ray_data():
-        from ray.data import ActorPoolStrategy
+        from ray.data import ActorPoolStrategy  # noqa: PLC0415 (optional: ray, mia-fast[ray])
 
         actors, cpus, gpus = _actor_resources(ray, job.config.model.device, cluster.workers, len(todo), log)
         log(
@@ -290,8 +284,6 @@ def _score_shards(
 def _merge_shards(files: list[Path], out: Path, settings: dict[str, Any], run_file: str | None) -> tuple[int, int]:
     """Concatenates the shards into ``out`` in its own format, a few thousand rows at a time, with its manifest's
     ``settings`` and its ``run_file``; returns the rows written and how many carry a warning."""
-    import pyarrow.parquet as pq
-
     columns = pq.read_schema(files[0]).names
     writer = ResultWriter(out, columns, overwrite=True, settings=settings, run_file=run_file)
     unscorable = 0

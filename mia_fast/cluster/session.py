@@ -23,8 +23,8 @@ DEFAULT_PORTS = {"ray://": 10001, "": 6379}
 def require_ray() -> Any:
     """The ray module, or a one-line error saying how to install it."""
     try:
-        import ray
-        import ray.data  # noqa: F401  (the Data library is the [data] extra)
+        import ray  # noqa: PLC0415 (optional: ray, mia-fast[ray])
+        import ray.data  # noqa: F401, PLC0415 (optional: ray; the Data library is the [data] extra)
     except ImportError:
         raise MiaFastError(f"--ray needs Ray, which is not installed here: {INSTALL_HINT}") from None
     return ray

@@ -11,9 +11,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.parquet as pq
+
 from mia_fast.data.artefacts import write_atomic
 from mia_fast.data.files import DataStream, RowPosition, row_positions
 from mia_fast.errors import MiaFastError
+from mia_fast.methods.registry import REGISTRY
+from mia_fast.methods.settings import recorded_settings
 
 if TYPE_CHECKING:
     from mia_fast.scoring.config import RunConfig
@@ -53,7 +57,7 @@ class RayManifest:
     """``OUT.shards/_manifest.json``: the run's settings, where each shard starts, which shards are finished,
     and whether OUT has been written from them."""
 
-    def __init__(self, directory: Path, settings: dict[str, Any], resume: bool, overwrite: bool, out: Path) -> None:
+    def __init__(self, directory: Path, settings: dict[str, Any], *, resume: bool, overwrite: bool, out: Path) -> None:
         self.directory, self.path = directory, directory / MANIFEST
         if resume and overwrite:
             raise MiaFastError("--resume and --overwrite exclude each other")
@@ -117,8 +121,6 @@ class RayManifest:
     def finished(self, shard: Shard) -> bool:
         """Whether the shard's file is there with its rows: an actor renames it into place only when whole, and
         only for this run's settings, so it counts even if the driver was stopped before it heard."""
-        import pyarrow.parquet as pq
-
         path = self.directory / shard.name
         if not path.is_file():
             return False
@@ -139,8 +141,6 @@ def run_settings(data: DataStream, config: RunConfig, shard_rows: int) -> dict[s
     """Everything that decides the rows of OUT: the input file as it is now, the fields, the blocks and shards,
     and every setting that changes a score, of every method, requested or not (a rerun with any of them changed
     would mix two runs' scores)."""
-    from mia_fast.methods.registry import REGISTRY, recorded_settings
-
     stat = data.path.stat()
     settings = {
         "input": [str(data.path.resolve()), stat.st_size, stat.st_mtime_ns],

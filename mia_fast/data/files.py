@@ -207,6 +207,14 @@ class DataStream:
         repeats.warn(self.path)
         return rows
 
+    def whole(self) -> Dataset:
+        """Every row (from :attr:`start`, up to :attr:`limit`) as one Dataset, doubtful rows warned of as by
+        :meth:`check` (the warnings point at the caller of :func:`read_dataset`, which reads through here)."""
+        repeats = _Repeats()
+        dataset = next(self._blocks(sys.maxsize, repeats))[0]
+        repeats.warn(self.path, stacklevel=4)
+        return dataset
+
     def blocks(self, rows: int) -> Iterator[tuple[Dataset, int]]:
         """Consecutive Datasets of ``rows`` rows (the last one shorter), each with the bytes of the file read by its
         end."""
@@ -289,7 +297,7 @@ class _Repeats:
                 self.contradicted.add(key)
                 self.text_example = self.text_example or (first, number)
 
-    def warn(self, path: Path) -> None:
+    def warn(self, path: Path, *, stacklevel: int = 3) -> None:
         """One warning line for the repeated ids and one for the texts labelled both ways, each with an example."""
         found = []
         if self.id_example is not None:
@@ -307,7 +315,7 @@ class _Repeats:
                 f"{first} and {second}): their scores cannot separate them"
             )
         for message in found:
-            warnings.warn(MiaFastWarning(f"{path}: {message}"), stacklevel=3)
+            warnings.warn(MiaFastWarning(f"{path}: {message}"), stacklevel=stacklevel)
 
 
 def _digest(text: str) -> bytes:
@@ -327,15 +335,12 @@ def cut_to_words(dataset: Dataset, max_words: int) -> Dataset:
 def read_dataset(
     path: str | os.PathLike,
     fields: Fields = Fields(),  # noqa: B008  (a frozen dataclass)
+    *,
     require_labels: bool = False,
 ) -> Dataset:
     """Reads the texts of ``fields.text``, plus ids, labels and groups where the file has those fields, and with
     ``fields.neighbors`` each row's list of neighbour texts, all at once."""
-    stream = DataStream(path, fields, require_labels=require_labels)
-    repeats = _Repeats()
-    dataset = next(stream._blocks(sys.maxsize, repeats))[0]
-    repeats.warn(stream.path)
-    return dataset
+    return DataStream(path, fields, require_labels=require_labels).whole()
 
 
 def read_texts(path: str | os.PathLike, text_field: str = "text") -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mia_fast.data.artefacts import lock_path
-from mia_fast.data.outputs import check_side_files, manifest_path, path_exists, stage_path
+from mia_fast.data.side_files import check_side_files, manifest_path, path_exists, stage_path
 from mia_fast.errors import MiaFastError
 
 
@@ -42,6 +42,7 @@ class Output:
 def check_outputs(
     outputs: Iterable[Output],
     inputs: Iterable[str | os.PathLike | None],
+    *,
     overwrite: bool = False,
     resume: bool = False,
 ) -> None:
@@ -55,7 +56,7 @@ def check_outputs(
         refuse_inputs(output, inputs)
         if output.staged:
             check_side_files(output.path, output.option)
-        _check_existing(output, overwrite, resume and output.resumable)
+        _check_existing(output, overwrite=overwrite, resume=resume and output.resumable)
 
 
 def _real(path: Path) -> Path:
@@ -130,7 +131,7 @@ def refuse_inputs(output: Output, inputs: Iterable[str | os.PathLike | None]) ->
             )
 
 
-def _check_existing(output: Output, overwrite: bool, resume: bool) -> None:
+def _check_existing(output: Output, *, overwrite: bool, resume: bool) -> None:
     path, option = output.path, output.option
     if overwrite or resume:
         return

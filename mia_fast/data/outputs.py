@@ -25,55 +25,26 @@ from pathlib import Path
 from typing import Any
 
 from mia_fast.data.artefacts import (
-    foreign_lock,
     fsync_directory,
-    holds_lock_mark,
-    is_temporary_of,
-    lock_path,
     read_checked_json,
     sha256_file,
     write_atomic,
     write_checked_json,
 )
-from mia_fast.data.formats import OUTPUT_FORMATS, output_format
+from mia_fast.data.formats import output_format
 from mia_fast.data.readers import RowPosition
+from mia_fast.data.side_files import (
+    MANIFEST_KIND,
+    check_side_files,
+    manifest_path,
+    path_exists,
+    run_file_path,
+    stage_file,
+    stage_path,
+)
 from mia_fast.errors import MiaFastError
 
-MANIFEST_KIND = "mia-fast scores manifest v1"
-# The first line of every run file mia-fast writes, by which it knows one of its own beside an output.
-RUN_FILE_HEADER = "# mia-fast run file: `mia-fast run THIS_FILE` repeats the run (flags given after it override)."
 _MANIFEST_WRITER = "a mia-fast scoring run"
-
-
-def stage_files() -> tuple[str, ...]:
-    """What a stage holds: its manifest and its rows, ``rows`` with a registered format's suffix (the rows of a
-    format staged in another, in that one's, until they are converted into it when complete)."""
-    return ("manifest.json", *(f"rows{suffix}" for suffix in OUTPUT_FORMATS))
-
-
-def _stage_file(name: str) -> bool:
-    """Whether a stage's file of this name is this tool's: one of :func:`stage_files`, or the temporary file a
-    manifest is written to before its rename (``artefacts.replacing``), left by a run killed in between."""
-    return name in stage_files() or is_temporary_of(name, "manifest.json")
-
-
-def stage_path(out: str | os.PathLike) -> Path:
-    """Where the rows of an unfinished output wait: ``OUT.partial/``."""
-    out = Path(out)
-    return out.with_name(out.name + ".partial")
-
-
-def run_file_path(out: str | os.PathLike) -> Path:
-    """The run file that reproduces a complete output: ``OUT.run.toml`` (``mia-fast run``)."""
-    out = Path(out)
-    return out.with_name(out.name + ".run.toml")
-
-
-def manifest_path(out: str | os.PathLike) -> Path:
-    """The manifest of a complete output: ``OUT.manifest.json``."""
-    out = Path(out)
-    return out.with_name(out.name + ".manifest.json")
-
 
 # Engine settings a scores file records since a later version than the first: the forward path (packed or not).
 RECORDED_LATER = frozenset({"forward"})
@@ -92,56 +63,6 @@ def differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str
         for key in keys
         if recorded.get(key) != now.get(key)
     ]
-
-
-def path_exists(path: Path) -> bool:
-    """Whether something is at ``path``: a dangling link counts."""
-    return path.is_symlink() or path.exists()
-
-
-def check_side_files(out: Path, option: str = "--out") -> None:
-    """Each side file of the output ``out`` there must be this tool's: a lock with its mark, a stage with its
-    manifest and nothing else, a manifest of its kind, a run file with its first line. Anything else is the user's,
-    refused in one line and left as it is."""
-    leave = f"it was left as it is: move it away, or choose another {option}"
-    lock = lock_path(out)
-    if path_exists(lock) and not holds_lock_mark(lock):
-        raise foreign_lock(lock, option)
-    stage = stage_path(out)
-    if path_exists(stage):
-        if stage.is_symlink() or not stage.is_dir():
-            raise MiaFastError(f"{stage} is not a stage of mia-fast (not a folder it made); {leave}")
-        if not _is_manifest(stage / "manifest.json"):
-            raise MiaFastError(
-                f"{stage} is not a stage mia-fast can use (it holds no manifest of one, so what its rows were scored "
-                f"with is unknown); {leave}"
-            )
-        foreign = sorted(p.name for p in stage.iterdir() if not _stage_file(p.name))
-        if foreign:
-            raise MiaFastError(f"{stage} holds files mia-fast did not write ({', '.join(foreign[:3])}); {leave}")
-    manifest = manifest_path(out)
-    if path_exists(manifest) and not _is_manifest(manifest):
-        raise MiaFastError(f"{manifest} is not a manifest of mia-fast; {leave}")
-    run_file = run_file_path(out)
-    if path_exists(run_file) and not _is_run_file(run_file):
-        raise MiaFastError(f"{run_file} is not a run file of mia-fast; {leave}")
-
-
-def _is_run_file(path: Path) -> bool:
-    if path.is_symlink() or not path.is_file():
-        return False
-    with open(path, "rb") as f:
-        return f.readline().rstrip(b"\n") == RUN_FILE_HEADER.encode()
-
-
-def _is_manifest(path: Path) -> bool:
-    if path.is_symlink() or not path.is_file():
-        return False
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(content, dict) and content.get("format") == MANIFEST_KIND
 
 
 @dataclass(frozen=True)
@@ -174,6 +95,7 @@ class ResultWriter:
         self,
         path: str | os.PathLike,
         columns: Sequence[str],
+        *,
         resume: bool = False,
         overwrite: bool = False,
         settings: Mapping[str, Any] | None = None,
@@ -261,7 +183,7 @@ class ResultWriter:
         self.blocks = [WrittenBlock(**block) for block in recorded.get("blocks", [])]
         return recorded
 
-    def _check_rows(self, rows: Path, staged: bool, output_sha256: str | None) -> None:
+    def _check_rows(self, rows: Path, *, staged: bool, output_sha256: str | None) -> None:
         """The rows a resumed run keeps are those its manifest records, byte for byte: a staged rows file may run on
         past its last block (a block cut short by a kill, cut off again), a complete one may not; a complete output
         converted from its stage (parquet) is checked by its own digest (``output_sha256``)."""
@@ -327,6 +249,16 @@ class ResultWriter:
                 )
             self._next_block += 1
 
+    def keep_rows(self, rows: int, beside: Path) -> None:
+        """Keeps the blocks of the first ``rows`` rows alone: a file written before the output ``beside`` it may hold
+        more after an interrupted run (never fewer), and those are cut."""
+        kept = [block for block in self.blocks if block.rows <= rows]
+        if (kept[-1].rows if kept else 0) != rows:
+            raise MiaFastError(
+                f"{self.path} holds {self.done_rows} rows but {beside} {rows}; pass --overwrite to start again"
+            )
+        self.blocks = kept
+
     # ---- writing ----
 
     def _header(self) -> bytes:
@@ -374,7 +306,7 @@ class ResultWriter:
     def _remove_stage(self) -> None:
         """Removes the stage file by file: only what a stage holds (a folder with anything else stays, refused)."""
         for path in list(self.stage.iterdir()):
-            if _stage_file(path.name):
+            if stage_file(path.name):
                 path.unlink()
         try:
             self.stage.rmdir()
@@ -398,7 +330,7 @@ class ResultWriter:
         self._written += 1
         self._save_manifest(complete=False)
 
-    def _manifest(self, complete: bool, output_sha256: str | None = None) -> dict[str, Any]:
+    def _manifest(self, *, complete: bool, output_sha256: str | None = None) -> dict[str, Any]:
         return {
             "columns": self.columns,
             "settings": self.settings,
@@ -408,8 +340,9 @@ class ResultWriter:
             **({"output_sha256": output_sha256} if output_sha256 is not None else {}),
         }
 
-    def _save_manifest(self, complete: bool, output_sha256: str | None = None) -> None:
-        write_checked_json(self.stage / "manifest.json", self._manifest(complete, output_sha256), MANIFEST_KIND)
+    def _save_manifest(self, *, complete: bool, output_sha256: str | None = None) -> None:
+        manifest = self._manifest(complete=complete, output_sha256=output_sha256)
+        write_checked_json(self.stage / "manifest.json", manifest, MANIFEST_KIND)
 
     def abandon(self) -> None:
         """After a failure: a stage this run made and finished no block in goes; finished blocks stay."""

@@ -26,20 +26,21 @@ from typing import Any, BinaryIO
 
 from mia_fast.errors import MiaFastError, shown
 
+# GZIP and ZSTD: the modules that read (and benchmarks/freq.py times) gzip and zstd files.
 try:  # ISA-L's gzip, measured 2.2x the standard library's inflate (benchmarks/freq.py)
-    from isal import igzip as _gzip
+    from isal import igzip as GZIP
     from isal.isal_zlib import error as _isal_error
 except ImportError:  # no wheel for this platform
-    _gzip, _isal_error = gzip, zlib.error
+    GZIP, _isal_error = gzip, zlib.error
 try:
-    from compression import zstd as _zstd  # Python 3.14
+    from compression import zstd as ZSTD  # Python 3.14
 except ImportError:
-    from backports import zstd as _zstd
+    from backports import zstd as ZSTD
 
 Records = Iterator[tuple[int, dict[str, Any], int]]
 COMPRESSED_SUFFIXES = (".gz", ".zst")
 # What reading a damaged or truncated compressed file raises, besides OSError.
-DECOMPRESSION_ERRORS = (OSError, EOFError, zlib.error, _isal_error, _zstd.ZstdError)
+DECOMPRESSION_ERRORS = (OSError, EOFError, zlib.error, _isal_error, ZSTD.ZstdError)
 
 
 class BadRecord(ValueError):
@@ -71,9 +72,9 @@ def decompressed(raw: BinaryIO, path: Path) -> BinaryIO:
     a truncated one raises EOFError at its end), or ``raw`` itself for any other file."""
     name = path.name.lower()
     if name.endswith(".gz"):
-        return _gzip.GzipFile(fileobj=raw)
+        return GZIP.GzipFile(fileobj=raw)
     if name.endswith(".zst"):
-        return _zstd.ZstdFile(raw)
+        return ZSTD.ZstdFile(raw)
     return raw
 
 
@@ -231,7 +232,7 @@ def json_array_records(path: Path, start: RowPosition) -> Records:
 def iter_parquet(path: Path, columns: Sequence[str] | None = None, first_row: int = 0) -> Records:
     """(row number, record, approximate bytes read so far) of a parquet file from row ``first_row`` (0-based) on,
     one row group in memory at a time; the row groups before it are skipped unread."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only parquet needs it)
 
     parquet = pq.ParquetFile(path)
     refuse_repeated_columns(path, parquet.schema_arrow.names)
@@ -258,7 +259,7 @@ def refuse_repeated_columns(path: Path, columns: Sequence[str]) -> None:
 
 
 def parquet_columns(path: Path) -> list[str]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only parquet needs it)
 
     return list(pq.ParquetFile(path).schema_arrow.names)
 

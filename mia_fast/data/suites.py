@@ -323,8 +323,8 @@ def _mimir_cache_dir(path: Path) -> Path | None:
 
 
 def _mimir_hub_files(config: str, split: str) -> list[Path]:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import GatedRepoError
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415 (0.2 s at start-up; only MIMIR from the hub needs it)
+    from huggingface_hub.errors import GatedRepoError  # noqa: PLC0415 (as hf_hub_download)
 
     local = f"download its {MIMIR_CACHE} folder and pass it as DATA"
     try:
@@ -376,7 +376,7 @@ def _json_strings(path: Path) -> list[str]:
 def _hub_rows(suite: Suite, split: str, config: str | None) -> list[tuple[int, dict]]:
     local = f"download it and pass its files as DATA (a file, or a directory holding {split}.jsonl)"
     try:
-        import datasets
+        import datasets  # noqa: PLC0415 (optional: datasets, mia-fast[hub])
     except ImportError:
         raise MiaFastError(
             f"{suite.name} loads from the Hugging Face hub ({suite.hub_id}) with the 'datasets' package "

@@ -30,7 +30,7 @@ def is_chinese(text: str) -> bool:
 
 def _jieba():
     try:
-        import jieba
+        import jieba  # noqa: PLC0415 (optional: jieba, mia-fast[zh])
     except ImportError:
         raise MiaFastError("counting Chinese words needs jieba: pip install jieba (or mia-fast[zh])") from None
     jieba.setLogLevel(60)  # its dictionary-loading chatter

@@ -14,9 +14,11 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mia_fast.engines.passes import QUIET, Prefixes, Progress, Readout, SamplesReadout, Texts
+from mia_fast.engines.protocol import EngineLimits
 from mia_fast.engines.stats import TokenStats
 from mia_fast.engines.stats_cache import StatsCache, cached_stats, provenance
 from mia_fast.errors import MiaFastError
@@ -25,15 +27,29 @@ from mia_fast.tokens.tokenize import TextRows, token_spans, tokenize
 Log = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class WeightsHereLimits:
+    """The limits of a model whose weights are here: none. It gives every readout, the exact moments over the
+    vocabulary, and weights to make other models from."""
+
+    vocabulary_stats = True
+    weights_here = True
+
+    def refusal(self, readout: Readout) -> str | None:
+        return None
+
+
+WEIGHTS_HERE = WeightsHereLimits()
+
+
 class ModelEngine(TextRows):
     """An engine of one model (see the module docstring). A subclass sets ``loaded`` (the model here, or only its
-    tokenizer, or None), ``prepend_start`` and ``max_length``."""
+    tokenizer, or None), ``prepend_start``, ``max_length`` and ``limits``: what it cannot give, declared once, as its
+    kind in the engine registry says it before the engine is built."""
 
     loaded: Any
     prepend_start: bool
-    # As a model run here: exact moments over the vocabulary, and weights to make other models from.
-    vocabulary_stats = True
-    weights_here = True
+    limits: EngineLimits
     cache: StatsCache | None = None
     _cache_place: tuple[str | os.PathLike, Log] | None = None
     _ahead_tokenizer: Any = None
@@ -50,8 +66,16 @@ class ModelEngine(TextRows):
         """TokenStats of the texts (each after its prefix) that the stats cache does not hold."""
         raise NotImplementedError
 
+    @property
+    def vocabulary_stats(self) -> bool:
+        return self.limits.vocabulary_stats
+
+    @property
+    def weights_here(self) -> bool:
+        return self.limits.weights_here
+
     def refusal(self, readout: Readout) -> str | None:
-        return None
+        return self.limits.refusal(readout)
 
     def order(self, readout: Readout) -> int:
         return 0
@@ -107,14 +131,14 @@ class ModelEngine(TextRows):
     def token_spans(self, texts: Sequence[str]) -> Any:
         """The character span of each token the plain pass scores in each text (``TokenSpansReadout``), from the
         tokenizer here."""
-        return token_spans(self.loaded.tokenizer, texts, self.prepend_start)
+        return token_spans(self.loaded.tokenizer, texts, prepend_start=self.prepend_start)
 
-    def _encode(self, texts: Sequence[str], ahead: bool) -> list[list[int]]:
+    def _encode(self, texts: Sequence[str], *, ahead: bool) -> list[list[int]]:
         if not ahead:
-            return tokenize(self.loaded.tokenizer, texts, self.prepend_start)
+            return tokenize(self.loaded.tokenizer, texts, prepend_start=self.prepend_start)
         if self._ahead_tokenizer is None:
             self._ahead_tokenizer = copy.deepcopy(self.loaded.tokenizer)
-        return tokenize(self._ahead_tokenizer, texts, self.prepend_start)
+        return tokenize(self._ahead_tokenizer, texts, prepend_start=self.prepend_start)
 
     def sample_prompts(
         self, texts: Sequence[str], readout: SamplesReadout, prefixes: Sequence[str] | None

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 
 def plan_batches(
-    lengths: Sequence[int], batch_tokens: int, packed: bool = False, alone_from: int | None = None
+    lengths: Sequence[int], batch_tokens: int, *, packed: bool = False, alone_from: int | None = None
 ) -> list[list[int]]:
     """Groups indices, longest first, so that rows x longest length (padded rows) or the sum of the lengths
     (``packed`` rows, end to end) stays within ``batch_tokens``; a single row longer than the budget, or at least

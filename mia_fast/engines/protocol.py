@@ -15,7 +15,7 @@ class EngineLimits(Protocol):
 
     ``refusal`` says, in one line, why it cannot serve a readout (None: it can). ``vocabulary_stats`` says whether
     its TokenStats hold the exact mean and variance over the vocabulary (a server gives none). ``weights_here``
-    says whether the model's weights are here, so that the models made from them (``registry.DERIVED_MODELS``,
+    says whether the model's weights are here, so that the models made from them (``methods.derived.DERIVED_MODELS``,
     e.g. FSD's fine-tuned copy) run too, on engines it makes (``WeightsEngine.derive``).
     """
 

@@ -112,6 +112,7 @@ class StatsCache:
         directory: str | os.PathLike,
         settings: Mapping[str, Any],
         log: Callable[[str], None] = lambda message: None,
+        *,
         read_only: bool = False,
     ):
         self.settings = {"format": CACHE_FORMAT, **settings}
@@ -148,7 +149,7 @@ class StatsCache:
         self._index = {key: place for key, place in self._load_index().items() if place[0] != shard}
 
     def _read(self, shard: Path, columns: Sequence[str]):
-        import pyarrow as pa
+        import pyarrow as pa  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only --stats-cache needs it)
 
         try:
             # The map stays open while the arrays read from it live; shards are only ever replaced, never written in
@@ -243,7 +244,7 @@ class StatsCache:
 
     def store(self, keys: Sequence[bytes], stats: TokenStats) -> None:
         """Writes one shard with the TokenStats of ``keys`` (atomically: a temporary file renamed)."""
-        import pyarrow as pa
+        import pyarrow as pa  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only --stats-cache needs it)
 
         if not keys:
             return

@@ -40,6 +40,7 @@ def assess(
     seed: int = 0,
     blind: BlindSettings = BlindSettings(),
     known: KnownLeak | None = None,
+    *,
     progress: bool = False,
 ) -> Assessment:
     """Fits the blind baselines (``blind``) on the rows every column scored, evaluates every column (the baselines

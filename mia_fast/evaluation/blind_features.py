@@ -40,7 +40,7 @@ def date_features(texts: Sequence[str]) -> np.ndarray:
 def _bag_of_words(texts: Sequence[str]):
     """Hashed word 1-2-gram counts, keeping only the hashed columns some text holds: the others are zero in every
     fit (their IDF and weights touch no score), so dropping them changes no score and makes each fit cheaper."""
-    from sklearn.feature_extraction.text import HashingVectorizer
+    from sklearn.feature_extraction.text import HashingVectorizer  # noqa: PLC0415 (sklearn: slow at start-up; only the blind baselines need it)
 
     counts = HashingVectorizer(
         n_features=_HASHED_FEATURES, alternate_sign=False, norm=None, ngram_range=(1, 2)
@@ -52,7 +52,7 @@ def _character_ngrams(texts: Sequence[str]):
     """Binary [texts, n-grams] CSR matrix of the character 1..NGRAM_MAX-grams each text holds, each n-gram, and each
     one's length (the greedy selection's tie-break); of n-grams held by exactly the same texts, only the one the
     selection would pick (the longest, then the alphabetically first), so that no choice changes."""
-    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.feature_extraction.text import CountVectorizer  # noqa: PLC0415 (sklearn: slow at start-up; only the blind baselines need it)
 
     vectorizer = CountVectorizer(
         analyzer=lambda text: _ngrams_of(text[:NGRAM_CHARACTERS]), binary=True, dtype=np.float32

@@ -49,7 +49,7 @@ def cross_validation_folds(labels: Sequence[int], folds: int = DEFAULT_FOLDS) ->
 
 def fold_splits(labels: np.ndarray, folds: int, seed: int) -> Splits:
     """(training rows, held-out rows) of each fold: stratified, shuffled with ``seed``."""
-    from sklearn.model_selection import StratifiedKFold
+    from sklearn.model_selection import StratifiedKFold  # noqa: PLC0415 (sklearn: slow at start-up; only the blind baselines need it)
 
     splitter = StratifiedKFold(n_splits=cross_validation_folds(labels, folds), shuffle=True, random_state=seed)
     return list(splitter.split(np.zeros(len(labels)), labels))
@@ -70,7 +70,7 @@ def _tf_idf(counts, train: np.ndarray):
 
 
 def bow_scores(features: BlindFeatures, labels: np.ndarray, splits: Splits, seed: int) -> np.ndarray:
-    from sklearn.linear_model import SGDClassifier
+    from sklearn.linear_model import SGDClassifier  # noqa: PLC0415 (sklearn: slow at start-up; only the blind baselines need it)
 
     scores = np.empty(len(labels))
     for train, held_out in splits:

@@ -76,7 +76,7 @@ def refit_permutation_tests(
     most = refit_permutations(len(labels)) if permutations is None else permutations
     if most < 1:
         raise MiaFastError(f"the refit test needs at least 1 permutation, got {most}")
-    import sklearn
+    import sklearn  # noqa: PLC0415 (sklearn: slow at start-up; only the blind baselines need it)
 
     rng = np.random.default_rng(seed)
     fewest = null_draws(most)

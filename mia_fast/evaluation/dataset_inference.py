@@ -158,7 +158,7 @@ def _halves(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
 def welch_p_value(suspect_outputs: np.ndarray, validation_outputs: np.ndarray) -> float:
     """One-sided Welch t-test: are the suspect outputs greater? Two constant samples: 0 when the suspect's is
     greater, else 1."""
-    from scipy.stats import ttest_ind
+    from scipy.stats import ttest_ind  # noqa: PLC0415 (scipy: slow at start-up; only this test needs it)
 
     if np.ptp(suspect_outputs) == 0 and np.ptp(validation_outputs) == 0:
         return 0.0 if suspect_outputs[0] > validation_outputs[0] else 1.0
@@ -170,7 +170,7 @@ def inference_test(
     suspect: np.ndarray, validation: np.ndarray, features: Sequence[str], seed: int, draws: int = DRAWS
 ) -> InferenceTest:
     """The procedure on two feature matrices [texts, features] (rows with NaN already dropped)."""
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 (sklearn: slow at start-up; only the test needs it)
 
     rng = np.random.default_rng(seed)
     suspect, validation = normalise(suspect, validation)

@@ -46,18 +46,11 @@ from mia_fast.evaluation.report import write_report
 from mia_fast.generation.finetune import FineTuning, TrainingDiverged, fine_tune
 from mia_fast.generation.neighbors import WORD_DROP
 from mia_fast.methods.probe import Probe
-from mia_fast.methods.registry import (
-    DEMO_METHODS,
-    MethodRequest,
-    SettingOption,
-    call_settings_hook,
-    passes_of,
-    prepare_settings,
-    resolve_methods,
-    settings_classes,
-)
-from mia_fast.methods.settings import recorded, setting_fields
+from mia_fast.methods.registry import DEMO_METHODS, MethodRequest, resolve_methods
+from mia_fast.methods.setting_options import SettingOption
+from mia_fast.methods.settings import recorded, setting_fields, settings_classes
 from mia_fast.pipeline.models import LoadedModel
+from mia_fast.scoring.method_runs import check_texts, passes_of, prepare_settings
 
 # Texts drawn beside the experiment's for each prefix of ReCaLL and Con-ReCall, never scored: known
 # non-members (never trained on) and, for Con-ReCall, known members (trained on).
@@ -176,7 +169,7 @@ def run_experiment(
     experiment = drawn.experiment
     # Ready, and checked, before the fine-tuning: a masked LM for neighbours that fails to load stops it first.
     settings = prepare_settings(experiment_settings(scoring, design.tuning.seed), loaded)
-    call_settings_hook(settings, requests, "check_texts", [])
+    check_texts(settings, requests, [])
     reference = None
     if any(p.model == REFERENCE for p in passes_of(requests, MethodSettings())):
         reference = LoadedModel(

@@ -23,10 +23,10 @@ from mia_fast.evaluation.metrics import MethodMetrics
 
 
 def pyplot() -> Any:
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (matplotlib: only when drawing)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: only when drawing, after the Agg backend is set)
 
     return plt
 

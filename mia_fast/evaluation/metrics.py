@@ -150,7 +150,7 @@ def permutation_pvalues(
 ) -> dict[str, float]:
     """One-sided permutation p-value of every column's AUROC: (1 + #{shuffles with AUROC >= the observed}) /
     (1 + permutations), the same seeded shuffles for every column. The smallest possible is 1/(1 + permutations)."""
-    from scipy.stats import rankdata
+    from scipy.stats import rankdata  # noqa: PLC0415 (scipy: slow at start-up; only the permutation test needs it)
 
     labels = np.asarray(labels)
     n, members = len(labels), int(labels.sum())

@@ -33,7 +33,7 @@ POWER = 0.8
 
 
 def _z(probability: float) -> float:
-    from scipy.stats import norm
+    from scipy.stats import norm  # noqa: PLC0415 (scipy: slow at start-up; only a verdict's power needs it)
 
     return float(norm.ppf(probability))
 
@@ -121,8 +121,8 @@ def min_detectable_shift_auroc(first: int, second: int, alpha: float, power: flo
     """For a one-sided two-sample t-test on ``first`` and ``second`` values at level ``alpha``: the AUROC of two
     normal samples of equal variance (``Phi(d / sqrt 2)`` for a shift of ``d`` standard deviations) at which it
     rejects with probability ``power`` (the noncentral t, equal variances). None below 2 values per sample."""
-    from scipy.optimize import brentq
-    from scipy.stats import nct, norm, t
+    from scipy.optimize import brentq  # noqa: PLC0415 (scipy: slow at start-up; only a verdict's power needs it)
+    from scipy.stats import nct, norm, t  # noqa: PLC0415 (scipy: as above)
 
     if min(first, second) < 2:
         return None

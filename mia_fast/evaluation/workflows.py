@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +21,13 @@ from mia_fast.evaluation import metrics
 from mia_fast.evaluation.assessment import BlindSettings, assess
 from mia_fast.evaluation.blind import BLIND_COLUMNS
 from mia_fast.evaluation.blind_fits import cross_validation_folds
+from mia_fast.evaluation.dataset_inference import (
+    MIN_TEXTS,
+    DatasetInference,
+    check_disjoint_texts,
+    dataset_inference,
+    write_dataset_inference,
+)
 from mia_fast.evaluation.report import write_report
 from mia_fast.evaluation.thresholds import (
     Threshold,
@@ -34,9 +41,6 @@ from mia_fast.evaluation.verdicts import KnownLeak, Verdict
 from mia_fast.methods.registry import resolve_methods
 from mia_fast.scoring.config import RunConfig
 from mia_fast.scoring.runner import score_file
-
-if TYPE_CHECKING:
-    from mia_fast.evaluation.dataset_inference import DatasetInference
 
 Log = Callable[[str], None]
 
@@ -254,8 +258,6 @@ class DatasetInferenceRun:
 def suspect_and_validation(suspect: Dataset, validation: Dataset) -> Dataset:
     """Both sets as one dataset, the suspect texts first, labelled SUSPECT and VALIDATION; refuses a set of fewer
     than ``MIN_TEXTS`` texts and a text in both."""
-    from mia_fast.evaluation.dataset_inference import MIN_TEXTS, check_disjoint_texts
-
     for dataset, what in zip((suspect, validation), ("suspect", "validation")):
         if len(dataset.texts) < MIN_TEXTS:
             raise MiaFastError(
@@ -272,8 +274,6 @@ def infer_dataset(
     """Dataset inference (Maini et al. 2024) on :func:`suspect_and_validation`'s ``combined`` sets: scores them
     (resumably, into ``config.output.out``) with every method of ``config`` as a feature, tests the suspect half
     against the validation half, and writes the result into ``report``. Returns the result and the files written."""
-    from mia_fast.evaluation.dataset_inference import dataset_inference, write_dataset_inference
-
     columns = scored_columns(combined, config, f"{run.suspect} + {run.validation}", log)
     suspects = int(np.sum(np.asarray(combined.labels) == SUSPECT))
     result = dataset_inference(

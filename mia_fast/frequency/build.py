@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def _native():
     """The compiled core, imported on first use: scoring never needs it."""
     try:
-        from mia_fast import _native as core
+        from mia_fast import _native as core  # noqa: PLC0415 (the compiled core: scoring runs without it)
     except ImportError as exc:
         raise MiaFastError(
             f"frequency counting needs mia-fast's compiled core, which is not built here ({exc}); "

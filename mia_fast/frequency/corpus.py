@@ -182,8 +182,8 @@ def parquet_texts(
 ) -> Iterator[tuple[list[str], int]]:
     """The texts of each row group of a parquet file (of ``groups``: all by default), with about how many bytes of
     the file are read by its end; a row whose text is no string is a bad record."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only parquet needs it)
+    import pyarrow.parquet as pq  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only parquet needs it)
 
     try:
         parquet = pq.ParquetFile(path)

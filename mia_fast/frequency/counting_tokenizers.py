@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from mia_fast.data.text import replace_lone_surrogates
 from mia_fast.errors import MiaFastError, one_line, shown
@@ -106,7 +107,7 @@ class FastokensCounter:
     releases_gil = True
 
     def __init__(self, tokenizer_json: str):
-        import fastokens
+        import fastokens  # noqa: PLC0415 (may be missing: choose_counter falls back to tokenizers)
 
         self._tokenizer = fastokens.Tokenizer.from_json_str(tokenizer_json)
         self._spec = tokenizer_json
@@ -135,8 +136,6 @@ class RustCounter:
     releases_gil = True
 
     def __init__(self, tokenizer: str | Any):
-        from tokenizers import Tokenizer
-
         self._tokenizer = Tokenizer.from_str(tokenizer) if isinstance(tokenizer, str) else tokenizer
         self._encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         self.library = library_version("tokenizers")
@@ -194,6 +193,12 @@ class CounterRecipe:
 def loaded(key: str) -> CountingTokenizer:
     """The counting tokenizer this process built for the recipe with ``key``."""
     return _LOADED[key]
+
+
+def forget_loaded() -> None:
+    """Drops the counting tokenizers this process built, so that the next build loads its own anew (as a user's
+    build does: a benchmark's rounds would otherwise share one, and its word cache)."""
+    _LOADED.clear()
 
 
 # A build runs one worker per core, so each library encodes on the thread that calls it: their own pools would

@@ -9,10 +9,10 @@ class Progress:
     """A tqdm bar over input bytes (so it shows MB/s) with tokens/s and documents beside it; nothing,
     not even the tqdm import, when disabled."""
 
-    def __init__(self, total_bytes: int, enabled: bool):
+    def __init__(self, total_bytes: int, *, enabled: bool):
         self.bar = None
         if enabled:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # noqa: PLC0415 (0.14 s at start-up; a --quiet build needs none)
 
             self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, dynamic_ncols=True)
         self.started = time.perf_counter()

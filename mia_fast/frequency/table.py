@@ -178,7 +178,7 @@ class FrequencyTable:
             tuple(tokenized_by),
         )
 
-    def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Writes the table atomically (temporary file, fsync, rename); an existing file needs ``overwrite``."""
         path = Path(path)
         if path.exists() and not overwrite:

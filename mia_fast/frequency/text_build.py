@@ -51,7 +51,7 @@ CHECK_DOCUMENTS = 64
 CHECK_CHARACTERS = 1 << 18
 
 
-def _batches(blocks: Iterable[list[str]]) -> Iterator[list[str]]:
+def document_batches(blocks: Iterable[list[str]]) -> Iterator[list[str]]:
     """Blocks of documents joined into batches of at least BATCH_CHARS characters (the last one may hold fewer)."""
     texts: list[str] = []
     chars = 0
@@ -99,7 +99,7 @@ def count_piece(piece: Piece, job: PieceJob) -> PieceCount:
     counter = BatchCounter(loaded(job.counter), job.vocab_size, job.mode, job.max_tokens_per_doc)
     total = PieceCount(np.zeros(job.vocab_size, dtype=np.uint64), bad=BadRecords(skip=job.skip_bad_records))
     try:
-        for texts in _batches(piece_documents(piece, job.text_field, total.bad)):
+        for texts in document_batches(piece_documents(piece, job.text_field, total.bad)):
             counts, tokens = counter(texts)
             total.counts += counts
             total.tokens += tokens
@@ -225,7 +225,7 @@ def build_from_text(
     settings, files, choice = settle_build(sources, tokenizer, counting, corpus)
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
     sizes = [path.stat().st_size for path in files]
-    bar = Progress(sum(sizes), progress)
+    bar = Progress(sum(sizes), enabled=progress)
     tables: list[FrequencyTable | None] = [None] * len(files)
     bad = BadRecords(skip=corpus.skip_bad_records)
     try:
@@ -237,7 +237,7 @@ def build_from_text(
                 bar.advance(sizes[index], tables[index].tokens, tables[index].documents or 0)
         resumed = sum(table is not None for table in tables)
         pieces = [piece for i, path in enumerate(files) if tables[i] is None for piece in plan_pieces(i, path)]
-        job = _piece_job(choice, settings, corpus.skip_bad_records)
+        job = _piece_job(choice, settings, skip_bad_records=corpus.skip_bad_records)
         left = Counter(piece.file for piece in pieces)
         shards: dict[int, PieceCount] = {}
         counting_started = time.perf_counter()
@@ -283,7 +283,7 @@ def settle_build(
     return settings, files, choice
 
 
-def _piece_job(choice: CounterChoice, settings: dict[str, Any], skip_bad_records: bool) -> PieceJob:
+def _piece_job(choice: CounterChoice, settings: dict[str, Any], *, skip_bad_records: bool) -> PieceJob:
     return PieceJob(
         choice.recipe.key,
         settings["vocab_size"],
@@ -339,7 +339,7 @@ def count_text_file(
     of ``recipe`` (one a build chose), and its bad records: one shard of a build, whose table is
     ``FrequencyTable.merge`` of its files' tables in order."""
     choice = CounterChoice(recipe, recipe.load())
-    job = _piece_job(choice, settings, skip_bad_records)
+    job = _piece_job(choice, settings, skip_bad_records=skip_bad_records)
     pieces = plan_pieces(0, path)
     shard = _empty(job)
     with worker_pool(min(workers, len(pieces)), choice) as pool:

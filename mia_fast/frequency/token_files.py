@@ -143,7 +143,7 @@ def build_from_tokens(
     needs_documents = mode == "document" or bool(max_tokens_per_doc)
     counts = np.zeros(vocab_size, dtype=np.uint64)
     tokens, documents = 0, 0
-    bar = Progress(sum(s.nbytes for s in sources), progress)
+    bar = Progress(sum(s.nbytes for s in sources), enabled=progress)
     try:
         for source in sources:
             offsets = source.offsets

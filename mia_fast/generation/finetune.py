@@ -53,6 +53,7 @@ def fine_tune(
     loaded: LoadedModel,
     texts: Sequence[str],
     tuning: FineTuning,
+    *,
     ascent: bool = False,
     on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:

@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from mia_fast.errors import MiaFastError
 
 DEFAULT_NEIGHBORS = 25
@@ -93,7 +95,7 @@ class GeneratedNeighbors(ABC):
         return None  # a hook, not abstract: a generator without a model (WordDropNeighbors) has nothing to check
 
     def prepare(self, texts: Sequence[str]) -> None:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # noqa: PLC0415 (0.14 s at start-up; the other sources need none)
 
         missing = [t for t in dict.fromkeys(texts) if t not in self.made]
         for text in tqdm(missing, desc="neighbours", unit="text", disable=not self.progress or len(missing) < 2):
@@ -118,8 +120,6 @@ class WordDropNeighbors(GeneratedNeighbors):
         words = text.split()
         if len(words) < 2:
             return ()
-        import numpy as np
-
         rng = np.random.default_rng(self.text_seed(text))
         dropped = sorted(rng.choice(len(words), size=min(self.count, len(words)), replace=False))
         return tuple(" ".join(words[:j] + words[j + 1 :]) for j in dropped)
@@ -170,10 +170,10 @@ class MaskedLMNeighbors(GeneratedNeighbors):
 
     def model(self):
         if self.loaded is None:
-            from transformers import AutoModelForMaskedLM
+            from transformers import AutoModelForMaskedLM  # noqa: PLC0415 (torch: 1.5 s at start-up; given and word-drop neighbours need none)
 
-            from mia_fast.pipeline.device import resolve_device
-            from mia_fast.pipeline.models import load_pretrained, local_or_hub
+            from mia_fast.pipeline.device import resolve_device  # noqa: PLC0415 (torch: 1.5 s at start-up; given and word-drop neighbours need none)
+            from mia_fast.pipeline.models import load_pretrained, local_or_hub  # noqa: PLC0415 (torch: 1.5 s at start-up; given and word-drop neighbours need none)
 
             device = resolve_device(self.device)
             try:
@@ -199,7 +199,7 @@ class MaskedLMNeighbors(GeneratedNeighbors):
             _append_cache(self.cache_file, {t: self.made[t] for t in self.made.keys() - before})
 
     def generate(self, text: str) -> tuple[str, ...]:
-        import torch
+        import torch  # noqa: PLC0415 (torch: 1.5 s at start-up; given and word-drop neighbours need none)
 
         model, tokenizer, device = self.model()
         encoded = tokenizer(
@@ -279,13 +279,14 @@ def neighbor_source(
     seed: int = 0,
     device: str | None = None,
     cache: str | os.PathLike | None = None,
+    *,
     progress: bool = False,
 ) -> GeneratedNeighbors:
     """The generator named by ``--neighbor-model``: ``word-drop`` or a masked LM (hub name or
     directory), whose neighbours are cached in ``cache`` (default: the mia-fast cache's ``neighbors/``)."""
     if model == WORD_DROP:
         return WordDropNeighbors(count=count, seed=seed, progress=progress)
-    from mia_fast.pipeline.models import cache_dir
+    from mia_fast.pipeline.models import cache_dir  # noqa: PLC0415 (torch: 1.5 s at start-up; given and word-drop neighbours need none)
 
     return MaskedLMNeighbors(
         count=count,

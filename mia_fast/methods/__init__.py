@@ -3,9 +3,12 @@
 added as a module of its own is found with no line anywhere else. Modules that register nothing are harmless to
 import; they are the methods' machinery:
 
-- ``registry``: the registry, and what it derives from the methods' declarations (CLI options, checks, passes, the
-  settings recorded with a run, example settings);
-- ``settings``: how a method declares its settings (fields, flags, ranges), and a run's ``MethodSettings``;
+- ``registry``: the registry: methods registered, their names resolved into requests;
+- ``settings``: how a method declares its settings (fields, flags, ranges, the hooks' protocols), a run's
+  ``MethodSettings`` and the settings recorded with a run;
+- ``setting_options``: the settings' options, one per flag (the CLI's, the methods page's);
+- ``derived``: the models a pass may run on besides the target, and those made from the target's weights;
+- ``inputs``: what a method reads (``ScoringInputs``);
 - ``catalogue``: the methods page of the docs, generated from the registry (``python -m mia_fast.methods.catalogue``;
   never imported with the package, as it runs as a script);
 - ``reference_tokens``: the target's and the reference model's log-probabilities of the same tokens, for ``ezmia``
@@ -20,17 +23,8 @@ import importlib
 import pkgutil
 
 from mia_fast.methods.inputs import ScoringInputs
-from mia_fast.methods.registry import (
-    DEFAULT_KS,
-    DEFAULT_METHODS,
-    REGISTRY,
-    MethodRequest,
-    register,
-    resolve_methods,
-    score,
-    settings_classes,
-)
-from mia_fast.methods.settings import Flag, MethodSettings, setting
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, REGISTRY, MethodRequest, register, resolve_methods
+from mia_fast.methods.settings import Flag, MethodSettings, setting, settings_classes
 
 # Run with ``python -m``: a module imported before runpy runs it as __main__ gets a warning.
 _SCRIPTS = {"catalogue"}
@@ -56,7 +50,6 @@ __all__ = [
     "ScoringInputs",
     "register",
     "resolve_methods",
-    "score",
     "setting",
     *sorted(_SETTINGS),
 ]

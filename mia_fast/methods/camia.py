@@ -63,7 +63,14 @@ from mia_fast.engines.stats import TokenStats
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.recall import refuse_prefix_overlap
 from mia_fast.methods.registry import register
-from mia_fast.methods.settings import EXAMPLE_NONMEMBERS, CheckedSettings, MethodSettings, known_nonmembers
+from mia_fast.methods.settings import (
+    EXAMPLE_NONMEMBERS,
+    CheckedSettings,
+    ChecksTexts,
+    GivesExample,
+    MethodSettings,
+    known_nonmembers,
+)
 
 COPIES = 5  # copies of the text after it in the repeated pass (the public code's num_repeatitions)
 COPIES_READ = 3  # the first, second and third copy: the two differences
@@ -113,7 +120,7 @@ REPEATED = Pass(transform=Repeated())
 
 
 @dataclass(frozen=True)
-class CamiaSettings(CheckedSettings):
+class CamiaSettings(CheckedSettings, ChecksTexts, GivesExample):
     nonmembers: tuple[str, ...] = known_nonmembers()
 
     def check_texts(self, texts: Sequence[str]) -> None:

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Iterable
 
 from mia_fast.methods import REGISTRY
-from mia_fast.methods.registry import Method, setting_options
+from mia_fast.methods.registry import Method
+from mia_fast.methods.setting_options import setting_options
 from mia_fast.methods.settings import is_empty, setting_fields
 
 HEADER = (

@@ -24,10 +24,19 @@ from typing import Any
 import numpy as np
 
 from mia_fast.engines.passes import PLAIN, Pass
-from mia_fast.methods.inputs import ScoringInputs
+from mia_fast.methods.inputs import ScoringInputs, mean_loss
 from mia_fast.methods.recall import RecallSettings, recall_pass, refuse_prefix_overlap
-from mia_fast.methods.registry import mean_loss, register
-from mia_fast.methods.settings import CheckedSettings, Flag, MethodSettings, Range, known_texts, setting
+from mia_fast.methods.registry import register
+from mia_fast.methods.settings import (
+    CheckedSettings,
+    ChecksTexts,
+    Flag,
+    GivesExample,
+    MethodSettings,
+    Range,
+    known_texts,
+    setting,
+)
 
 DEFAULT_GAMMA = 0.5
 # Past a weight of ±100 the member prefix's term alone decides the score.
@@ -35,7 +44,7 @@ GAMMA = Range(-100, 100)
 
 
 @dataclass(frozen=True)
-class ConRecallSettings(CheckedSettings):
+class ConRecallSettings(CheckedSettings, ChecksTexts, GivesExample):
     prefix_members: tuple[str, ...] = known_texts(
         Flag("prefix-members"),
         "known member texts for the member prefix (same formats as --prefix-nonmembers)",

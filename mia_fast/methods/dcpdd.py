@@ -12,8 +12,7 @@ from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, model_log_frequencies
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.registry import register
-from mia_fast.methods.settings import CheckedSettings, Flag, Range, setting
-from mia_fast.ops.first_occurrence import capped_first_occurrence_mean
+from mia_fast.methods.settings import CheckedSettings, Flag, GivesExample, PreparesForModel, Range, setting
 
 DEFAULT_A = 0.01
 # p(x)·(−ln f(x)) stays below ln of a corpus's token count (under 50 for 10**21 tokens): a larger cap caps nothing.
@@ -34,7 +33,7 @@ class LogFrequencies:
 
 
 @dataclass(frozen=True)
-class DcpddSettings(CheckedSettings):
+class DcpddSettings(CheckedSettings, PreparesForModel, GivesExample):
     a: float = setting(DEFAULT_A, "DC-PDD's cap on each token's calibrated score", "a", bounds=CAP)
     frequencies: str | os.PathLike | np.ndarray | FrequencyTable | LogFrequencies | None = setting(
         None,
@@ -64,13 +63,11 @@ def dcpdd_score(inputs: ScoringInputs) -> np.ndarray:
     stats, settings = inputs.stats, inputs.settings.of(DcpddSettings)
     if not isinstance(settings.frequencies, LogFrequencies):
         raise MiaFastError("dcpdd's frequency table must be mapped onto the model's vocabulary first (a Detector does)")
-    return capped_first_occurrence_mean(
+    return inputs.ops.capped_first_occurrence_mean(
         stats.target_ids,
         stats.logp,
         stats.first_occurrence,
         stats.offsets,
         settings.frequencies.values,
         settings.a,
-        inputs.impl,
-        inputs.device,
     )

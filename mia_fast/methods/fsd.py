@@ -53,12 +53,13 @@ import numpy as np
 from mia_fast.data.artefacts import read_checked_json, replacing, sha256_file, write_checked_json
 from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.errors import MiaFastError
+from mia_fast.methods.derived import derive_model
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.likelihood import loss_score, zlib_score
 from mia_fast.methods.lowercase import lowercase_score
 from mia_fast.methods.mink import mink_score, minkpp_score
 from mia_fast.methods.recall import refuse_prefix_overlap
-from mia_fast.methods.registry import REGISTRY, derive_model, register
+from mia_fast.methods.registry import REGISTRY, register
 from mia_fast.methods.settings import (
     BATCH_TEXTS,
     EPOCHS,
@@ -67,11 +68,14 @@ from mia_fast.methods.settings import (
     SEED,
     TOKENS,
     CheckedSettings,
+    ChecksTexts,
+    GivesExample,
     MethodSettings,
     known_nonmembers,
     recorded,
     setting,
 )
+from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 
 if TYPE_CHECKING:  # torch, and modules that import it: importing the methods does not
     import torch
@@ -95,7 +99,7 @@ _ENTRY_FILE = "entry.json"
 
 
 @dataclass(frozen=True)
-class FsdSettings(CheckedSettings):
+class FsdSettings(CheckedSettings, ChecksTexts, GivesExample):
     nonmembers: tuple[str, ...] = known_nonmembers()
     epochs: int = setting(3, "epochs of fsd's fine-tuning on the non-member texts", "fsd-epochs", bounds=EPOCHS)
     learning_rate: float = setting(
@@ -121,15 +125,13 @@ class FsdSettings(CheckedSettings):
     @property
     def tuning(self) -> FineTuning:
         """The fine-tuning these settings say."""
-        from mia_fast.generation.finetune import FineTuning
+        from mia_fast.generation.finetune import FineTuning  # noqa: PLC0415 (torch: 1.5 s at start-up; every command imports the methods)
 
         return FineTuning(self.epochs, self.learning_rate, self.batch_size, self.max_tokens, self.seed)
 
     def fingerprint(self, target: LoadedModel) -> str:
         """What the fine-tuned copy of ``target`` is made from: its weights, tokenizer and dtype, the
         texts and the fine-tuning."""
-        from mia_fast.tokens.fingerprint import tokenizer_fingerprint
-
         texts = hashlib.sha256(json.dumps(self.nonmembers, ensure_ascii=False).encode("utf-8")).hexdigest()
         made_from = {
             "format": CACHE_FORMAT,
@@ -145,10 +147,10 @@ class FsdSettings(CheckedSettings):
 def fine_tuned_copy(target: LoadedModel, settings: FsdSettings, log: Callable[[str], None]) -> LoadedModel:
     """A copy of ``target`` fine-tuned on ``settings.nonmembers``: read from the cache where an entry
     of the same fingerprint checks, else fine-tuned (the target untouched) and cached."""
-    import torch
+    import torch  # noqa: PLC0415 (torch: 1.5 s at start-up; every command imports the methods)
 
-    from mia_fast.generation.finetune import fine_tune
-    from mia_fast.pipeline.models import LoadedModel, cache_dir
+    from mia_fast.generation.finetune import fine_tune  # noqa: PLC0415 (torch: 1.5 s at start-up; every command imports the methods)
+    from mia_fast.pipeline.models import LoadedModel, cache_dir  # noqa: PLC0415 (torch: 1.5 s at start-up; every command imports the methods)
 
     key = settings.fingerprint(target)
     entry = cache_dir() / "fsd" / key[:32]
@@ -174,7 +176,7 @@ def fine_tuned_copy(target: LoadedModel, settings: FsdSettings, log: Callable[[s
 def _read_entry(entry: Path, key: str, target: LoadedModel, log: Callable[[str], None]) -> torch.nn.Module | None:
     """The fine-tuned model of cache entry ``entry`` (a copy of ``target``'s with its weights), or None where there is
     none, or one that does not check (said in one line)."""
-    from safetensors.torch import load_model
+    from safetensors.torch import load_model  # noqa: PLC0415 (torch: 1.5 s at start-up; every command imports the methods)
 
     if not (entry / _ENTRY_FILE).exists():
         return None
@@ -196,7 +198,7 @@ def _read_entry(entry: Path, key: str, target: LoadedModel, log: Callable[[str],
 def _write_entry(entry: Path, key: str, model: torch.nn.Module, log: Callable[[str], None]) -> None:
     """Writes the weights of ``model``, then the entry holding their checksum; a disk that refuses says so in one line
     (the run goes on with the copy in memory)."""
-    from safetensors.torch import save_model
+    from safetensors.torch import save_model  # noqa: PLC0415 (torch: 1.5 s at start-up; every command imports the methods)
 
     try:
         entry.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,6 @@ import numpy as np
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.registry import register
 from mia_fast.methods.settings import TOKENS, CheckedSettings, setting
-from mia_fast.ops.bottom_k import bottom_k_means
 from mia_fast.ops.segments import segment_moving_average
 
 # The public code's floor on var, so that sigma is finite on fully peaked rows.
@@ -52,4 +51,4 @@ def gapk_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
     stats = inputs.stats
     gaps = normalised_gaps(stats.logp, stats.max_logp, stats.var)
     smoothed, offsets = segment_moving_average(gaps, stats.offsets, inputs.settings.of(GapkSettings).window)
-    return bottom_k_means(smoothed, offsets, ks, inputs.impl, inputs.device)
+    return inputs.ops.bottom_k_means(smoothed, offsets, ks)

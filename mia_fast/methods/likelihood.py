@@ -6,8 +6,8 @@ import zlib
 
 import numpy as np
 
-from mia_fast.methods.inputs import ScoringInputs
-from mia_fast.methods.registry import mean_loss, register
+from mia_fast.methods.inputs import ScoringInputs, mean_loss
+from mia_fast.methods.registry import register
 
 
 @register("loss", log_likelihood=True)

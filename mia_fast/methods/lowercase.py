@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mia_fast.engines.passes import PLAIN, Pass
-from mia_fast.methods.inputs import ScoringInputs
-from mia_fast.methods.registry import mean_loss, register
+from mia_fast.methods.inputs import ScoringInputs, mean_loss
+from mia_fast.methods.registry import register
 
 
 @dataclass(frozen=True)

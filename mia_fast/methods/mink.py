@@ -9,7 +9,6 @@ import numpy as np
 from mia_fast.engines.stats import TokenStats
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.registry import register
-from mia_fast.ops.bottom_k import bottom_k_means
 
 # Floor on var in Min-K%++ so that z is finite on fully peaked rows.
 VAR_FLOOR = 1e-12
@@ -19,7 +18,7 @@ VAR_FLOOR = 1e-12
 def mink_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
     """Min-K% Prob: mean of the k-fraction lowest token log-probabilities."""
     stats = inputs.stats
-    return bottom_k_means(stats.logp, stats.offsets, ks, inputs.impl, inputs.device)
+    return inputs.ops.bottom_k_means(stats.logp, stats.offsets, ks)
 
 
 @register("minkpp", takes_k=True, vocabulary=True)
@@ -31,4 +30,4 @@ def minkpp_score(inputs: ScoringInputs, ks: Sequence[float]) -> np.ndarray:
 def minkpp_of(stats: TokenStats, ks: Sequence[float], inputs: ScoringInputs) -> np.ndarray:
     """Min-K%++ of ``stats`` at every k (their mu and var exact, or estimated)."""
     z = (stats.logp.astype(np.float64) - stats.mu) / np.sqrt(np.maximum(stats.var.astype(np.float64), VAR_FLOOR))
-    return bottom_k_means(z, stats.offsets, ks, inputs.impl, inputs.device)
+    return inputs.ops.bottom_k_means(z, stats.offsets, ks)

@@ -41,7 +41,7 @@ for _top in TOP_KS:
     _register(_top)
 
 
-def served_defaults(vocabulary_size_known: bool) -> tuple[str, ...]:
+def served_defaults(*, vocabulary_size_known: bool) -> tuple[str, ...]:
     """The default methods for a served model: those that read no statistic over the whole vocabulary, and Min-K%++
     estimated from the most top log-probs a server returns by default where the vocabulary's size is known."""
     kept = tuple(name for name in DEFAULT_METHODS if not REGISTRY[name].vocabulary)

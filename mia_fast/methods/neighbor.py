@@ -34,9 +34,20 @@ from mia_fast.generation.neighbors import (
     WordDropNeighbors,
     neighbor_source,
 )
-from mia_fast.methods.inputs import ScoringInputs
-from mia_fast.methods.registry import mean_loss, register
-from mia_fast.methods.settings import PER_TEXT, CheckedSettings, Flag, MethodSettings, method_seed, setting
+from mia_fast.methods.inputs import ScoringInputs, mean_loss
+from mia_fast.methods.registry import register
+from mia_fast.methods.settings import (
+    PER_TEXT,
+    CheckedSettings,
+    ChecksTexts,
+    Flag,
+    GivesExample,
+    MethodSettings,
+    PreparesForModel,
+    PreparesForTexts,
+    method_seed,
+    setting,
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ class NthNeighbor:
 
 
 @dataclass(frozen=True)
-class NeighborSettings(CheckedSettings):
+class NeighborSettings(CheckedSettings, PreparesForModel, ChecksTexts, PreparesForTexts, GivesExample):
     """The neighbours: given (``neighbors``: the data's own lists, or any source), or made by :meth:`prepare` from
     ``model``, ``count`` a text, seeded by ``seed``."""
 

@@ -61,6 +61,8 @@ from mia_fast.methods.settings import (
     PER_TEXT,
     TOKENS,
     CheckedSettings,
+    ChecksTexts,
+    GivesExample,
     MethodSettings,
     Range,
     method_seed,
@@ -78,9 +80,9 @@ Span = tuple[int, int]
 def word_tools() -> tuple[Callable[[str], list[str]], Callable[[list[str]], str], Callable[[str], str]]:
     """The public code's tokenizer, detokenizer and transliteration: (casual_tokenize, Moses detokenize, unidecode)."""
     try:
-        from nltk.tokenize.casual import casual_tokenize
-        from sacremoses import MosesDetokenizer
-        from unidecode import unidecode
+        from nltk.tokenize.casual import casual_tokenize  # noqa: PLC0415 (optional: mia-fast[ngram])
+        from sacremoses import MosesDetokenizer  # noqa: PLC0415 (optional: mia-fast[ngram])
+        from unidecode import unidecode  # noqa: PLC0415 (optional: mia-fast[ngram])
     except ImportError:
         raise MiaFastError(
             "the n-gram coverage attack needs nltk, sacremoses and unidecode: pip install 'mia-fast[ngram]'"
@@ -119,7 +121,7 @@ MATCH_WORDS = Range(1, 1000, whole=True)
 
 
 @dataclass(frozen=True)
-class NgramCoverageSettings(CheckedSettings):
+class NgramCoverageSettings(CheckedSettings, ChecksTexts, GivesExample):
     samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "ngram-samples", bounds=PER_TEXT)
     n: int = setting(
         DEFAULT_N, "fewest consecutive words of a continuation that count as a match", "ngram-n", bounds=MATCH_WORDS

@@ -18,8 +18,9 @@ import numpy as np
 from mia_fast.engines.stats import TOKEN_STATS_COLUMNS, TokenStats
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.inputs import ScoringInputs
-from mia_fast.methods.registry import MethodRequest, resolve_methods, score
+from mia_fast.methods.registry import MethodRequest, resolve_methods
 from mia_fast.ops.first_occurrence import first_occurrence_mask
+from mia_fast.ops.reductions import REFERENCE_OPS, Ops
 
 ONLINE_FAMILIES = ("loss", "mink", "minkpp")
 DEFAULT_ONLINE_METHOD = "minkpp_0.2"
@@ -89,6 +90,19 @@ class TextWindows:
         return (int(self.starts[self.best]), int(self.ends[self.best])) if len(self.scores) else (-1, -1)
 
 
+def window_record(windows: TextWindows, setting: OnlineSetting) -> dict[str, Any]:
+    """A text's windows as a windows file records them (after its row and id): the method, window and stride of
+    ``setting``, and each window's start, end and score."""
+    return {
+        "method": setting.method,
+        "window": setting.window,
+        "stride": setting.stride,
+        "starts": windows.starts.tolist(),
+        "ends": windows.ends.tolist(),
+        "scores": windows.scores.tolist(),
+    }
+
+
 def window_starts(length: int, window: int, stride: int) -> np.ndarray:
     """First scored-token index of each window of a text of ``length`` scored tokens."""
     if length == 0:
@@ -98,10 +112,8 @@ def window_starts(length: int, window: int, stride: int) -> np.ndarray:
     return starts if starts[-1] == last else np.append(starts, last)
 
 
-def online_scores(
-    stats: TokenStats, setting: OnlineSetting, impl: str = "torch", device: Any = None
-) -> list[TextWindows]:
-    """Every window's score of every text of ``stats`` (``impl`` and ``device`` as for the methods)."""
+def online_scores(stats: TokenStats, setting: OnlineSetting, ops: Ops = REFERENCE_OPS) -> list[TextWindows]:
+    """Every window's score of every text of ``stats`` (``ops`` as for the methods)."""
     per_text = [window_starts(int(n), setting.window, setting.stride) for n in stats.lengths]
     text_of = np.repeat(np.arange(len(stats), dtype=np.int64), [len(s) for s in per_text])
     starts = np.concatenate([np.zeros(0, dtype=np.int64), *per_text])
@@ -112,8 +124,8 @@ def online_scores(
     for lo in range(0, len(starts), windows_per_chunk):
         chunk = slice(lo, lo + windows_per_chunk)
         windows = _gather(stats, flat_starts[chunk], ends[chunk] - starts[chunk])
-        inputs = ScoringInputs(stats=windows, impl=impl, device=device)
-        scores[chunk] = score(inputs, [setting.request])[setting.method]
+        inputs = ScoringInputs(stats=windows, ops=ops)
+        scores[chunk] = setting.request.run(inputs)[setting.method]
     bounds = np.concatenate([[0], np.cumsum([len(s) for s in per_text])]).astype(np.int64)
     return [TextWindows(starts[lo:hi], ends[lo:hi], scores[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
 

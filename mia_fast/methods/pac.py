@@ -28,8 +28,8 @@ from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.engines.stats import TokenStats
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.registry import register
-from mia_fast.methods.settings import PER_TEXT, CheckedSettings, MethodSettings, method_seed, setting
-from mia_fast.ops.bottom_k import bottom_k_means
+from mia_fast.methods.settings import PER_TEXT, CheckedSettings, GivesExample, MethodSettings, method_seed, setting
+from mia_fast.ops.reductions import REFERENCE_OPS, Ops
 
 SWAP_FRACTION = 0.3
 LOW_FRACTION = 0.3
@@ -59,7 +59,7 @@ DEFAULT_COPIES = 5
 
 
 @dataclass(frozen=True)
-class PacSettings(CheckedSettings):
+class PacSettings(CheckedSettings, GivesExample):
     copies: int = setting(DEFAULT_COPIES, "word-swapped copies per text", "pac-copies", bounds=PER_TEXT)
     seed: int = method_seed()
 
@@ -74,20 +74,18 @@ def pac_passes(settings: MethodSettings) -> tuple[Pass, ...]:
     return tuple(Pass(transform=SwappedWords(copy, pac.seed)) for copy in range(pac.copies))
 
 
-def polarized_distance(stats: TokenStats, impl: str = "torch", device=None) -> np.ndarray:
-    """Mean of the highest 5% of each text's token log-probabilities − mean of its lowest 30%."""
-    highest = -bottom_k_means(-stats.logp, stats.offsets, [HIGH_FRACTION], impl, device)[:, 0]
-    lowest = bottom_k_means(stats.logp, stats.offsets, [LOW_FRACTION], impl, device)[:, 0]
+def polarized_distance(stats: TokenStats, ops: Ops = REFERENCE_OPS) -> np.ndarray:
+    """Mean of the highest 5% of each text's token log-probabilities − mean of its lowest 30% (reduced by ``ops``)."""
+    highest = -ops.bottom_k_means(-stats.logp, stats.offsets, [HIGH_FRACTION])[:, 0]
+    lowest = ops.bottom_k_means(stats.logp, stats.offsets, [LOW_FRACTION])[:, 0]
     return highest - lowest
 
 
 @register("pac", settings=[PacSettings], passes=lambda settings: (PLAIN, *pac_passes(settings)))
 def pac_score(inputs: ScoringInputs) -> np.ndarray:
     """PAC: mean polarized distance of the word-swapped copies − that of the text."""
-    copies = np.stack(
-        [polarized_distance(inputs.of(p), inputs.impl, inputs.device) for p in pac_passes(inputs.settings)]
-    )
+    copies = np.stack([polarized_distance(inputs.of(p), inputs.ops) for p in pac_passes(inputs.settings)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a text with no token: NaN, by design
         calibrated = np.nanmean(copies, axis=0)
-    return calibrated - polarized_distance(inputs.stats, inputs.impl, inputs.device)
+    return calibrated - polarized_distance(inputs.stats, inputs.ops)

@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load as load_tensors
+from safetensors.numpy import save_file
 
 from mia_fast.data.artefacts import read_checked_json, replacing, sha256_file, write_checked_json
 from mia_fast.engines.passes import HiddenStatesReadout, Pass
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.registry import register
-from mia_fast.methods.settings import Flag, MethodSettings, setting
+from mia_fast.methods.settings import Flag, GivesExample, MethodSettings, PreparesForModel, setting
 
 PROMPT = "Here is a statement:\n\n[TEXT]\n\nIs the above statement correct? Answer: "
 NORMALIZATIONS = ("split", "train")
@@ -113,8 +116,6 @@ class Probe:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Writes the weights, then the card holding their checksum: a probe cut off while saving is never loaded."""
-        from safetensors.numpy import save_file
-
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {"weight": self.weight, "train_mean": self.train_mean, "train_std": self.train_std}
@@ -133,9 +134,6 @@ class Probe:
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Probe:
         """Reads a probe written by :meth:`save`; a card or weights changed since are refused."""
-        from safetensors import SafetensorError
-        from safetensors.numpy import load
-
         directory = Path(directory)
         if not directory.is_dir():
             raise MiaFastError(f"{directory}: no such probe directory (train one with '{WRITER}')")
@@ -151,7 +149,7 @@ class Probe:
                 f"train the probe again ({WRITER})"
             )
         try:
-            tensors = load(data)
+            tensors = load_tensors(data)
         except SafetensorError as exc:
             raise MiaFastError(f"{directory}: not a readable probe ({exc})") from None
         if card.get("prompt") != PROMPT:
@@ -174,7 +172,7 @@ class Probe:
 
 
 @dataclass(frozen=True)
-class ProbeSettings:
+class ProbeSettings(PreparesForModel, GivesExample):
     probe: str | os.PathLike | Probe | None = setting(
         None,
         "a probe trained for this model ('mia-fast probe train')",

@@ -25,9 +25,9 @@ import numpy as np
 
 from mia_fast.engines.passes import PLAIN, Pass
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.inputs import ScoringInputs
-from mia_fast.methods.registry import mean_loss, register
-from mia_fast.methods.settings import CheckedSettings, Flag, MethodSettings, known_texts
+from mia_fast.methods.inputs import ScoringInputs, mean_loss
+from mia_fast.methods.registry import register
+from mia_fast.methods.settings import CheckedSettings, ChecksTexts, Flag, GivesExample, MethodSettings, known_texts
 
 
 def refuse_prefix_overlap(texts: Sequence[str], prefix: Sequence[str], role: str = "prefix") -> None:
@@ -44,7 +44,7 @@ def refuse_prefix_overlap(texts: Sequence[str], prefix: Sequence[str], role: str
 
 
 @dataclass(frozen=True)
-class RecallSettings(CheckedSettings):
+class RecallSettings(CheckedSettings, ChecksTexts, GivesExample):
     prefix_nonmembers: tuple[str, ...] = known_texts(
         Flag("prefix-nonmembers"),
         "known non-member texts for the prefix (.txt a text per line, or any DATA format with --text-field)",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from mia_fast.engines.passes import PLAIN, REFERENCE, Pass
-from mia_fast.methods.inputs import ScoringInputs
-from mia_fast.methods.registry import mean_loss, register
+from mia_fast.methods.inputs import ScoringInputs, mean_loss
+from mia_fast.methods.registry import register
 
 REFERENCE_PASS = Pass(model=REFERENCE)
 # The name other modules add it by (dataset inference, where a reference model is given).

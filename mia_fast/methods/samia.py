@@ -33,7 +33,7 @@ import numpy as np
 from mia_fast.engines.passes import Pass, SamplesReadout
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.registry import register
-from mia_fast.methods.settings import PER_TEXT, CheckedSettings, MethodSettings, method_seed, setting
+from mia_fast.methods.settings import PER_TEXT, CheckedSettings, GivesExample, MethodSettings, method_seed, setting
 
 PREFIX_RATIO = 0.5
 
@@ -55,7 +55,7 @@ DEFAULT_SAMPLES = 10
 
 
 @dataclass(frozen=True)
-class SamiaSettings(CheckedSettings):
+class SamiaSettings(CheckedSettings, GivesExample):
     samples: int = setting(DEFAULT_SAMPLES, "continuations sampled per text", "samia-samples", bounds=PER_TEXT)
     seed: int = method_seed()
 

@@ -1,14 +1,15 @@
 """Method settings: each method module declares a frozen dataclass of its own settings, each field made with
 :func:`setting`, which says what the field means, its command-line flag, whether it changes scores and whether
-a method cannot run without it. The registry derives from these declarations the CLI flags, the checks, the
-"what is missing and how to supply it" message, and the settings recorded with a run
-(``mia_fast.methods.registry``). A number's declared :class:`Range` is both the CLI's parse-time check of its flag
-and the settings class's own check (:func:`check_ranges`, from its ``__post_init__``).
+a method cannot run without it. From these declarations come the CLI options (``mia_fast.methods.setting_options``),
+the "what is missing and how to supply it" checks before a run (``mia_fast.scoring.method_runs``) and the settings
+recorded with a run (:func:`recorded_settings`). A number's declared :class:`Range` is both the CLI's parse-time
+check of its flag and the settings class's own check (:func:`check_ranges`, from its ``__post_init__``).
 
 A settings class derives from :class:`CheckedSettings`, which checks it once made. Besides its fields it may declare
-hooks: ``prepare(model)``, ``check_texts(texts)``, ``before_scoring(texts)`` (the engine calls them) and the
-classmethod ``example(model)``: settings it runs with on any model for a quick check (the registry's
-``example_settings``), which a class with a required value declares.
+hooks, each a protocol here that the class names among its bases: :class:`PreparesForModel` (``prepare(model)``),
+:class:`ChecksTexts` (``check_texts(texts)``), :class:`PreparesForTexts` (``before_scoring(texts)``), which the
+scoring calls, and :class:`GivesExample` (the classmethod ``example(model)``: settings it runs with on any model for
+a quick check), which a class with a required value declares.
 
 A run's settings are one :class:`MethodSettings`: one object per settings class, the class's defaults for a
 class not given. Fields of two classes that share a flag are one CLI option; their declarations must agree, so a
@@ -22,9 +23,9 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -254,6 +255,50 @@ def check_ranges(settings: Any) -> None:
             raise MiaFastError(f"{f.label} must be {f.spec.bounds}, got {value!r}")
 
 
+@runtime_checkable
+class PreparesForModel(Protocol):
+    """Settings made ready for the target model: ``prepare(model)`` returns them ready (a probe loaded and checked
+    against the model, a frequency table mapped onto its vocabulary); ``model`` is the target's LoadedModel, or None
+    before one is loaded (then only what needs no model is done)."""
+
+    def prepare(self, model: Any) -> Any: ...
+
+
+@runtime_checkable
+class ChecksTexts(Protocol):
+    """Settings that refuse texts before any is scored (e.g. one among their known prefix texts)."""
+
+    def check_texts(self, texts: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class PreparesForTexts(Protocol):
+    """Settings that make something ready for a block's texts before they are scored (neighbours generated)."""
+
+    def before_scoring(self, texts: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class GivesExample(Protocol):
+    """A settings class with settings it runs with on any ``model`` (a LoadedModel) for a quick check: small (few
+    samples, a short fine-tuning), not tuned to detect anything."""
+
+    @classmethod
+    def example(cls, model: Any) -> Any: ...
+
+
+class ReadsSettings(Protocol):
+    """What names the settings classes it reads (a registered method)."""
+
+    @property
+    def settings(self) -> tuple[type, ...]: ...
+
+
+def settings_classes(readers: Iterable[ReadsSettings]) -> list[type]:
+    """The settings classes ``readers`` (registered methods) read, each once, in order."""
+    return list(dict.fromkeys(cls for reader in readers for cls in reader.settings))
+
+
 def is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (tuple, list, str)) and not value)
 
@@ -285,9 +330,6 @@ class MethodSettings:
         """The settings object of ``cls``: the one given, or its defaults."""
         found = self._given.get(cls)
         return found if found is not None else cls()
-
-    def given(self) -> tuple[Any, ...]:
-        return tuple(self._given.values())
 
     def replace(self, *values: Any) -> MethodSettings:
         """These settings with the objects of ``values``' classes replaced."""
@@ -332,3 +374,14 @@ def recorded(value: Any) -> Any:
             **{f.name: recorded(getattr(value, f.name)) for f in fields(value) if f.repr and f.name != "progress"},
         }
     return repr(value)
+
+
+def recorded_settings(methods: Iterable[ReadsSettings], settings: MethodSettings) -> dict[str, Any]:
+    """The settings that change the scores of ``methods``, as JSON by setting key: what a threshold, a resumed
+    output or a Ray manifest records and compares."""
+    return {
+        f.key: recorded(getattr(settings.of(cls), f.name))
+        for cls in settings_classes(methods)
+        for f in setting_fields(cls)
+        if f.spec.scores
+    }

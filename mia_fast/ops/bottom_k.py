@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mia_fast.ops.impl import implementation, numpy_kernel
+from mia_fast.ops.backend import implementation, numpy_kernel
 
 # Values sorted at once in the reference: a few tens of MB, so that a block stays near the caches.
 _BLOCK_CELLS = 1 << 22
@@ -23,12 +23,12 @@ def bottom_k_counts(lengths: np.ndarray, ks: Sequence[float]) -> np.ndarray:
 
 
 def bottom_k_means(
-    values: np.ndarray, offsets: np.ndarray, ks: Sequence[float], impl: str = "torch", device=None
+    values: np.ndarray, offsets: np.ndarray, ks: Sequence[float], *, backend: str = "torch", device=None
 ) -> np.ndarray:
     """Mean of each text's ``max(1, floor(k*n))`` lowest values, for every k: float64 [n_texts, len(ks)];
-    NaN for a text with no positions. ``impl="triton"`` runs the kernel on ``device``."""
+    NaN for a text with no positions. ``backend="triton"`` runs the kernel on ``device``."""
     kernel = numpy_kernel("bottom_k_means", (np.float32, np.int64, np.int64), device)
-    run = implementation(impl, _sorted_bottom_k_means, kernel)
+    run = implementation(backend, _sorted_bottom_k_means, kernel)
     if not len(ks) or not all(0.0 < k <= 1.0 for k in ks):
         raise ValueError(f"ks must be fractions in (0, 1], got {list(ks)}")
     return run(values, offsets, bottom_k_counts(np.diff(offsets), ks))

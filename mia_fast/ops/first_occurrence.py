@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mia_fast.ops.impl import implementation, numpy_kernel
+from mia_fast.ops.backend import implementation, numpy_kernel
 from mia_fast.ops.segments import segment_ids, segment_mean
 
 
@@ -27,13 +27,14 @@ def capped_first_occurrence_mean(
     offsets: np.ndarray,
     log_frequencies: np.ndarray,
     cap: float,
-    impl: str = "torch",
+    *,
+    backend: str = "torch",
     device=None,
 ) -> np.ndarray:
     """Per text, the mean over its first occurrences of min(exp(logp) * -log_frequencies[id], cap)
-    (float64); NaN for a text with no positions."""
+    (float64); NaN for a text with no positions. ``backend="triton"`` runs the kernel on ``device``."""
     dtypes = (np.int64, np.float32, np.bool_, np.int64, np.float64, None)
-    run = implementation(impl, _reference_capped_mean, numpy_kernel("capped_first_occurrence_mean", dtypes, device))
+    run = implementation(backend, _reference_capped_mean, numpy_kernel("capped_first_occurrence_mean", dtypes, device))
     return run(target_ids, logp, first_occurrence, offsets, log_frequencies, cap)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mia_fast.ops.impl import implementation, streams_natively, triton_kernel
+from mia_fast.ops.backend import implementation, streams_natively, triton_kernel
 
 # z - max below this is clamped: its weight is 0 anyway, and the square in var must stay finite in fp32.
 _LOGP_FLOOR = -1e18
@@ -37,9 +37,9 @@ def token_stats_torch(logits: torch.Tensor, targets: torch.Tensor) -> Stats:
     return target_shifted - log_total, centred_mean - log_total, var, log_total.neg()
 
 
-def token_stats(logits: torch.Tensor, targets: torch.Tensor, impl: str = "torch") -> Stats:
+def token_stats(logits: torch.Tensor, targets: torch.Tensor, backend: str = "torch") -> Stats:
     """(logp, mu, var, max_logp) in fp32 of logits [N, V] (any float dtype) at targets [N]."""
-    return implementation(impl, token_stats_torch, triton_kernel("token_stats"))(logits, targets)
+    return implementation(backend, token_stats_torch, triton_kernel("token_stats"))(logits, targets)
 
 
 def linear_token_stats(
@@ -50,7 +50,7 @@ def linear_token_stats(
     *,
     chunk_rows: int,
     stats_rows: int | None = None,
-    impl: str = "torch",
+    backend: str = "torch",
 ) -> Stats:
     """(logp, mu, var, max_logp) of logits = hidden @ weight.T (+ bias) without materialising them all.
 
@@ -81,7 +81,7 @@ def linear_token_stats(
         for first in range(start, stop, stats_rows):
             last = min(first + stats_rows, stop)
             for out, value in zip(
-                outputs, token_stats(logits[first - start : last - start], targets[first:last], impl)
+                outputs, token_stats(logits[first - start : last - start], targets[first:last], backend)
             ):
                 out[first:last] = value
     return tuple(outputs)
@@ -90,7 +90,7 @@ def linear_token_stats(
 def _native_core():
     """The native core, or None where it was not built (a source checkout without the extension)."""
     try:
-        from mia_fast import _native
+        from mia_fast import _native  # noqa: PLC0415  (optional: a source checkout may lack the extension)
     except ImportError:
         return None
     return _native
@@ -105,9 +105,9 @@ class StreamedTokenStats:
     torch reference does it in whole-chunk ops (fp32 running state). ``native`` forces one or the other.
     """
 
-    def __init__(self, targets: torch.Tensor, native: bool | None = None) -> None:
+    def __init__(self, targets: torch.Tensor, *, native: bool | None = None) -> None:
         self.targets = targets
-        core = _native_core() if streams_natively(targets.device, native) else None
+        core = _native_core() if streams_natively(targets.device, native=native) else None
         if native and core is None:
             raise RuntimeError("the native core is not built: reinstall mia-fast (pip install -e .)")
         self.core = core

@@ -3,6 +3,7 @@ samples, gradient norms) for each pass.
 
 - ``engine``: ``StatsEngine``, a model run here: batched forward to TokenStats and the other readouts
 - ``forward_path``: which forward an engine runs (packed or the model's own), decided once
+- ``choices``: the forwards, precisions and per-device batch budgets, as tables the CLI reads without torch
 - ``device``: what differs by device (device and dtype, copies to a GPU, per-device defaults, kernels that run)
 - ``packed``: the pad-free packed decoder; ``packed_layers``: its layers built from a model's modules;
   ``attention``: packed attention (flash varlen, segment reference, attention split by log-sum-exp); ``rotary``:

@@ -40,7 +40,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from mia_fast.pipeline.device import cpu_flash_attention, on_flash_device, to_device
+from mia_fast.pipeline.device import cpu_flash_attention, on_flash_device, to_device, torch_internal
 
 CAUSAL = (-1, 0)
 # Queries are padded to their length rounded up to this for the reference's padded calls.
@@ -54,7 +54,7 @@ Attention = Callable[..., torch.Tensor]
 def _varlen_parameters() -> frozenset[str] | None:
     """The keyword parameters of the installed torch's ``varlen_attn``; None where it has none."""
     try:
-        from torch.nn.attention.varlen import varlen_attn
+        from torch.nn.attention.varlen import varlen_attn  # noqa: PLC0415 (torch before 2.10 has none; looked up when called, as tests stand in for it)
     except ImportError:
         return None
     return frozenset(inspect.signature(varlen_attn).parameters)
@@ -82,7 +82,7 @@ class Segments:
     max_k: int
 
 
-def _check_call(query: torch.Tensor, key: torch.Tensor, enable_gqa: bool, window: int | None) -> None:
+def _check_call(query: torch.Tensor, key: torch.Tensor, *, enable_gqa: bool, window: int | None) -> None:
     heads, kv_heads = query.shape[1], key.shape[1]
     if kv_heads != heads and not (enable_gqa and heads % kv_heads == 0):
         raise ValueError(f"{heads} query heads and {kv_heads} key heads: grouped heads need enable_gqa and a divisor")
@@ -108,14 +108,14 @@ def flash_varlen_attention(
     """torch's varlen flash attention, called as the installed torch takes it: ``varlen_attn`` with grouped heads
     (``enable_gqa``) and split-KV off where it takes them, else the op it runs, aten's ``_flash_attention_forward``
     (which takes grouped heads as they are)."""
-    _check_call(query, key, enable_gqa, window)
+    _check_call(query, key, enable_gqa=enable_gqa, window=window)
     left, right = _flash_window(window)
     query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
     cu_seq_q, cu_seq_k = segments.cu_seq_q.to(torch.int32), segments.cu_seq_k.to(torch.int32)
     max_q, max_k = segments.max_q, segments.max_k
     parameters = _varlen_parameters()
     if "enable_gqa" not in parameters:
-        return torch.ops.aten._flash_attention_forward(
+        return torch_internal(torch.ops.aten, "_flash_attention_forward")(
             query,
             key,
             value,
@@ -129,7 +129,7 @@ def flash_varlen_attention(
             window_size_left=left,
             window_size_right=right,
         )[0]
-    from torch.nn.attention.varlen import varlen_attn
+    from torch.nn.attention.varlen import varlen_attn  # noqa: PLC0415 (torch before 2.10 has none; looked up when called, as tests stand in for it)
 
     options = {"num_splits": 1} if "num_splits" in parameters else {}
     return varlen_attn(
@@ -240,7 +240,7 @@ def segment_attention(
 ) -> torch.Tensor:
     """The reference of the varlen signature: each segment alone, segments of one padded shape in one
     ``scaled_dot_product_attention`` call."""
-    _check_call(query, key, enable_gqa, window)
+    _check_call(query, key, enable_gqa=enable_gqa, window=window)
     plan = _segment_plan(tuple(segments.cu_seq_q.tolist()), tuple(segments.cu_seq_k.tolist()), window, query.device)
     heads, head_dim = query.shape[1], query.shape[2]
     key, value = _heads_for_sdpa(key, value, heads)
@@ -270,7 +270,8 @@ def attention_with_lse(
     key is hidden), fp32: the output [B, H, L, D] and each query's log-sum-exp [B, H, L] of its scores, to merge
     attentions split over key sets. On CPU torch's flash attention for CPU, else :func:`plain_attention_with_lse`."""
     if cpu_flash_attention(query.device):
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, False, attn_mask=bias)
+        flash_for_cpu = torch_internal(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+        return flash_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask=bias)
     return plain_attention_with_lse(query, key, value, bias)
 
 

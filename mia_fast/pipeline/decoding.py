@@ -171,7 +171,7 @@ class PackedDecoding:
         kept: list[tuple[torch.Tensor, torch.Tensor]] = []
         with torch.inference_mode():
             ids = torch.tensor([t for p in prompts for t in p])
-            x = decoder._forward(ids, lengths, [None] * len(prompts), kept)
+            x = decoder.residual(ids, lengths, [None] * len(prompts), kept)
             last = torch.tensor(starts[1:], device=device) - 1
             self.logits = decoder.logits(decoder.final_norm(x.index_select(0, last))).index_select(0, self.row_prompt)
 
@@ -249,7 +249,7 @@ class PackedDecoding:
             out = out_prompt.mul_((lse_prompt - lse).exp_().unsqueeze(-1))
             return out.add_(out_own.mul_((lse_own - lse).exp_().unsqueeze(-1))).view(rows, -1)
 
-        x = decoder._layers(tokens, self.positions, attend)
+        x = decoder.run_layers(tokens, self.positions, attend)
         self.generated += 1
         self.positions = self.positions + 1
         return decoder.logits(decoder.final_norm(x))

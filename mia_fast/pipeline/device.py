@@ -9,8 +9,16 @@ from __future__ import annotations
 import torch
 
 from mia_fast.errors import MiaFastError
+from mia_fast.pipeline.choices import DTYPE_NAMES
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
+
+
+def torch_internal(owner: object, name: str):
+    """``owner.<name>``, for what torch offers only under a private name (oneDNN's fused products, aten's flash
+    attention ops, an operator's schema, a tensor's version counter), looked up when called. Every such use goes
+    through here, so that one search finds them all when a torch release changes one."""
+    return getattr(owner, name)
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -68,9 +76,9 @@ def onednn_layout(device: torch.device, dtype: torch.dtype = torch.float32) -> b
     if not (copies_weights(device) and torch.backends.mkldnn.is_available()):
         return False
     if dtype == torch.bfloat16:
-        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        return torch_internal(torch.ops.mkldnn, "_is_mkldnn_bf16_supported")()
     if dtype == torch.float16:
-        return torch.ops.mkldnn._is_mkldnn_fp16_supported()
+        return torch_internal(torch.ops.mkldnn, "_is_mkldnn_fp16_supported")()
     return True
 
 

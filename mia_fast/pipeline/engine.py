@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mia_fast.engines.base import ModelEngine
+from mia_fast.engines.base import WEIGHTS_HERE, ModelEngine
 from mia_fast.engines.batching import plan_batches
 from mia_fast.engines.passes import (
     QUIET,
@@ -36,8 +36,9 @@ from mia_fast.engines.passes import (
 )
 from mia_fast.engines.stats import TOKEN_STATS_COLUMNS, TokenStats
 from mia_fast.errors import MiaFastError
-from mia_fast.ops.impl import resolve_backend
+from mia_fast.ops.backend import resolve_backend
 from mia_fast.ops.token_stats import linear_token_stats, token_stats
+from mia_fast.pipeline.choices import DEFAULT_BATCH_TOKENS
 from mia_fast.pipeline.device import for_device, to_device
 from mia_fast.pipeline.forward_path import ALONE_FROM, ForwardPath, choose_forward
 from mia_fast.pipeline.models import LoadedModel
@@ -46,9 +47,6 @@ from mia_fast.pipeline.rotary import batches_alone, pin
 from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 from mia_fast.tokens.tokenize import Row, per_text
 
-# Token budget per forward batch. On CPU the forward is compute-bound and large padded batches
-# fall out of cache (measured slower); a GPU wants large batches to fill its cores.
-DEFAULT_BATCH_TOKENS = {"cpu": 1024, "cuda": 16384}
 # Bytes of fp32 logits reduced at once: cache-sized on CPU, where the reference's temporaries must
 # stay in cache (measured 2.5x faster than 16 MB at V = 151936), large on GPU.
 DEFAULT_CHUNK_BYTES = {"cpu": 4 << 20, "cuda": 512 << 20}
@@ -65,6 +63,8 @@ SAMPLE_BUDGET_FACTOR = {"cpu": 32, "cuda": 4}
 
 class StatsEngine(ModelEngine):
     """Runs one model over texts; ``backend`` picks the Triton kernels or the torch reference."""
+
+    limits = WEIGHTS_HERE
 
     def __init__(
         self,
@@ -143,7 +143,7 @@ class StatsEngine(ModelEngine):
 
     def derive(self, loaded: LoadedModel) -> StatsEngine:
         """An engine set up as this one (start token, batch budget, window, back end, stats cache) over ``loaded``,
-        a model made from this one's weights (``registry.DERIVED_MODELS``)."""
+        a model made from this one's weights (``methods.derived.DERIVED_MODELS``)."""
         engine = StatsEngine(
             loaded,
             prepend_start=self.prepend_start,
@@ -184,7 +184,7 @@ class StatsEngine(ModelEngine):
         return getattr(self.loaded.model.base_model, "rotary_emb", None)
 
     def _batches(
-        self, lengths: Sequence[int], packed: bool = False, alone_from: int | None = None
+        self, lengths: Sequence[int], *, packed: bool = False, alone_from: int | None = None
     ) -> Iterator[list[int]]:
         """Batches of rows under the token budget (:func:`plan_batches`). Packed, every segment is turned with its own
         rotary frequencies (PackedDecoder); padded, a batch holds texts that get the same ones alone."""
@@ -229,7 +229,7 @@ class StatsEngine(ModelEngine):
             self.head.bias,
             chunk_rows=self.chunk_rows,
             stats_rows=self.stats_rows,
-            impl=self.backend,
+            backend=self.backend,
         )
 
     @torch.inference_mode()
@@ -253,7 +253,7 @@ class StatsEngine(ModelEngine):
     def _run_packed(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
         """:meth:`_run_batch` with the rows packed end to end through the :class:`PackedDecoder`, each row's prefix
         computed once and attended to by every row after it."""
-        packed = self._packed_decoder()
+        packed = self.packed_decoder()
         contexts = [packed.context(r.ids[: r.context], len(r.ids)) if r.context else None for r in rows]
         lengths = [len(r.ids) - r.context for r in rows]
         index, targets = self._scored(rows, np.cumsum([0, *lengths[:-1]]).tolist(), [r.context for r in rows])
@@ -263,7 +263,7 @@ class StatsEngine(ModelEngine):
             return packed.token_stats(selected, targets)
         return self._head_stats(selected, targets)
 
-    def _packed_decoder(self) -> PackedDecoder:
+    def packed_decoder(self) -> PackedDecoder:
         """The model's packed decoder, made again whenever the model's weights have changed since."""
         if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
             self._packed = self.path.decoder(self.loaded.model)
@@ -359,7 +359,7 @@ class StatsEngine(ModelEngine):
     ) -> np.ndarray:
         """``readout.count`` continuations of each (prefix + text), decoded: object [texts, count] of str
         (:func:`mia_fast.pipeline.sampling.sample_texts`); an empty text gets empty continuations."""
-        from mia_fast.pipeline.sampling import SampleRequest, sample_texts
+        from mia_fast.pipeline.sampling import SampleRequest, sample_texts  # noqa: PLC0415 (transformers, 2 s: its decoding imports it; a served run loads none)
 
         prompts = self.sample_prompts(texts, readout, prefixes)
         prefixes = prefixes if prefixes is not None else [""] * len(texts)
@@ -370,8 +370,8 @@ class StatsEngine(ModelEngine):
             self.batch_tokens * for_device(SAMPLE_BUDGET_FACTOR, self.device),
         )
         # The packed decoding attends to every earlier key: a model with a sliding window decodes through its own.
-        packed = self.packs and prompts and not any(self._packed_decoder().windows)
-        model = self._packed_decoder() if packed else self.loaded.model
+        packed = self.packs and prompts and not any(self.packed_decoder().windows)
+        model = self.packed_decoder() if packed else self.loaded.model
         return sample_texts(model, self.loaded.tokenizer, request, progress)
 
     def gradient_norms(

@@ -15,10 +15,12 @@ import torch
 
 from mia_fast.errors import MiaFastError
 from mia_fast.pipeline.attention import AttentionBackend, attention_backend
+from mia_fast.pipeline.choices import FORWARDS
 from mia_fast.pipeline.device import copies_weights
 from mia_fast.pipeline.packed import PackedDecoder, head_dim, packed_unsupported
 
-FORWARDS = ("auto", "packed", "model")
+# How a path's description names each backend's reductions.
+_SAID = {"triton": "Triton", "torch": "torch"}
 # On the model's own forward a row at least this long runs alone, with no padding mask (mask-free causal attention).
 ALONE_FROM = 1024
 
@@ -27,15 +29,16 @@ ALONE_FROM = 1024
 class ForwardPath:
     """``packed``: the packed decoder runs with ``attention`` (torch's flash ``varlen_attn`` or the segment-wise
     reference), its weights copied into fused, reordered ones where ``copies_weights`` (a CPU), else the model's own
-    forward (``fallback`` says why). The logits are reduced to token statistics by ``kernels`` (``Triton`` or
-    ``torch``) from the head's product a chunk of positions at a time (``plain_head``), or from the model's own
-    logits; on a CPU the packed decoder streams its head a vocabulary chunk at a time (:attr:`streamed_head`)."""
+    forward (``fallback`` says why). The logits are reduced to token statistics on ``backend`` (``triton``: the
+    Triton kernels, or ``torch``) from the head's product a chunk of positions at a time (``plain_head``), or from the
+    model's own logits; on a CPU the packed decoder streams its head a vocabulary chunk at a time
+    (:attr:`streamed_head`)."""
 
     packed: bool
     attention: AttentionBackend | None
     copies_weights: bool
     plain_head: bool
-    kernels: str
+    backend: str
     fallback: str | None = None
 
     @property
@@ -47,12 +50,13 @@ class ForwardPath:
         return PackedDecoder(model, reorder=self.copies_weights, attention=self.attention)
 
     def describe(self) -> str:
+        kernels = _SAID[self.backend]
         if self.streamed_head:
             head = "streamed head"
         elif self.plain_head:
-            head = f"{self.kernels} head"
+            head = f"{kernels} head"
         else:
-            head = f"the model's logits, {self.kernels} statistics"
+            head = f"the model's logits, {kernels} statistics"
         if self.packed:
             return f"packed, {self.attention.name}, {head}"
         return (
@@ -69,7 +73,6 @@ def choose_forward(
     time from hidden states)."""
     if forward not in FORWARDS:
         raise MiaFastError(f"unknown forward {forward!r}; choose one of {', '.join(FORWARDS)}")
-    kernels = "Triton" if backend == "triton" else "torch"
     if forward == "model":
         fallback = "the model's own forward was asked for"
     elif not plain_head:
@@ -78,7 +81,15 @@ def choose_forward(
         fallback = packed_unsupported(model, max_length)
     if fallback is None:
         attention = attention_backend(device, next(model.parameters()).dtype, head_dim(model.config))
-        return ForwardPath(True, attention, copies_weights(device), True, kernels)
+        return ForwardPath(
+            packed=True,
+            attention=attention,
+            copies_weights=copies_weights(device),
+            plain_head=True,
+            backend=backend,
+        )
     if forward == "packed":
         raise MiaFastError(f"cannot run this model packed: {fallback}; use --forward auto or model")
-    return ForwardPath(False, None, False, plain_head, kernels, fallback)
+    return ForwardPath(
+        packed=False, attention=None, copies_weights=False, plain_head=plain_head, backend=backend, fallback=fallback
+    )

@@ -9,7 +9,7 @@ import torch
 from mia_fast.errors import MiaFastError
 
 
-def check_checkpoint(model: torch.nn.Module, loading: dict, name: str, unused_allowed: bool = False) -> None:
+def check_checkpoint(model: torch.nn.Module, loading: dict, name: str, *, unused_allowed: bool = False) -> None:
     """Refuses a model that its checkpoint does not fill, from ``from_pretrained``'s loading info (read with
     ``ignore_mismatched_sizes``): transformers gives every weight the checkpoint lacks, or holds in another shape,
     random values, and a score would then come from them. A tied head is no missing weight. Tensors of the

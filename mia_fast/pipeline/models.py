@@ -225,7 +225,7 @@ def _check_model_directory(directory: Path, name: str) -> None:
 
 
 def load_pretrained(
-    source: str, name: str, model_class, dtype: torch.dtype | None = None, unused_allowed: bool = False
+    source: str, name: str, model_class, dtype: torch.dtype | None = None, *, unused_allowed: bool = False
 ) -> tuple[object, torch.nn.Module]:
     """The tokenizer and model (a ``transformers`` auto class, e.g. ``AutoModelForCausalLM``) that
     ``from_pretrained`` reads from ``source``, a directory or a hub name (see :func:`local_or_hub`), in ``dtype`` (None:
@@ -240,7 +240,7 @@ def load_pretrained(
         )
     except Exception as exc:  # hub, file and config errors all end here
         raise MiaFastError(f"could not load model {name!r}: {one_line(exc)}") from None
-    check_checkpoint(model, loading, name, unused_allowed)
+    check_checkpoint(model, loading, name, unused_allowed=unused_allowed)
     return tokenizer, model
 
 
@@ -251,7 +251,7 @@ def load_tokenizer(model: str | None = None):
 
 
 def _pretrained_tokenizer(source: str, name: str):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 (transformers: 2 s at start-up; a served run without --tokenizer loads none)
 
     try:
         return AutoTokenizer.from_pretrained(source)
@@ -287,8 +287,8 @@ def _existing_gguf(gguf: str | os.PathLike) -> Path:
 
 
 def _is_hub_name(name: str) -> bool:
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
+    from huggingface_hub.errors import HFValidationError  # noqa: PLC0415 (0.2 s at start-up; only a hub name needs it)
+    from huggingface_hub.utils import validate_repo_id  # noqa: PLC0415 (0.2 s at start-up; only a hub name needs it)
 
     try:
         validate_repo_id(name)
@@ -298,7 +298,7 @@ def _is_hub_name(name: str) -> bool:
 
 
 def _in_hub_cache(name: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415 (0.2 s at start-up; only a hub name needs it)
 
     return any(isinstance(try_to_load_from_cache(name, f), str) for f in ("config.json", "tokenizer_config.json"))
 
@@ -306,7 +306,7 @@ def _in_hub_cache(name: str) -> bool:
 def _check_hub_reachable(name: str) -> None:
     """Refuses a hub name at once where the hub cannot be reached (one short request to ``HF_ENDPOINT``), instead
     of the minute of retries ``from_pretrained`` spends before its own error."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # noqa: PLC0415 (0.2 s at start-up; only a hub name needs it)
 
     endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
     missing = f"model {name!r} is not a local directory or in the Hugging Face cache"
@@ -370,7 +370,7 @@ def _check_gguf(path: Path) -> None:
 def _read_gguf_header(path: Path, size: int, mtime_ns: int) -> None:
     """Reads a GGUF file's header and maps its tensors (seconds for a large vocabulary: done once per file
     version)."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # noqa: PLC0415 (optional: gguf, mia-fast[gguf])
 
     try:
         GGUFReader(path)
@@ -392,7 +392,7 @@ def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
             raise MiaFastError(f"loading a GGUF file needs the package {needed!r}: pip install gguf accelerate")
     if expected_sha256 is None:
         _check_gguf(path)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 (transformers: 2 s at start-up; a served run without --tokenizer loads none)
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
@@ -425,7 +425,7 @@ def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
 
 
 def _load_pretrained(source: str, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415 (transformers: 2 s at start-up; a served run without --tokenizer loads none)
 
     tokenizer, model = load_pretrained(source, name, AutoModelForCausalLM, dtype=dtype)
     check_vocabulary(tokenizer, model, name)

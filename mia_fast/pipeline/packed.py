@@ -43,7 +43,7 @@ import torch
 
 from mia_fast.ops.token_stats import StreamedTokenStats
 from mia_fast.pipeline.attention import AttentionBackend, Segments, attention_backend
-from mia_fast.pipeline.device import copies_weights, to_device
+from mia_fast.pipeline.device import copies_weights, to_device, torch_internal
 from mia_fast.pipeline.families import FAMILIES, family_of
 from mia_fast.pipeline.packed_layers import HeadShape, Norm, Product
 from mia_fast.pipeline.rotary import frequency_group, length_dependent, rotary_by_sequence
@@ -148,7 +148,7 @@ class PackedDecoder:
         self.attention_dtype = self.dtype if self.attention.in_model_dtype else torch.float32
         self.final_norm = Norm(getattr(base, family.final_norm), fused=not reorder)
         self._contexts: dict[tuple[int, ...], SharedContext] = {}
-        self.layers = [family.layer(layer, self.shape, reorder, config) for layer in base.layers]
+        self.layers = [family.layer(layer, self.shape, config, reorder=reorder) for layer in base.layers]
         self.windows = [family.window(config, index) for index in range(len(self.layers))]
         head = model.get_output_embeddings()
         chunk = HEAD_CHUNK_IDS if reorder else head.weight.shape[0]
@@ -158,7 +158,7 @@ class PackedDecoder:
                 Product(
                     head.weight[start : start + chunk],
                     None if head.bias is None else head.bias[start : start + chunk],
-                    reorder,
+                    reorder=reorder,
                 ),
             )
             for start in range(0, head.weight.shape[0], chunk)
@@ -180,14 +180,14 @@ class PackedDecoder:
     def stamp(model: torch.nn.Module) -> tuple[tuple[int, int], ...]:
         """Which parameter tensors the model holds and how often each was changed in place: an optimizer step or
         a move to another dtype changes it, and the copies made from the model are then stale."""
-        return tuple((id(p), p._version) for p in model.parameters())
+        return tuple((id(p), torch_internal(p, "_version")) for p in model.parameters())
 
     @torch.inference_mode()
     def hidden(
         self, ids: torch.Tensor, lengths: Sequence[int], contexts: Sequence[SharedContext | None] | None = None
     ) -> torch.Tensor:
         """The final-normed hidden states [ids, H] of the packed sequences, each after ``contexts[i]`` (None: none)."""
-        return self.final_norm(self._forward(ids, lengths, contexts or [None] * len(lengths)))
+        return self.final_norm(self.residual(ids, lengths, contexts or [None] * len(lengths)))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The output head's logits [n, vocab], in the model's dtype as its own forward gives them, at final-normed
@@ -206,7 +206,7 @@ class PackedDecoder:
         if found is None:
             kept: list[tuple[torch.Tensor, torch.Tensor]] = []
             with torch.inference_mode():
-                self._forward(torch.tensor(key[0]), [len(ids)], [None], kept, whole_lengths=[whole])
+                self.residual(torch.tensor(key[0]), [len(ids)], [None], kept, whole_lengths=[whole])
             found = SharedContext(
                 len(ids), *(tuple(t.to(self.attention_dtype).contiguous() for t in part) for part in zip(*kept))
             )
@@ -267,7 +267,7 @@ class PackedDecoder:
             sequence_lengths=on_device[3] if by_length else None,
         )
 
-    def _forward(
+    def residual(
         self,
         ids: torch.Tensor,
         lengths: Sequence[int],
@@ -294,9 +294,9 @@ class PackedDecoder:
             out = self.attention.attend(q, k, v, packing.segments, enable_gqa=grouped, window=self.windows[index])
             return out.reshape(out.shape[0], -1)
 
-        return self._layers(to_device(ids, self.device), packing.positions, attend, packing.sequence_lengths)
+        return self.run_layers(to_device(ids, self.device), packing.positions, attend, packing.sequence_lengths)
 
-    def _layers(
+    def run_layers(
         self,
         ids: torch.Tensor,
         positions: torch.Tensor,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mia_fast.pipeline.device import onednn_layout
+from mia_fast.pipeline.device import onednn_layout, torch_internal
 
 # gpt_neox's activations, as oneDNN's GELU epilogue and torch's gelu name their formula.
 GELUS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
@@ -27,60 +27,64 @@ class Product:
     epilogues moved the built-in model's losses further from fp32 (largest deviation 1.2e-2 against 8.1e-3 over 32
     texts), so there they stay separate ops. Without ``reorder`` the model's own weight is used as it is."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, reorder: bool) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *, reorder: bool) -> None:
         self.weight = weight.detach()
         self.bias = bias.detach() if bias is not None else None
         self.onednn = reorder and onednn_layout(self.weight.device, self.weight.dtype)
         self.epilogues = self.onednn and self.weight.dtype == torch.float32
         if self.onednn:
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.contiguous(), _PACKING_ROWS)
+            reorder_weight = torch_internal(torch.ops.mkldnn, "_reorder_linear_weight")
+            self.weight = reorder_weight(self.weight.contiguous(), _PACKING_ROWS)
             self.bias = self.bias.contiguous() if self.bias is not None else None
+            # oneDNN's product with an epilogue: (x, weight, bias, activation, its scalars, its algorithm), or with
+            # .binary (x, other, weight, bias, "mul" or "add").
+            self.pointwise = torch_internal(torch.ops.mkldnn, "_linear_pointwise")
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.onednn:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+            return self.pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
     def activated(self, x: torch.Tensor, activation: str) -> torch.Tensor:
         """activation(x @ weight.T + bias): ``silu``, or a GELU of :data:`GELUS`."""
         if activation == "silu":
             if self.epilogues:
-                return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "swish", [], "")
+                return self.pointwise(x, self.weight, self.bias, "swish", [], "")
             return F.silu(self(x))
         if self.epilogues:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "gelu", [], GELUS[activation])
+            return self.pointwise(x, self.weight, self.bias, "gelu", [], GELUS[activation])
         return F.gelu(self(x), approximate=GELUS[activation])
 
     def times(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
         """(x @ weight.T + bias) * other, ``other`` of the product's shape and dtype."""
         if self.epilogues:
-            return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.weight, self.bias, "mul")
+            return self.pointwise.binary(x, other, self.weight, self.bias, "mul")
         return self(x).mul_(other)
 
     def added_to(self, x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
         """total + (x @ weight.T + bias): a new tensor where the sum runs in the epilogue, else ``total`` itself,
         added to in place."""
         if self.epilogues:
-            return torch.ops.mkldnn._linear_pointwise.binary(x, total, self.weight, self.bias, "add")
+            return self.pointwise.binary(x, total, self.weight, self.bias, "add")
         return total.add_(self(x))
 
 
-def linear_product(module: torch.nn.Linear, reorder: bool, rows: torch.Tensor | None = None) -> Product:
+def linear_product(module: torch.nn.Linear, rows: torch.Tensor | None = None, *, reorder: bool) -> Product:
     """The product of a linear layer; ``rows`` picks and orders its output rows (a copy, so only with ``reorder``)."""
     weight, bias = module.weight, module.bias
     if rows is not None:
         weight, bias = weight[rows], None if bias is None else bias[rows]
-    return Product(weight, bias, reorder)
+    return Product(weight, bias, reorder=reorder)
 
 
-def fused_product(modules: Sequence[torch.nn.Linear], rows: Sequence[torch.Tensor | None], reorder: bool) -> Product:
+def fused_product(modules: Sequence[torch.nn.Linear], rows: Sequence[torch.Tensor | None], *, reorder: bool) -> Product:
     """One product for several linear layers (a copy of their weights), each layer's output rows ordered by
     ``rows`` (None: as they are)."""
     weights = [m.weight if order is None else m.weight[order] for m, order in zip(modules, rows)]
     if any(m.bias is None for m in modules):
-        return Product(torch.cat(weights), None, reorder)
+        return Product(torch.cat(weights), None, reorder=reorder)
     biases = [m.bias if order is None else m.bias[order] for m, order in zip(modules, rows)]
-    return Product(torch.cat(weights), torch.cat(biases), reorder)
+    return Product(torch.cat(weights), torch.cat(biases), reorder=reorder)
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ def _fused_rms_norm_op():
     op = getattr(torch.ops.aten, "_fused_rms_norm", None)
     if op is None:
         return None
-    names = [argument.name for argument in op.default._schema.arguments]
+    names = [argument.name for argument in torch_internal(op.default, "_schema").arguments]
     return op if names == ["input", "normalized_shape", "weight", "eps"] else None
 
 
@@ -147,7 +151,7 @@ class Norm:
     its weight). ``fused``: the RMS norm as one op, reading and writing the stream once (on a GPU; on a CPU torch's
     fused op measured 3-6x slower than the few ops of the formula, so there it runs as those)."""
 
-    def __init__(self, module: torch.nn.Module, fused: bool) -> None:
+    def __init__(self, module: torch.nn.Module, *, fused: bool) -> None:
         self.weight = module.weight.detach()
         self.layer_norm = isinstance(module, torch.nn.LayerNorm)
         bias = getattr(module, "bias", None) if self.layer_norm else None

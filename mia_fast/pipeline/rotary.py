@@ -53,7 +53,7 @@ def pin(rotary: torch.nn.Module | None, length: int) -> None:
     if not length_dependent(rotary):
         return
     if length > _original_context(rotary):
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: PLC0415 (transformers: 2 s at start-up; a served run without --tokenizer loads none)
 
         inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](rotary.config, rotary.original_inv_freq.device, seq_len=length)
         if kind != "longrope":  # longrope's attention factor is the same for both sets of factors

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mia_fast.methods.online import OnlineSetting
-from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, recorded_settings, resolve_methods
-from mia_fast.methods.settings import MethodSettings, recorded
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, resolve_methods
+from mia_fast.methods.settings import MethodSettings, recorded, recorded_settings
 
 if TYPE_CHECKING:  # annotations only: the model's module imports torch, which a configuration does not need
     from mia_fast.pipeline.models import LoadedModel
@@ -26,7 +26,7 @@ DEFAULT_BLOCK_ROWS = 512
 DEFAULT_MODEL_NAME = "default (SmolLM2-135M)"
 
 
-def _scores(default: Any, changes_scores: bool = True) -> Any:
+def _scores(default: Any, *, changes_scores: bool = True) -> Any:
     return field(default=default, metadata={"scores": changes_scores})
 
 
@@ -68,12 +68,12 @@ class ModelConfig:
     ref_model: str | LoadedModel | None = _scores(None)
     # Where the model runs and which kernels reduce its logits move a score only within floating-point error: a
     # threshold calibrated on one device applies on another.
-    device: str | None = _scores(None, False)
+    device: str | None = _scores(None, changes_scores=False)
     dtype: str | None = _scores(None)
-    prepend_start: bool = _scores(True)
+    prepend_start: bool = _scores(default=True)
     max_length: int | None = _scores(None)
-    backend: str = _scores("auto", False)
-    forward: str = _scores("auto", False)
+    backend: str = _scores("auto", changes_scores=False)
+    forward: str = _scores("auto", changes_scores=False)
 
     @property
     def name(self) -> str:
@@ -98,11 +98,11 @@ class ComputeConfig:
     whether a file's next block is read and its last written on threads of their own, and whether each model's
     forward path is said (``verbose``)."""
 
-    batch_tokens: int | None = _scores(None, False)
-    stats_cache: str | os.PathLike | None = _scores(None, False)
-    progress: bool = _scores(True, False)
-    overlap: bool = _scores(True, False)
-    verbose: bool = _scores(False, False)
+    batch_tokens: int | None = _scores(None, changes_scores=False)
+    stats_cache: str | os.PathLike | None = _scores(None, changes_scores=False)
+    progress: bool = _scores(default=True, changes_scores=False)
+    overlap: bool = _scores(default=True, changes_scores=False)
+    verbose: bool = _scores(default=False, changes_scores=False)
 
 
 @dataclass(frozen=True)
@@ -137,14 +137,14 @@ class OutputConfig:
     scored and written per block, the input fields copied to the output (id and label), and the run file written
     beside it."""
 
-    out: str | os.PathLike = _scores(None, False)
-    resume: bool = _scores(False, False)
-    overwrite: bool = _scores(False, False)
-    block_rows: int = _scores(DEFAULT_BLOCK_ROWS, False)
-    id_field: str = _scores("id", False)
-    label_field: str = _scores("label", False)
+    out: str | os.PathLike = _scores(None, changes_scores=False)
+    resume: bool = _scores(default=False, changes_scores=False)
+    overwrite: bool = _scores(default=False, changes_scores=False)
+    block_rows: int = _scores(DEFAULT_BLOCK_ROWS, changes_scores=False)
+    id_field: str = _scores("id", changes_scores=False)
+    label_field: str = _scores("label", changes_scores=False)
     # The run file (TOML) that reproduces the output, written beside it (OUT.run.toml); None: none.
-    run_file: str | None = _scores(None, False)
+    run_file: str | None = _scores(None, changes_scores=False)
 
     @property
     def path(self) -> Path:

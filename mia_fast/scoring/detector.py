@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,20 +18,30 @@ from mia_fast.engines.stats import TokenStats
 from mia_fast.engines.stats_cache import open_cache
 from mia_fast.engines.stored import CacheOnlyEngine, SavedStatsEngine
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import registry
+from mia_fast.methods.derived import DERIVED_MODELS
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting, TextWindows, online_scores
-from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, MethodRequest
+from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, Method, MethodRequest, resolve_methods
 from mia_fast.methods.settings import MethodSettings
+from mia_fast.ops.reductions import Ops
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.scoring.config import ComputeConfig, ModelConfig
 from mia_fast.scoring.engines import engine_kind, weights_engine
+from mia_fast.scoring.method_runs import (
+    Settings,
+    before_scoring,
+    calibration_sets,
+    check_available,
+    check_texts,
+    passes_of,
+    prepare_settings,
+    score,
+)
 from mia_fast.scoring.planner import run_passes
 from mia_fast.served.client import ServerConfig
 from mia_fast.tokens.tokenize import encodable
 
 UNSCORABLE_WARNING = "nothing to score: empty text, or one token with no start token before it"
-Settings = MethodSettings | Iterable[object] | None
 
 
 def _log(message: str) -> None:
@@ -101,9 +111,7 @@ def model_engines(config: ModelConfig, compute: ComputeConfig) -> dict[str, Engi
     return engines
 
 
-def engine_refusal(
-    method: registry.Method, settings: MethodSettings, engines: Mapping[str, EngineLimits]
-) -> str | None:
+def engine_refusal(method: Method, settings: MethodSettings, engines: Mapping[str, EngineLimits]) -> str | None:
     """Why the engines cannot serve ``method`` (what it needs that they do not give), or None."""
     if method.vocabulary and not engines[TARGET].vocabulary_stats:
         return (
@@ -159,9 +167,10 @@ class Detector:
         self.reference = self.engines.get(REFERENCE)
         # The passes over methods' calibration texts, by (texts, passes, engines): run once, whatever the blocks.
         self._calibration: dict[tuple, tuple[list[str], TokenStats | None, dict[Pass, Any]]] = {}
-        self.backend = self.target.backend
-        self.settings = self._prepared(settings)
-        # The engine of each model made from the target's weights (registry.DERIVED_MODELS), with the settings object
+        # The per-text reductions run where the target's statistics were made: its backend, on its device.
+        self.ops = Ops(self.target.backend, self.target.device)
+        self.settings = prepare_settings(settings, self.target.loaded)
+        # The engine of each model made from the target's weights (``DERIVED_MODELS``), with the settings object
         # it was made for: made when a pass first needs it, again when those settings change.
         self._derived: dict[str, tuple[Any, Engine]] = {}
 
@@ -182,13 +191,9 @@ class Detector:
         loaded = stats if isinstance(stats, TokenStats) else TokenStats.load(stats)
         return cls(SavedStatsEngine(loaded, texts, source), settings)
 
-    def _prepared(self, settings: Settings) -> MethodSettings:
-        return registry.prepare_settings(MethodSettings.coerce(settings), self.target.loaded)
-
     def with_settings(self, settings: Settings) -> MethodSettings:
         """This detector's settings with the objects of ``settings`` put in place of theirs, made ready."""
-        given = MethodSettings.coerce(settings).given()
-        return self._prepared(self.settings.replace(*given)) if given else self.settings
+        return prepare_settings(settings, self.target.loaded, onto=self.settings)
 
     def provenance(self) -> dict[str, dict]:
         """What each engine's model is, as a scores file records it (see ``Engine.provenance``)."""
@@ -224,9 +229,9 @@ class Detector:
         self, methods: Sequence[str], k: Sequence[float] = DEFAULT_KS, settings: MethodSettings | None = None
     ) -> list[MethodRequest]:
         """Resolves method names and checks that this detector can serve them."""
-        requests = registry.resolve_methods(methods, k)
+        requests = resolve_methods(methods, k)
         settings = settings or self.settings
-        registry.check_available(requests, settings, models=[*self.engines, *self._derivable()])
+        check_available(requests, settings, models=[*self.engines, *self._derivable()])
         check_served(requests, settings, self.engines)
         return requests
 
@@ -245,24 +250,24 @@ class Detector:
         if not all(isinstance(t, str) for t in texts):
             raise MiaFastError("every text must be a string")
         settings = settings or self.settings
-        registry.call_settings_hook(settings, requests, "check_texts", texts)
+        check_texts(settings, requests, texts)
         cleaned = _cleaned(texts)
-        registry.call_settings_hook(settings, requests, "before_scoring", cleaned)
-        passes = registry.passes_of(requests, settings)
+        before_scoring(settings, requests, cleaned)
+        passes = passes_of(requests, settings)
         refusal = engine_refusal(online.request.method, settings, self.engines) if online is not None else None
         if refusal is not None:
             raise MiaFastError(f"online detection with {online.method} needs {refusal}")
         if online is not None and PLAIN not in passes:
             passes.append(PLAIN)
-        engines = self._engines_for(passes, settings)
+        engines = self.engines_for(passes, settings)
         results = run_passes(engines, cleaned, passes, Progress(on_tokenized, on_progress))
         plain = results.pop(PLAIN, None)
         calibration = {
-            texts: self._calibration_inputs(texts, needed, settings)
-            for texts, needed in registry.calibration_sets(requests, settings).items()
+            texts: self.calibration_inputs(texts, needed, settings)
+            for texts, needed in calibration_sets(requests, settings).items()
         }
-        inputs = ScoringInputs(plain, results, cleaned, settings, self.backend, self.target.device, calibration)
-        columns = registry.score(inputs, requests)
+        inputs = ScoringInputs(plain, results, cleaned, settings, self.ops, calibration)
+        columns = score(inputs, requests)
         n_tokens = plain.lengths if plain is not None else self.target.scored_positions(cleaned)
         warnings = [UNSCORABLE_WARNING if n == 0 else None for n in n_tokens]
         for name in columns:
@@ -270,30 +275,30 @@ class Detector:
         online_detection = self._online_detection(cleaned, plain, online) if online is not None else None
         return Scores(columns, n_tokens, warnings, online_detection)
 
-    def _calibration_inputs(
+    def calibration_inputs(
         self, texts: tuple[str, ...], passes: Sequence[Pass], settings: MethodSettings
     ) -> ScoringInputs:
         """The inputs of a method's calibration texts: its passes over them, run once for the engines that serve
         them and kept, so that no score depends on the texts scored with it or on how they were batched."""
-        engines = self._engines_for(passes, settings)
+        engines = self.engines_for(passes, settings)
         key = (texts, tuple(passes), tuple(engines.get(p.model) for p in passes))
         if key not in self._calibration:
             cleaned = _cleaned(texts)
             results = run_passes(engines, cleaned, passes)
             self._calibration[key] = (cleaned, results.pop(PLAIN, None), results)
         cleaned, plain, results = self._calibration[key]
-        return ScoringInputs(plain, results, cleaned, settings, self.backend, self.target.device)
+        return ScoringInputs(plain, results, cleaned, settings, self.ops)
 
     def _derivable(self) -> list[str]:
         """The models this detector can make from its target's weights: none unless they are here."""
-        return list(registry.DERIVED_MODELS) if self.target.weights_here else []
+        return list(DERIVED_MODELS) if self.target.weights_here else []
 
-    def _engines_for(self, passes: Sequence[Pass], settings: MethodSettings) -> dict[str, Engine]:
+    def engines_for(self, passes: Sequence[Pass], settings: MethodSettings) -> dict[str, Engine]:
         """The engines ``passes`` run on: the detector's own, and an engine set up as the target's (start token,
         batch budget, window, back end, stats cache) over each model made from its weights that a pass names."""
         engines = dict(self.engines)
         for model in dict.fromkeys(p.model for p in passes):
-            derived = registry.DERIVED_MODELS.get(model)
+            derived = DERIVED_MODELS.get(model)
             if model in engines or derived is None or model not in self._derivable():
                 continue
             value = settings.of(derived.settings)
@@ -305,7 +310,7 @@ class Detector:
 
     def _online_detection(self, texts: Sequence[str], stats: TokenStats, online: OnlineSetting) -> OnlineScores:
         """The windows of ``online`` over ``texts``' plain-pass ``stats``, and each text's best span decoded."""
-        windows = online_scores(stats, online, self.backend, self.target.device)
+        windows = online_scores(stats, online, self.ops)
         tokenizer = getattr(self.target.loaded, "tokenizer", None)  # a served model may have none here
         # Scored token t predicts ids[t + 1]: the engine's context windows score every id after the first, in order.
         span_text = [

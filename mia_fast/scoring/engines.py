@@ -16,10 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mia_fast.engines.passes import Readout
+from mia_fast.engines.base import WEIGHTS_HERE
 from mia_fast.engines.protocol import Engine, EngineLimits
+from mia_fast.methods.minkpp_top import served_defaults
 from mia_fast.scoring.config import ComputeConfig, GgufFile, ModelConfig
 from mia_fast.served.client import ServerConfig
+from mia_fast.served.model import ServedLimits
+from mia_fast.served.server import ServerEngine
 
 if TYPE_CHECKING:  # the model's module imports torch, which a run refused before loading does not need
     from mia_fast.pipeline.models import LoadedModel
@@ -49,16 +52,6 @@ class EngineKind:
 # -- weights run here: a directory, a hub name, a GGUF file, a LoadedModel, or None (the built-in model) ----------
 
 
-class _WeightsLimits:
-    """A model run here gives every readout, and models made from its weights run too."""
-
-    vocabulary_stats = True
-    weights_here = True
-
-    def refusal(self, readout: Readout) -> str | None:
-        return None
-
-
 def _load_arguments(source: Any) -> tuple[Any, Any]:
     """(model, gguf) as ``load_model`` and ``check_model_source`` take them."""
     return (None, source.path) if isinstance(source, GgufFile) else (source, None)
@@ -74,8 +67,8 @@ def weights_engine(
     """An engine running ``source`` here (a LoadedModel as it is, any other loaded onto ``config``'s device in its
     dtype) with ``config``'s start token, back end and forward, the window ``max_length`` and ``compute``'s batch
     budget and stats cache; with ``compute.verbose`` its forward path is said through ``log``."""
-    from mia_fast.pipeline.engine import StatsEngine
-    from mia_fast.pipeline.models import LoadedModel, load_model
+    from mia_fast.pipeline.engine import StatsEngine  # noqa: PLC0415 (torch: 1.5 s at start-up; --help and served runs load none)
+    from mia_fast.pipeline.models import LoadedModel, load_model  # noqa: PLC0415 (torch: 1.5 s at start-up; --help and served runs load none)
 
     if isinstance(source, LoadedModel):
         loaded = source
@@ -99,7 +92,7 @@ def weights_engine(
 def check_weights(source: str | os.PathLike | LoadedModel | None) -> None:
     """Refuses, in one line and without loading it, a model that cannot load here (a missing directory or part of
     one, a corrupt GGUF file, a hub name neither cached nor reachable); one in memory is there already."""
-    from mia_fast.pipeline.models import LoadedModel, check_model_source
+    from mia_fast.pipeline.models import LoadedModel, check_model_source  # noqa: PLC0415 (torch: 1.5 s at start-up; --help and served runs load none)
 
     if not isinstance(source, LoadedModel):
         check_model_source(*_load_arguments(source))
@@ -113,8 +106,6 @@ def _local_engine(config: ModelConfig, compute: ComputeConfig, log: Log) -> Engi
 
 
 def _served_engine(config: ModelConfig, compute: ComputeConfig, log: Log) -> Engine:
-    from mia_fast.served.server import ServerEngine
-
     engine = ServerEngine(config.model, prepend_start=config.prepend_start, max_length=config.max_length, log=log)
     if compute.stats_cache is not None:
         engine.use_cache(compute.stats_cache, log=log)
@@ -122,8 +113,6 @@ def _served_engine(config: ModelConfig, compute: ComputeConfig, log: Log) -> Eng
 
 
 def _served_limits(config: ModelConfig) -> EngineLimits:
-    from mia_fast.served.model import ServedLimits
-
     return ServedLimits(config.model.tokenizer is not None)
 
 
@@ -136,9 +125,7 @@ def _check_served(config: ModelConfig) -> None:
 def served_default_methods(server: ServerConfig) -> tuple[str, ...]:
     """The default methods for a served model: the defaults, with Min-K%++ estimated from the top 20 log-probs
     where a tokenizer here gives the vocabulary's size, and left out otherwise."""
-    from mia_fast.methods.minkpp_top import served_defaults
-
-    return served_defaults(server.tokenizer is not None)
+    return served_defaults(vocabulary_size_known=server.tokenizer is not None)
 
 
 def _served_defaults(config: ModelConfig, log: Log) -> tuple[str, ...]:
@@ -151,7 +138,7 @@ ENGINES: dict[str, EngineKind] = {
     "local": EngineKind(
         claims=lambda source: True,
         build=_local_engine,
-        limits=lambda config: _WeightsLimits(),
+        limits=lambda config: WEIGHTS_HERE,
         check=lambda config: check_weights(config.model),
     ),
     "server": EngineKind(

@@ -1,110 +1,31 @@
 """The resumable file runner: a dataset scored into a file block by block (``score_file``), also what each Ray
-actor runs on its shard (``mia_fast.cluster``)."""
+actor runs on its shard (``mia_fast.cluster``). The run is planned once (``mia_fast.scoring.run_plan``), its outputs
+owned as one (``mia_fast.data.run_outputs``), and each block's rows filled in by the plan's column producers
+(``mia_fast.scoring.columns``)."""
 
 from __future__ import annotations
 
-import itertools
-import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mia_fast.data.artefacts import OutputLock
-from mia_fast.data.files import Dataset, DataStream
-from mia_fast.data.gate import Output, refuse_inputs
-from mia_fast.data.outputs import ResultWriter
-from mia_fast.engines.passes import REFERENCE, TARGET
-from mia_fast.errors import MiaFastError
-from mia_fast.methods import registry
-from mia_fast.methods.registry import MethodRequest
-from mia_fast.methods.settings import MethodSettings
-from mia_fast.pipeline.models import check_device
-from mia_fast.scoring.config import ModelConfig, RunConfig, ScoringConfig
-from mia_fast.scoring.detector import Detector, OnlineScores, Scores, check_served
-from mia_fast.scoring.engines import check_weights, engine_kind
+from tqdm.auto import tqdm
 
-ONLINE_COLUMNS = ("online_max", "online_start", "online_end", "online_text")
+from mia_fast.data.files import Dataset, DataStream
+from mia_fast.data.run_outputs import RunOutputs
+from mia_fast.errors import MiaFastError
+from mia_fast.methods.settings import MethodSettings
+from mia_fast.scoring.columns import beside_rows, block_rows
+from mia_fast.scoring.config import RunConfig
+from mia_fast.scoring.detector import Detector, Scores
+from mia_fast.scoring.method_runs import passes_of
+from mia_fast.scoring.run_plan import Loaded, RunPlan, checked_requests, plan_run
+
 # Rough characters per token, only to size the progress bar before a block is tokenized.
 _CHARS_PER_TOKEN = 4
-
-
-def check_before_loading(model: ModelConfig, scoring: ScoringConfig) -> tuple[list[MethodRequest], MethodSettings]:
-    """What can be refused before a model loads, for a run here or on Ray: unknown methods, bad k, methods whose
-    models or settings were not given, methods the target's engine cannot serve (its kind's limits), a device this
-    machine lacks, a model that cannot load (its kind's check: a missing directory or part of one, a corrupt GGUF
-    file, a hub name neither cached nor reachable). Returns the requests and the settings made ready without a
-    model (a probe read from its directory)."""
-    requests = registry.resolve_methods(scoring.methods, scoring.k)
-    settings = registry.prepare_settings(scoring.settings, None)
-    kind = engine_kind(model.model)
-    limits = kind.limits(model)
-    models = [REFERENCE] if model.ref_model is not None else []
-    if limits.weights_here:  # the models made from them are available too
-        models += list(registry.DERIVED_MODELS)
-    registry.check_available(requests, settings, models=models)
-    check_device(model.device, model.dtype)
-    check_served(requests, settings, {TARGET: limits})
-    kind.check(model)
-    if model.ref_model is not None:
-        check_weights(model.ref_model)
-    return requests, settings
-
-
-def output_columns(
-    dataset: Dataset, requests: Sequence[MethodRequest], id_field: str, label_field: str, online: bool = False
-) -> list[str]:
-    """The columns of a scores file: the input's id and label (where it has them), n_tokens, every score, the
-    online detection's best window (with ``online``), warning."""
-    columns = []
-    if dataset.ids is not None:
-        columns.append(id_field)
-    if dataset.labels is not None:
-        columns.append(label_field)
-    columns.append("n_tokens")
-    columns.extend(c for r in requests for c in r.columns)
-    if online:
-        columns.extend(ONLINE_COLUMNS)
-    columns.append("warning")
-    return columns
-
-
-def windows_path(out: str | os.PathLike) -> Path:
-    """Where ``score_file`` writes every online window's score beside ``out``: ``<out stem>.windows.jsonl``."""
-    return Path(out).with_suffix(".windows.jsonl")
-
-
-def _windows_columns(dataset: Dataset, id_field: str) -> list[str]:
-    return [
-        "row",
-        *([id_field] if dataset.ids is not None else []),
-        "method",
-        "window",
-        "stride",
-        "starts",
-        "ends",
-        "scores",
-    ]
-
-
-def _align_windows(windows: ResultWriter, rows: int, out: Path) -> None:
-    """A windows file is written before its scores rows, so an interrupted one may hold more: those are cut."""
-    kept = [block for block in windows.blocks if block.rows <= rows]
-    if (kept[-1].rows if kept else 0) != rows:
-        raise MiaFastError(
-            f"{windows.path} holds {windows.done_rows} rows but {out} {rows}; pass --overwrite to start again"
-        )
-    windows.blocks = kept
-
-
-def refuse_input_as_output(dataset: Dataset | DataStream, out: Path, online: bool) -> None:
-    """Scores are never written over the texts they come from, whatever the flags."""
-    source = dataset.path if isinstance(dataset, DataStream) else dataset.source
-    written = [out, *([windows_path(out)] if online else [])]
-    for path in written:
-        refuse_inputs(Output(path, staged=True), [source])
 
 
 class _TokenProgress:
@@ -112,9 +33,7 @@ class _TokenProgress:
     file) until blocks are measured, then rescaled after each block by the tokens per byte so far, and corrected
     as each block is tokenized."""
 
-    def __init__(self, size: int, start: int, passes: int, disable: bool):
-        from tqdm.auto import tqdm
-
+    def __init__(self, size: int, start: int, passes: int, *, disable: bool) -> None:
         self.size, self.start, self.passes = size, start, passes
         total = max(1, passes * (size - start) // _CHARS_PER_TOKEN)
         self.bar = tqdm(total=total, unit="tok", unit_scale=True, dynamic_ncols=True, disable=disable, file=sys.stderr)
@@ -153,7 +72,7 @@ class _Block:
     end: int
 
 
-def _unscored_blocks(blocks: Iterator[tuple[Dataset, int]], writer: ResultWriter, data_name: str) -> Iterator[_Block]:
+def _unscored_blocks(blocks: Iterator[tuple[Dataset, int]], writer: RunOutputs, data_name: str) -> Iterator[_Block]:
     """The blocks after the rows the output already holds, which are checked to be the rows it was scored from."""
     row, position, done = 0, 0, writer.done_rows
     for dataset, end in blocks:
@@ -185,10 +104,10 @@ class _InlineExecutor:
         return future
 
 
-def _read_ahead(blocks: Iterator[_Block], detector: Detector | None) -> _Block | None:
-    """The next block, tokenized for the detector's target model where there is one (runs on the read-ahead thread)."""
+def _read_ahead(blocks: Iterator[_Block], detector: Detector) -> _Block | None:
+    """The next block, tokenized for the detector's target model (runs on the read-ahead thread)."""
     block = next(blocks, None)
-    if block is not None and detector is not None:
+    if block is not None:
         detector.target.tokenize_ahead(block.rows.texts)
     return block
 
@@ -220,112 +139,62 @@ def score_file(
     With ``config.scoring.online``, each row also gets its best window (``ONLINE_COLUMNS``) and every window's
     score goes to :func:`windows_path`, one row per text, each block written there before its scores rows.
     """
-    output, scoring = config.output, config.scoring
-    out, online = output.path, scoring.online
-    refuse_input_as_output(dataset, out, online is not None)
-    if output.block_rows < 1:
-        raise MiaFastError("--block-rows must be positive")
-    if detector is not None:
-        settings = detector.with_settings(scoring.settings)
-        requests = detector.requests(scoring.methods, scoring.k, settings)
-    else:
-        requests, settings = check_before_loading(config.model, scoring)
-    pooled = registry.pooled_methods(requests, settings)
-    if isinstance(dataset, DataStream):
-        dataset.check()
-    blocks = dataset.blocks(sys.maxsize if pooled else output.block_rows)
-    first, first_end = next(blocks)
-    registry.call_settings_hook(settings, requests, "check_texts", first.texts)
-    if pooled and len(first.texts) > output.block_rows:
-        log(
-            f"{', '.join(pooled)} standardises over all the texts scored together: "
-            f"scoring {len(first.texts)} rows in one block"
-        )
-    recorded = run_record(config)
-    with OutputLock(out):
-        columns = output_columns(first, requests, output.id_field, output.label_field, online is not None)
-        writer = ResultWriter(out, columns, output.resume, output.overwrite, recorded, output.run_file)
-        writers = [writer]
-        if online is not None:
-            windows_columns = _windows_columns(first, output.id_field)
-            windows = ResultWriter(windows_path(out), windows_columns, output.resume, output.overwrite, recorded)
-            _align_windows(windows, writer.done_rows, out)
-            writers.insert(0, windows)  # written, and closed, first: it may hold more rows, never fewer
-        unscored = _unscored_blocks(itertools.chain([(first, first_end)], blocks), writer, data_name)
-        try:
-            scored = _score_blocks(dataset, unscored, config, _Writing(writers, detector, settings, log))
-        except BaseException:
-            for each in writers:
-                each.abandon()
-            raise
-        for each in writers:
-            each.close()
+    plan = plan_run(dataset, config, detector, log)
+    with plan.outputs() as outputs:
+        unscored = _unscored_blocks(plan.blocks, outputs, data_name)
+        scored = _score_blocks(dataset, unscored, plan, _Run(outputs, log))
     if not scored:
-        log(f"{out}: all {writer.done_rows} rows already scored")
-        return out
-    unscorable = sum(1 for w in writer.written_column("warning") if w not in (None, ""))
+        log(f"{outputs.path}: all {outputs.done_rows} rows already scored")
+        return outputs.path
+    unscorable = sum(1 for w in outputs.written_column("warning") if w not in (None, ""))
     if unscorable:
         log(f"warning: {unscorable} texts could not be scored; their scores are NaN, see the 'warning' column")
-    return out
-
-
-def run_record(config: RunConfig) -> dict[str, Any]:
-    """What a scores file records of its run and a resumed run must repeat. The models are recorded by what they
-    are (weights, tokenizer: ``Detector.provenance``), not by the names or paths they were given."""
-    recorded = config.recorded()
-    for name in ("model", "gguf", "ref_model", "server"):
-        recorded.pop(name, None)
-    return recorded
+    return outputs.path
 
 
 @dataclass
-class _Writing:
-    """The writers of a run (the windows file's first), and the detector and settings, made when first needed."""
+class _Run:
+    """Where a run's blocks go, and its one-line notes."""
 
-    writers: list[ResultWriter]
-    detector: Detector | None
-    settings: MethodSettings
+    outputs: RunOutputs
     log: Callable[[str], None]
 
 
-def _score_blocks(dataset: Dataset | DataStream, unscored: Iterator[_Block], config: RunConfig, run: _Writing) -> bool:
+def _detector_for(plan: RunPlan, run: _Run) -> tuple[Detector, MethodSettings]:
+    """The plan's detector, or one made from its configuration (rows remain to be scored), with the settings it
+    scores under, checked against the outputs and by the one check of the run's methods, its engines now built."""
+    config = plan.config
+    detector = plan.detector or Detector(config.model, plan.settings, config.compute)
+    settings = plan.settings if plan.detector is not None else detector.settings
+    run.outputs.check_engines(detector.provenance())
+    if run.outputs.done_rows:
+        run.log(f"resuming {run.outputs.path} after {run.outputs.done_rows} rows")
+    checked_requests(config.scoring, Loaded(detector, settings))
+    return detector, settings
+
+
+def _score_blocks(dataset: Dataset | DataStream, unscored: Iterator[_Block], plan: RunPlan, run: _Run) -> bool:
     """Scores and writes every unscored block; whether there was any."""
-    output, scoring, compute = config.output, config.scoring, config.compute
-    *windows_writer, writer = run.writers
+    block = next(unscored, None)
+    if block is None:
+        return False
+    detector, settings = _detector_for(plan, run)
+    scoring, compute = plan.config.scoring, plan.config.compute
+    requests = plan.requests
 
     def write(block: _Block, scores: Scores) -> None:
-        fingerprints = block.rows.fingerprints()
-        try:
-            if windows_writer:
-                windows_writer[0].write(_window_rows(block, scores.online, output.id_field), fingerprints)
-            writer.write(_rows(block, scores, output.id_field, output.label_field), fingerprints)
-        except OSError as exc:
-            kept = f"the {writer.done_rows} rows finished are kept: continue with --resume" if writer.done_rows else ""
-            raise MiaFastError(
-                f"cannot write {writer.path}: {exc.strerror or exc}; {kept or 'nothing was written'}"
-            ) from None
+        beside = beside_rows(plan.producers, block.first_row, block.rows, scores)
+        run.outputs.write(block_rows(plan.producers, block.rows, scores), block.rows.fingerprints(), beside)
 
-    bar, detector, settings = None, run.detector, run.settings
+    passes = len(passes_of(requests, settings))
+    bar = _TokenProgress(dataset.size, block.start, passes, disable=not compute.progress)
     executor = (lambda name: ThreadPoolExecutor(1, name)) if compute.overlap else (lambda name: _InlineExecutor())
-    with executor("mia-fast-read") as reading, executor("mia-fast-write") as writing:
-        upcoming = reading.submit(_read_ahead, unscored, None)
-        written = None
-        try:
-            while (block := upcoming.result()) is not None:
-                if bar is None:
-                    if detector is None:
-                        detector = Detector(config.model, settings, compute)
-                        settings = detector.settings
-                    provenance = detector.provenance()
-                    for each in run.writers:
-                        each.check_engines(provenance)
-                    if writer.done_rows:
-                        run.log(f"resuming {writer.path} after {writer.done_rows} rows")
-                    requests = detector.requests(scoring.methods, scoring.k, settings)
-                    passes = len(registry.passes_of(requests, settings))
-                    bar = _TokenProgress(dataset.size, block.start, passes, disable=not compute.progress)
-                    # The first call copies the tokenizer for the read-ahead thread: done here, before that thread runs.
-                    detector.target.tokenize_ahead(block.rows.texts)
+    try:
+        # The first call copies the tokenizer for the read-ahead thread: done here, before that thread runs.
+        detector.target.tokenize_ahead(block.rows.texts)
+        with executor("mia-fast-read") as reading, executor("mia-fast-write") as writing:
+            written = None
+            while block is not None:
                 upcoming = reading.submit(_read_ahead, unscored, detector)
                 bar.start_block(block.rows)
                 scores = detector.score_requests(
@@ -335,51 +204,9 @@ def _score_blocks(dataset: Dataset | DataStream, unscored: Iterator[_Block], con
                     written.result()
                 written = writing.submit(write, block, scores)
                 bar.finish_block(len(block.rows.texts), block.end)
+                block = upcoming.result()
             if written is not None:
                 written.result()
-        finally:  # leaving the executors waits for the block being written: what was scored is kept
-            if bar is not None:
-                bar.close()
-    return bar is not None
-
-
-def _rows(block: _Block, scores: Scores, id_field: str, label_field: str) -> list[dict]:
-    rows, data = [], block.rows
-    for j in range(len(data.texts)):
-        row: dict = {}
-        if data.ids is not None:
-            row[id_field] = data.ids[j]
-        if data.labels is not None:
-            row[label_field] = data.labels[j]
-        row["n_tokens"] = int(scores.n_tokens[j])
-        row.update({name: float(values[j]) for name, values in scores.items()})
-        if scores.online is not None:
-            start, end = scores.online.windows[j].best_span
-            spanned = start >= 0
-            row.update(
-                online_max=scores.online.windows[j].max_score,
-                online_start=start if spanned else None,
-                online_end=end if spanned else None,
-                online_text=scores.online.span_text[j],
-            )
-        row["warning"] = scores.warnings[j]
-        rows.append(row)
-    return rows
-
-
-def _window_rows(block: _Block, online: OnlineScores, id_field: str) -> list[dict]:
-    rows, data = [], block.rows
-    for j, windows in enumerate(online.windows):
-        rows.append(
-            {
-                "row": block.first_row + j,
-                **({id_field: data.ids[j]} if data.ids is not None else {}),
-                "method": online.setting.method,
-                "window": online.setting.window,
-                "stride": online.setting.stride,
-                "starts": windows.starts.tolist(),
-                "ends": windows.ends.tolist(),
-                "scores": windows.scores.tolist(),
-            }
-        )
-    return rows
+    finally:  # leaving the executors waits for the block being written: what was scored is kept
+        bar.close()
+    return True

@@ -53,7 +53,7 @@ def parse_echo(row: Row, choice: dict[str, Any], top: int) -> dict[str, np.ndarr
     return row_result(row, logp, values, in_top, top)
 
 
-def check_length(entries: Any, row: Row, echoed: bool = False) -> None:
+def check_length(entries: Any, row: Row, *, echoed: bool = False) -> None:
     entries = entries if isinstance(entries, list) else None
     # An echo also holds the generated token.
     expected = entries is not None and (len(entries) >= len(row.ids) if echoed else len(entries) == len(row.ids))

@@ -161,15 +161,15 @@ class ServerClient:
                 f"{self.where} answered /{path} with {fault}: the server's fault, not the texts'"
             ) from None
 
-    def post(self, path: str, body: dict[str, Any], retry: bool = True) -> dict[str, Any]:
+    def post(self, path: str, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
         """The JSON answer to POST ``path`` (under the base URL, e.g. ``v1/completions``); with ``retry``, failures a
         restart or overload causes are retried for up to ``config.retry_s`` seconds."""
-        return self._request("POST", path, body, retry)
+        return self._request("POST", path, body, retry=retry)
 
-    def get(self, path: str, retry: bool = True) -> dict[str, Any]:
-        return self._request("GET", path, None, retry)
+    def get(self, path: str, *, retry: bool = True) -> dict[str, Any]:
+        return self._request("GET", path, None, retry=retry)
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None, retry: bool) -> dict[str, Any]:
+    def _request(self, method: str, path: str, body: dict[str, Any] | None, *, retry: bool) -> dict[str, Any]:
         deadline = time.monotonic() + (self.config.requests.retry_s if retry else 0.0)
         attempt = 0
         while True:

@@ -15,7 +15,7 @@ from mia_fast.engines.passes import (
     TokenSpansReadout,
     TopLogprobsReadout,
 )
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, one_line
 from mia_fast.served.client import ServerConfig
 
 _WEIGHTS_NEEDED = {
@@ -33,7 +33,7 @@ class ServedModel:
     vocab_size: int
 
 
-def served_refusal(readout: Readout, has_tokenizer: bool) -> str | None:
+def served_refusal(readout: Readout, *, has_tokenizer: bool) -> str | None:
     """Why a served model cannot give ``readout`` (None: it can), known before any request."""
     needed = _WEIGHTS_NEEDED.get(type(readout))
     if needed is not None:
@@ -55,15 +55,14 @@ class ServedLimits:
     weights_here = False
 
     def refusal(self, readout: Readout) -> str | None:
-        return served_refusal(readout, self.has_tokenizer)
+        return served_refusal(readout, has_tokenizer=self.has_tokenizer)
 
 
 def load_served_model(config: ServerConfig) -> ServedModel | None:
     """The tokenizer of ``config`` loaded here (a hub name or directory), with its model's vocabulary size."""
     if config.tokenizer is None:
         return None
-    from mia_fast.errors import one_line
-    from mia_fast.pipeline.models import check_model_source
+    from mia_fast.pipeline.models import check_model_source  # noqa: PLC0415 (torch: 1.5 s; served/ imports none until a tokenizer is loaded here)
 
     check_model_source(config.tokenizer)
     try:
@@ -76,7 +75,7 @@ def find_served_tokenizer(name: str, sources: Sequence[str]) -> tuple[ServedMode
     """The served model's own tokenizer, where one of ``sources`` (what the server says it loaded the model from,
     then the name it serves) is a folder here or a hub name in the cache or on a reachable hub; with the source it
     came from. None where none is."""
-    from mia_fast.pipeline.models import local_or_hub
+    from mia_fast.pipeline.models import local_or_hub  # noqa: PLC0415 (torch: 1.5 s; served/ imports none until a tokenizer is loaded here)
 
     for source in dict.fromkeys(s for s in sources if s):
         try:
@@ -87,7 +86,7 @@ def find_served_tokenizer(name: str, sources: Sequence[str]) -> tuple[ServedMode
 
 
 def _served_model(name: str, source: str) -> ServedModel:
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer  # noqa: PLC0415 (1.7 s at start-up; only a tokenizer here needs it)
 
     tokenizer = AutoTokenizer.from_pretrained(source)
     try:

@@ -48,7 +48,7 @@ from mia_fast.served.client import (
     json_object,
     json_text,
 )
-from mia_fast.served.model import find_served_tokenizer, load_served_model, served_refusal
+from mia_fast.served.model import ServedLimits, find_served_tokenizer, load_served_model
 from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 from mia_fast.tokens.tokenize import Row, per_text
 
@@ -65,8 +65,6 @@ class ServerEngine(ModelEngine):
 
     backend = "torch"
     device = None
-    vocabulary_stats = False
-    weights_here = False
 
     def __init__(
         self,
@@ -82,7 +80,7 @@ class ServerEngine(ModelEngine):
         entry = self._served_entry()
         self.loaded = load_served_model(config)
         if self.loaded is None:
-            self._take_served_tokenizer(entry, prepend_start, log)
+            self._take_served_tokenizer(entry, log, prepend_start=prepend_start)
         # Without a tokenizer here the server tokenizes, and no start token is added to its ids.
         self.prepend_start = prepend_start and self.loaded is not None
         context = self._context_length(entry) - 1  # the one token a completion must generate needs a place
@@ -111,7 +109,7 @@ class ServerEngine(ModelEngine):
                 )
             return served.get(self.config.model, {})
 
-    def _take_served_tokenizer(self, entry: dict[str, Any], prepend_start: bool, log: Callable[[str], None]) -> None:
+    def _take_served_tokenizer(self, entry: dict[str, Any], log: Callable[[str], None], *, prepend_start: bool) -> None:
         """Without --tokenizer: the served model's own tokenizer, found here by what the server says it loaded (vLLM's
         ``root``) or by the name it serves, so that ids are sent and the start-token rule is ours, as in a local run.
         Where none is found the server tokenizes; if the start token was wanted, one line says, with the first
@@ -179,8 +177,11 @@ class ServerEngine(ModelEngine):
     def model_name(self) -> str:
         return self.config.model
 
-    def refusal(self, readout: Readout) -> str | None:
-        return served_refusal(readout, self.loaded is not None)
+    @property
+    def limits(self) -> ServedLimits:
+        """A served model's limits, as its kind in the engine registry says them: what a tokenizer here adds, once
+        one is loaded or found."""
+        return ServedLimits(has_tokenizer=self.loaded is not None)
 
     def order(self, readout: Readout) -> int:
         """The top log-probs first: the plain pass of the same texts is then served from the answers just fetched
@@ -194,10 +195,10 @@ class ServerEngine(ModelEngine):
 
     # -- tokens -------------------------------------------------------------------------------------------------
 
-    def _encode(self, texts: Sequence[str], ahead: bool) -> list[list[int]]:
+    def _encode(self, texts: Sequence[str], *, ahead: bool) -> list[list[int]]:
         if self.loaded is None:
             return self._server_tokenize(texts)
-        return super()._encode(texts, ahead)
+        return super()._encode(texts, ahead=ahead)
 
     def _server_tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         def one(text: str) -> list[int]:

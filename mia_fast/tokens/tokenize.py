@@ -20,7 +20,7 @@ def start_token_id(tokenizer) -> int:
     raise MiaFastError("the tokenizer has neither a BOS nor an EOS token to start texts with; use prepend_start=False")
 
 
-def tokenize(tokenizer, texts: Sequence[str], prepend_start: bool) -> list[list[int]]:
+def tokenize(tokenizer, texts: Sequence[str], *, prepend_start: bool) -> list[list[int]]:
     """Token ids of each text with the tokenizer's own special tokens, plus the start token if asked
     for and not already there."""
     if not texts:
@@ -32,7 +32,7 @@ def tokenize(tokenizer, texts: Sequence[str], prepend_start: bool) -> list[list[
     return [list(ids) if ids and ids[0] == start else [start, *ids] for ids in encoded]
 
 
-def token_spans(tokenizer, texts: Sequence[str], prepend_start: bool) -> np.ndarray:
+def token_spans(tokenizer, texts: Sequence[str], *, prepend_start: bool) -> np.ndarray:
     """The character span [start, end) in its text of each id after the first of :func:`tokenize`'s ids (the tokens
     every pass scores, in order), from a fast tokenizer's offset mapping: int64 [scored, 2] per text, in an object
     array with a row per text. A special token's span is empty."""
@@ -121,7 +121,7 @@ class TextRows:
 
     max_length: int
 
-    def _encode(self, texts: Sequence[str], ahead: bool) -> list[list[int]]:
+    def _encode(self, texts: Sequence[str], *, ahead: bool) -> list[list[int]]:
         raise NotImplementedError
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:

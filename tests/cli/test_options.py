@@ -22,7 +22,7 @@ from mia_fast.cli.options import (
 )
 from mia_fast.data import DataStream
 from mia_fast.errors import MiaFastError
-from mia_fast.methods.registry import setting_options
+from mia_fast.methods.setting_options import setting_options
 from mia_fast.methods.settings import Range
 
 

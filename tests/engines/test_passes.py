@@ -22,12 +22,13 @@ from helpers import (
 from mia_fast import ComputeConfig, ConRecallSettings, Detector, RecallSettings, load_model
 from mia_fast.engines.passes import PLAIN, HiddenStatesReadout, Pass, Progress
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import MethodSettings, resolve_methods, score
+from mia_fast.methods import MethodSettings, resolve_methods
 from mia_fast.methods.conrecall import member_prefix_pass
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.lowercase import LOWERCASE
 from mia_fast.methods.recall import recall_pass
 from mia_fast.pipeline.engine import StatsEngine
+from mia_fast.scoring.method_runs import score
 from mia_fast.scoring.planner import run_passes
 
 

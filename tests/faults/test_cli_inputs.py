@@ -16,7 +16,7 @@ from helpers import refused, write_jsonl
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency import text_build
 from mia_fast.methods import ConRecallSettings, DcpddSettings, PacSettings, SamiaSettings
-from mia_fast.methods.registry import setting_options
+from mia_fast.methods.setting_options import setting_options
 from mia_fast.pipeline import models
 
 # Every number has a finite maximum, which differs from option to option.

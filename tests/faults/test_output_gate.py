@@ -304,5 +304,5 @@ def test_a_users_shards_folder_is_never_deleted_by_a_ray_rerun(tmp_path):
     (shards / "mine.parquet").write_bytes(b"my own data")
     for resume, overwrite in ((False, True), (False, False), (True, False)):
         with pytest.raises(MiaFastError, match="is not the shards folder of a --ray run"):
-            RayManifest(shards, {}, resume, overwrite, out)
+            RayManifest(shards, {}, resume=resume, overwrite=overwrite, out=out)
         assert (shards / "mine.parquet").read_bytes() == b"my own data"

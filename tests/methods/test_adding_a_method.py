@@ -20,13 +20,13 @@ from helpers import package_copy_with
 
 from mia_fast.cli import main
 from mia_fast.methods import REGISTRY, register, setting
-from mia_fast.methods.inputs import ScoringInputs
-from mia_fast.methods.registry import example_settings, mean_loss
-from mia_fast.methods.settings import CheckedSettings, Flag
+from mia_fast.methods.inputs import ScoringInputs, mean_loss
+from mia_fast.methods.settings import CheckedSettings, Flag, GivesExample
+from mia_fast.scoring.method_runs import example_settings
 
 
 @dataclass(frozen=True)
-class ShiftedLossSettings(CheckedSettings):
+class ShiftedLossSettings(CheckedSettings, GivesExample):
     shift: float | None = setting(
         None,
         "the amount added to -loss",
@@ -109,13 +109,13 @@ TOY_MODULE = textwrap.dedent(
 
     import numpy as np
 
-    from mia_fast.methods.inputs import ScoringInputs
-    from mia_fast.methods.registry import mean_loss, register
-    from mia_fast.methods.settings import CheckedSettings, Range, setting
+    from mia_fast.methods.inputs import ScoringInputs, mean_loss
+    from mia_fast.methods.registry import register
+    from mia_fast.methods.settings import CheckedSettings, GivesExample, Range, setting
 
 
     @dataclass(frozen=True)
-    class ToySettings(CheckedSettings):
+    class ToySettings(CheckedSettings, GivesExample):
         shift: float = setting(0.0, "the amount the toy adds to -loss", "toy-shift", bounds=Range(-10, 10))
 
         @classmethod
@@ -138,7 +138,7 @@ import mia_fast
 from mia_fast.cli import main
 from mia_fast.methods import ToySettings
 from mia_fast.methods.catalogue import methods_page
-from mia_fast.methods.registry import example_settings
+from mia_fast.scoring.method_runs import example_settings
 help_text = io.StringIO()
 with contextlib.redirect_stdout(help_text):
     main(["score", "--help"])

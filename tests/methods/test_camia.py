@@ -13,7 +13,7 @@ import scipy.stats
 from mia_fast import CamiaSettings, ComputeConfig, Detector
 from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import resolve_methods, score
+from mia_fast.methods import resolve_methods
 from mia_fast.methods.camia import (
     FEATURES,
     REPEATED,
@@ -30,6 +30,7 @@ from mia_fast.methods.camia import (
 )
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.settings import MethodSettings
+from mia_fast.scoring.method_runs import score
 
 
 def test_repeated_text_is_the_text_and_five_copies_after_spaces():

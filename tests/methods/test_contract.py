@@ -15,9 +15,9 @@ import pytest
 from mia_fast.api import ComputeConfig, Detector, MethodSettings, ModelConfig
 from mia_fast.generation.finetune import FineTuning, fine_tune
 from mia_fast.methods import REGISTRY
-from mia_fast.methods.registry import example_settings
 from mia_fast.methods.settings import setting_fields
 from mia_fast.pipeline.models import LoadedModel, load_model
+from mia_fast.scoring.method_runs import example_settings
 
 TEXTS = [
     "the quick brown fox jumps over the lazy dog",

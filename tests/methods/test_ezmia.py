@@ -7,8 +7,9 @@ from helpers import paired_inputs, paired_stats, span_lists, word_spans
 
 from mia_fast.engines.stats import TokenStats
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import resolve_methods, score
+from mia_fast.methods import resolve_methods
 from mia_fast.methods.ezmia import MEMBER_OUTRIGHT, error_zone_ratio
+from mia_fast.scoring.method_runs import score
 
 
 def test_ezmia_ratio_by_hand():

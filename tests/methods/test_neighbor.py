@@ -11,9 +11,10 @@ from mia_fast import Detector
 from mia_fast.data import Fields, read_dataset
 from mia_fast.errors import MiaFastError
 from mia_fast.generation.neighbors import MaskedLMNeighbors, Neighbors
-from mia_fast.methods import ConRecallSettings, MethodSettings, NeighborSettings, RecallSettings, resolve_methods, score
+from mia_fast.methods import ConRecallSettings, MethodSettings, NeighborSettings, RecallSettings, resolve_methods
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.neighbor import neighbor_passes
+from mia_fast.scoring.method_runs import score
 
 TEXTS = ["the quick brown fox", "to be or not to be"]
 NEIGHBORS = [["the quick brown cat", "the slow brown fox", "to be or not to be"], ["to see or not to see"]]

@@ -10,9 +10,10 @@ from helpers import record_generations, refused, write_jsonl
 
 from mia_fast import ComputeConfig, Detector, NgramCoverageSettings
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import MethodSettings, resolve_methods, score
+from mia_fast.methods import MethodSettings, resolve_methods
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.ngram_coverage import Prompt, coverage, creativity, matched_spans, ngram_pass, word_tools
+from mia_fast.scoring.method_runs import score
 from mia_fast.scoring.planner import run_passes
 from mia_fast.served.model import served_refusal
 

@@ -7,9 +7,10 @@ from helpers import count_sequences, stats_of
 
 from mia_fast import Detector
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import MethodSettings, resolve_methods, score
+from mia_fast.methods import MethodSettings, resolve_methods
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.pac import PacSettings, SwappedWords, pac_passes, polarized_distance
+from mia_fast.scoring.method_runs import score
 
 TEXTS = [
     "the quick brown fox jumps over the lazy dog",

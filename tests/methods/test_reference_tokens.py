@@ -84,8 +84,8 @@ def test_one_tokenizer_pairs_everything_without_a_warning():
 def test_token_spans_cover_each_scored_token_of_the_plain_pass(tiny_model_dir):
     tokenizer = load_model(str(tiny_model_dir), device="cpu", dtype="fp32").tokenizer
     for prepend_start in (True, False):
-        ids = tokenize(tokenizer, TEXTS, prepend_start)
-        found = token_spans(tokenizer, TEXTS, prepend_start)
+        ids = tokenize(tokenizer, TEXTS, prepend_start=prepend_start)
+        found = token_spans(tokenizer, TEXTS, prepend_start=prepend_start)
         for text, text_ids, text_spans in zip(TEXTS, ids, found):
             assert text_spans.shape == (max(len(text_ids) - 1, 0), 2)
             # In order, they cover the text after the unscored first id (byte pieces of a character overlap on it).
@@ -99,7 +99,7 @@ def test_token_spans_cover_each_scored_token_of_the_plain_pass(tiny_model_dir):
         scored = ids[0][-len(found[0]) :]
         assert [TEXTS[0][a:b] for a, b in found[0].tolist()] == [tokenizer.decode([i]) for i in scored]
     with pytest.raises(MiaFastError, match="is not a fast tokenizer"):
-        token_spans(object(), TEXTS, False)
+        token_spans(object(), TEXTS, prepend_start=False)
 
 
 def test_engines_that_cannot_give_spans_say_so_in_one_line():

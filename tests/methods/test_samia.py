@@ -8,10 +8,11 @@ from helpers import fail, read_jsonl, record_generations, run_cli, write_jsonl
 
 from mia_fast import ComputeConfig, Detector
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import MethodSettings, resolve_methods, score
+from mia_fast.methods import MethodSettings, resolve_methods
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.samia import FirstHalf, SamiaSettings, rouge1_recall, samia_pass, zlib_size
 from mia_fast.pipeline.sampling import gumbel_noise
+from mia_fast.scoring.method_runs import score
 from mia_fast.scoring.planner import run_passes
 
 TEXTS = [

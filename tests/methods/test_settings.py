@@ -1,5 +1,5 @@
 """How a method declares its settings: a number's Range (parsed and checked), the fields and their flat keys,
-CheckedSettings' checks, known texts, a run's MethodSettings, and the settings as recorded."""
+CheckedSettings' checks, known texts, a run's MethodSettings, the settings as recorded, and the hooks' protocols."""
 
 import math
 from dataclasses import dataclass
@@ -12,13 +12,19 @@ from mia_fast.methods.settings import (
     FRACTION,
     SEED,
     CheckedSettings,
+    ChecksTexts,
     Flag,
+    GivesExample,
     MethodSettings,
+    PreparesForModel,
+    PreparesForTexts,
     Range,
     known_texts,
     recorded,
+    recorded_settings,
     setting,
     setting_fields,
+    settings_classes,
 )
 
 
@@ -74,3 +80,29 @@ def test_recorded_values_are_json():
     assert digest.startswith("sha256:") and digest == recorded(["a", "b"]) and digest != recorded(("b", "a"))
     assert recorded(np.arange(3)).startswith("sha256:")
     assert recorded(Toy()) == {"type": "Toy", "texts": recorded(()), "share": 0.5, "hidden": 3}
+
+
+def test_what_is_recorded_of_a_runs_settings():
+    from mia_fast.methods import REGISTRY, SamiaSettings
+
+    settings = MethodSettings(SamiaSettings(samples=3, seed=7))
+    recorded_run = recorded_settings([REGISTRY["samia"]], settings)
+    assert recorded_run == {"samia_samples": 3, "method_seed": 7}
+
+
+def test_the_settings_classes_of_methods_each_once_in_order():
+    from mia_fast.methods import REGISTRY, ConRecallSettings, RecallSettings
+
+    classes = settings_classes([REGISTRY["recall"], REGISTRY["conrecall"], REGISTRY["loss"]])
+    assert classes == [RecallSettings, ConRecallSettings]
+
+
+def test_the_settings_classes_declare_their_hooks_by_protocol():
+    """Every settings class of a registered method that defines a hook names its protocol among its bases."""
+    from mia_fast.methods import REGISTRY
+
+    hooks = {"prepare": PreparesForModel, "check_texts": ChecksTexts, "before_scoring": PreparesForTexts}
+    hooks["example"] = GivesExample
+    for cls in settings_classes(REGISTRY.values()):
+        for name, protocol in hooks.items():
+            assert (name in vars(cls)) == (protocol in cls.__mro__), (cls.__name__, name)

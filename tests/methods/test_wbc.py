@@ -6,9 +6,10 @@ from helpers import paired_inputs, paired_stats, span_lists, word_spans
 
 from mia_fast import WbcSettings
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import resolve_methods, score
-from mia_fast.methods.registry import setting_options
+from mia_fast.methods import resolve_methods
+from mia_fast.methods.setting_options import setting_options
 from mia_fast.methods.wbc import window_sizes, window_votes
+from mia_fast.scoring.method_runs import score
 
 
 def test_wbc_window_votes_by_hand():

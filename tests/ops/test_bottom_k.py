@@ -52,8 +52,8 @@ def test_blocks_of_any_size_give_the_means_of_a_sort_per_text(monkeypatch):
 def test_k_outside_0_1_is_refused(ks):
     with pytest.raises(ValueError, match=r"ks must be fractions in \(0, 1\]"):
         bottom_k_means(np.zeros(3), np.array([0, 3]), ks)
-    with pytest.raises(ValueError, match="impl must be one of torch, triton"):
-        bottom_k_means(np.zeros(3), np.array([0, 3]), ks, impl="numpy")
+    with pytest.raises(ValueError, match="backend must be one of torch, triton"):
+        bottom_k_means(np.zeros(3), np.array([0, 3]), ks, backend="numpy")
 
 
 def test_bottom_k_counts_reproduce_python_int_of_float_product():

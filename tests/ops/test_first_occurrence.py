@@ -26,5 +26,5 @@ def test_the_capped_mean_by_hand():
     # Text 0: ids 5, 3, 7 first: min(0.5 * 2, 1.5), min(0.5 * 4, 1.5), min(1 * 1, 1.5); text 2: 0.25 * 2 (the 5 again
     # is no first occurrence).
     np.testing.assert_allclose(means, [(1.0 + 1.5 + 1.0) / 3, math.nan, 0.5], rtol=1e-7)
-    with pytest.raises(ValueError, match="impl must be one of torch, triton"):
-        capped_first_occurrence_mean(ids, logp, first, offsets, log_f, cap=1.5, impl="cpu")
+    with pytest.raises(ValueError, match="backend must be one of torch, triton"):
+        capped_first_occurrence_mean(ids, logp, first, offsets, log_f, cap=1.5, backend="cpu")

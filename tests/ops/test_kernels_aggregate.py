@@ -123,7 +123,7 @@ def test_bad_aggregation_inputs_are_refused():
     with pytest.raises(ValueError, match="rise from 0"):
         bottom_k_means(values, torch.tensor([0, 3, 2, 5]), [0.5])
     with pytest.raises(ValueError, match=r"fractions in \(0, 1\]"):
-        reference_bottom_k_means(values.numpy(), offsets.numpy(), [0.0], impl="triton")
+        reference_bottom_k_means(values.numpy(), offsets.numpy(), [0.0], backend="triton")
     with pytest.raises(ValueError, match="1-D"):
         bottom_k_means(values.view(5, 1), offsets, [0.5])
     first = torch.ones(5, dtype=torch.bool)

@@ -1,4 +1,4 @@
-"""Per-row token statistics (``ops/token_stats.py``): the reference by hand, the impl asked for, the projection a
+"""Per-row token statistics (``ops/token_stats.py``): the reference by hand, the backend asked for, the projection a
 chunk of rows at a time (torch and the Triton kernel), and the streamed merge of vocabulary chunks (torch and the
 native core) against the whole-row reference."""
 
@@ -28,8 +28,8 @@ def test_the_torch_impl_is_the_reference_and_an_unknown_impl_is_refused():
     logits, targets = varied_logits(5, 300, seed=1), torch.arange(5) * 7
     for got, expected in zip(token_stats(logits, targets), token_stats_torch(logits, targets), strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="impl must be one of torch, triton, got 'cuda'"):
-        token_stats(logits, targets, impl="cuda")
+    with pytest.raises(ValueError, match="backend must be one of torch, triton, got 'cuda'"):
+        token_stats(logits, targets, backend="cuda")
 
 
 @pytest.mark.parametrize("chunk_rows, stats_rows", [(1, None), (4, 3), (16, None)])
@@ -81,7 +81,7 @@ def test_fused_linear_equals_matmul_then_token_stats(dtype, with_bias):
             None if bias is None else bias.to(DEVICE),
             chunk_rows=chunk_rows,
             stats_rows=stats_rows,
-            impl="triton",
+            backend="triton",
         )
         # Chunks change the matmul's blocking, hence the last bits of the logits.
         for a, b in zip(got, expected, strict=True):
@@ -92,7 +92,9 @@ def test_fused_linear_equals_matmul_then_token_stats(dtype, with_bias):
 
 def test_fused_linear_refuses_mismatched_shapes():
     with pytest.raises(ValueError, match="hidden"):
-        linear_token_stats(torch.randn(3, 8), torch.randn(10, 9), torch.tensor([1, 2, 3]), chunk_rows=2, impl="triton")
+        linear_token_stats(
+            torch.randn(3, 8), torch.randn(10, 9), torch.tensor([1, 2, 3]), chunk_rows=2, backend="triton"
+        )
 
 
 def test_token_stats_match_fp64_definition():

@@ -21,7 +21,7 @@ def test_prepend_start_scores_the_first_token(tiny_loaded):
     engine_on = StatsEngine(tiny_loaded, prepend_start=True)
     engine_off = StatsEngine(tiny_loaded, prepend_start=False)
     text = ["the quick brown fox"]
-    n_ids = len(tokenize(tiny_loaded.tokenizer, text, False)[0])
+    n_ids = len(tokenize(tiny_loaded.tokenizer, text, prepend_start=False)[0])
     assert engine_on.compute(text).lengths[0] == n_ids
     assert engine_off.compute(text).lengths[0] == n_ids - 1
 
@@ -155,7 +155,7 @@ def test_triton_detector_scores_every_one_pass_method_like_the_reference(tiny_mo
     method_settings, compute = [DcpddSettings(frequencies=counts)], ComputeConfig(batch_tokens=200)
     kernel = Detector(ModelConfig(str(tiny_model_dir), backend="triton"), method_settings, compute)
     reference = Detector(ModelConfig(str(tiny_model_dir), backend="torch"), method_settings, compute)
-    assert kernel.backend == "triton" and reference.backend == "torch"  # the reductions follow the statistics
+    assert kernel.ops.backend == "triton" and reference.ops.backend == "torch"  # the reductions follow the statistics
     methods = [*ONE_PASS_METHODS, "dcpdd"]
     assert_scores_close(
         kernel.score(mixed_texts, methods, ALL_KS), reference.score(mixed_texts, methods, ALL_KS), rtol=1e-4, atol=1e-6

@@ -331,14 +331,14 @@ def test_each_prefix_runs_once_whatever_the_batches_and_passes(tiny_model_dir, p
     )
     engine = detector.engines["target"]
     run_ids: list[int] = []
-    forward = PackedDecoder._forward
+    forward = PackedDecoder.residual
 
     def counting(decoder, ids, lengths, contexts, kept=None, **options):
         run_ids.append(int(ids.shape[0]) if kept is not None else 0)
         return forward(decoder, ids, lengths, contexts, kept, **options)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(PackedDecoder, "_forward", counting)
+        patch.setattr(PackedDecoder, "residual", counting)
         scores = detector.score(texts, methods=["recall", "conrecall"])
     prefix_ids = [len(engine.context_ids(p)) for p in ("".join(nonmembers), "".join(members))]
     assert sorted(n for n in run_ids if n) == sorted(prefix_ids)  # two prefixes, each run once

@@ -60,14 +60,14 @@ def test_a_reordered_product_computes_the_same_linear(weights):
 )
 def test_an_activated_product_is_the_activation_of_the_linear(weights, reorder, activation, formula):
     x, weight, bias = weights
-    got = Product(weight, bias, reorder).activated(x, activation)
+    got = Product(weight, bias, reorder=reorder).activated(x, activation)
     torch.testing.assert_close(got, formula(F.linear(x, weight, bias)), **CLOSE)
 
 
 @pytest.mark.parametrize("reorder", [False, True])
 def test_a_product_times_or_added_to_another_tensor(weights, reorder):
     x, weight, bias = weights
-    product, other = Product(weight, bias, reorder), random(5, 12, seed=4)
+    product, other = Product(weight, bias, reorder=reorder), random(5, 12, seed=4)
     linear = F.linear(x, weight, bias)
     torch.testing.assert_close(product.times(x, other.clone()), linear * other, **CLOSE)
     torch.testing.assert_close(product.added_to(x, other.clone()), linear + other, **CLOSE)
@@ -86,14 +86,18 @@ def test_a_linear_products_rows_pick_and_order_the_outputs(weights):
         module.weight.copy_(weight)
         module.bias.copy_(bias)
     rows = torch.tensor([3, 0, 7])
-    torch.testing.assert_close(linear_product(module, True, rows)(x), F.linear(x, weight, bias)[:, rows], **CLOSE)
+    torch.testing.assert_close(
+        linear_product(module, rows, reorder=True)(x), F.linear(x, weight, bias)[:, rows], **CLOSE
+    )
 
 
 @pytest.mark.parametrize("reorder", [False, True])
 def test_a_gated_mlp_is_down_of_up_times_silu_of_gate(reorder):
     x, total = random(5, 16, seed=1), random(5, 16, seed=2)
     up, gate, down = random(24, 16, seed=3), random(24, 16, seed=4), random(16, 24, seed=5)
-    mlp = MLP(Product(up, None, reorder), Product(down, None, reorder), Product(gate, None, reorder))
+    mlp = MLP(
+        Product(up, None, reorder=reorder), Product(down, None, reorder=reorder), Product(gate, None, reorder=reorder)
+    )
     expected = total + F.linear(F.linear(x, up) * F.silu(F.linear(x, gate)), down)
     torch.testing.assert_close(mlp.added_to(x, total.clone()), expected, **CLOSE)
 
@@ -102,7 +106,7 @@ def test_a_gated_mlp_is_down_of_up_times_silu_of_gate(reorder):
 def test_a_plain_mlp_is_down_of_the_activation_of_up(reorder):
     x, total = random(5, 16, seed=1), random(5, 16, seed=2)
     up, up_bias, down, down_bias = random(24, 16, seed=3), random(24, seed=4), random(16, 24, seed=5), random(16)
-    mlp = MLP(Product(up, up_bias, reorder), Product(down, down_bias, reorder), activation="gelu_new")
+    mlp = MLP(Product(up, up_bias, reorder=reorder), Product(down, down_bias, reorder=reorder), activation="gelu_new")
     expected = total + F.linear(F.gelu(F.linear(x, up, up_bias), approximate="tanh"), down, down_bias)
     torch.testing.assert_close(mlp.added_to(x, total.clone()), expected, **CLOSE)
 

@@ -302,7 +302,7 @@ def test_a_model_with_a_sliding_window_scores_packed_and_samples_through_its_own
     tokenizer.save_pretrained(tmp_path)
     texts = ["the quick brown fox jumps over the lazy dog", "to be or not to be that is the question"]
     detector = Detector(str(tmp_path), [SamiaSettings(samples=3)])
-    assert detector.target.packs and detector.target._packed_decoder().windows == [4, 4]
+    assert detector.target.packs and detector.target.packed_decoder().windows == [4, 4]
     samia = samia_pass(detector.settings)
     fed = record_packed(monkeypatch)
     windowed = run_passes(detector.engines, texts, [samia])[samia]

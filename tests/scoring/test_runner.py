@@ -8,22 +8,18 @@ import json
 import random
 import threading
 import time
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from data.test_files import make_rows, write_input
 from helpers import digests, fail_writes
 
-from mia_fast import ComputeConfig, Detector, ModelConfig, OutputConfig, RunConfig, ScoringConfig, score_file
-from mia_fast.data import Dataset, DataStream, read_dataset
+from mia_fast import ComputeConfig, Detector, OutputConfig, RunConfig, ScoringConfig, score_file
+from mia_fast.data import DataStream, read_dataset
 from mia_fast.data.files import cut_to_words
 from mia_fast.data.outputs import ResultWriter
 from mia_fast.errors import MiaFastError
-from mia_fast.methods import resolve_methods
 from mia_fast.scoring import runner as runner_module
-from mia_fast.scoring.runner import ONLINE_COLUMNS, check_before_loading, output_columns, windows_path
-from mia_fast.served.client import ServerConfig
 
 
 @pytest.fixture(scope="module")
@@ -149,36 +145,3 @@ def test_a_tiny_jsonl_is_scored_into_a_file_row_for_row(detector, tmp_path):
     assert [r["n_tokens"] for r in written] == expected.n_tokens.tolist()
     assert losses(written) == pytest.approx(list(expected["loss"]), rel=1e-6, nan_ok=True)
     assert [r["warning"] for r in written] == expected.warnings
-
-
-def test_the_output_columns_are_id_label_n_tokens_scores_online_and_warning():
-    requests = resolve_methods(["loss", "mink"], [0.2])
-    labelled = Dataset(texts=["a"], ids=["x"], labels=[1])
-    columns = ["id", "label", "n_tokens", "loss", "mink_0.2", "warning"]
-    assert output_columns(labelled, requests, "id", "label") == columns
-    plain = Dataset(texts=["a"], ids=None, labels=None)
-    assert output_columns(plain, requests, "key", "y", online=True) == [
-        "n_tokens",
-        "loss",
-        "mink_0.2",
-        *ONLINE_COLUMNS,
-        "warning",
-    ]
-
-
-def test_the_windows_file_sits_beside_the_scores():
-    assert windows_path("runs/scores.jsonl") == Path("runs/scores.windows.jsonl")
-    assert windows_path(Path("s.parquet")) == Path("s.windows.jsonl")
-
-
-def test_what_cannot_run_is_refused_before_any_model_loads(tmp_path):
-    missing = ModelConfig(model=str(tmp_path / "nowhere"))
-    with pytest.raises(MiaFastError, match="nowhere: no such model directory"):
-        check_before_loading(missing, ScoringConfig(methods=["loss"]))
-    with pytest.raises(MiaFastError, match="unknown method"):
-        check_before_loading(missing, ScoringConfig(methods=["no_such_method"]))
-    served = ModelConfig(model=ServerConfig("http://127.0.0.1:1", "m"))
-    with pytest.raises(MiaFastError, match="^method 'minkpp' needs the exact mean and variance"):
-        check_before_loading(served, ScoringConfig(methods=["loss", "minkpp"]))
-    requests, _ = check_before_loading(served, ScoringConfig(methods=["loss"], k=[0.5]))
-    assert [r.columns for r in requests] == [["loss"]]

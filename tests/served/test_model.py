@@ -20,22 +20,22 @@ WEIGHTS = "which a server does not return: score with the weights (--model)"
 
 @pytest.mark.parametrize("has_tokenizer", [False, True])
 def test_hidden_states_and_gradients_are_refused_with_or_without_a_tokenizer(has_tokenizer):
-    assert served_refusal(HiddenStatesReadout(), has_tokenizer) == f"the model's hidden states, {WEIGHTS}"
-    assert served_refusal(GradientNormReadout(), has_tokenizer) == f"the model's gradients, {WEIGHTS}"
+    assert served_refusal(HiddenStatesReadout(), has_tokenizer=has_tokenizer) == f"the model's hidden states, {WEIGHTS}"
+    assert served_refusal(GradientNormReadout(), has_tokenizer=has_tokenizer) == f"the model's gradients, {WEIGHTS}"
 
 
 def test_top_logprobs_and_token_spans_need_a_tokenizer_here():
-    refusal = served_refusal(TopLogprobsReadout(5), False)
+    refusal = served_refusal(TopLogprobsReadout(5), has_tokenizer=False)
     assert refusal.startswith("the vocabulary's size") and refusal.endswith("give --tokenizer NAME")
-    assert served_refusal(TOKEN_SPANS, False).startswith("the character spans of the served tokens")
-    assert served_refusal(TopLogprobsReadout(5), True) is None
-    assert served_refusal(TOKEN_SPANS, True) is None
+    assert served_refusal(TOKEN_SPANS, has_tokenizer=False).startswith("the character spans of the served tokens")
+    assert served_refusal(TopLogprobsReadout(5), has_tokenizer=True) is None
+    assert served_refusal(TOKEN_SPANS, has_tokenizer=True) is None
 
 
 @pytest.mark.parametrize("has_tokenizer", [False, True])
 def test_token_stats_and_samples_are_served(has_tokenizer):
-    assert served_refusal(TOKEN_STATS, has_tokenizer) is None
-    assert served_refusal(SamplesReadout(count=2), has_tokenizer) is None
+    assert served_refusal(TOKEN_STATS, has_tokenizer=has_tokenizer) is None
+    assert served_refusal(SamplesReadout(count=2), has_tokenizer=has_tokenizer) is None
 
 
 def test_a_served_models_limits_refuse_as_it_does_and_give_no_vocabulary_stats_or_weights():
@@ -43,7 +43,7 @@ def test_a_served_models_limits_refuse_as_it_does_and_give_no_vocabulary_stats_o
         limits = ServedLimits(has_tokenizer)
         assert not limits.vocabulary_stats and not limits.weights_here
         for readout in (TOKEN_STATS, TOKEN_SPANS, TopLogprobsReadout(5), HiddenStatesReadout()):
-            assert limits.refusal(readout) == served_refusal(readout, has_tokenizer)
+            assert limits.refusal(readout) == served_refusal(readout, has_tokenizer=has_tokenizer)
 
 
 def test_the_named_tokenizer_is_loaded_with_its_vocabulary_size(tiny_model_dir):

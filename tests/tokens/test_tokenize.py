@@ -104,7 +104,7 @@ class Characters(TextRows):
         self.max_length = max_length
         self.encoded: list[tuple[list[str], bool]] = []
 
-    def _encode(self, texts: Sequence[str], ahead: bool) -> list[list[int]]:
+    def _encode(self, texts: Sequence[str], *, ahead: bool) -> list[list[int]]:
         self.encoded.append((list(texts), ahead))
         return [[ord(c) for c in text] for text in texts]
 

@@ -11,12 +11,17 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from mia_fast.pipeline.packed_layers import DecoderLayer, HeadShape
 
-LayerBuilder = Callable[[torch.nn.Module, HeadShape, bool, object], DecoderLayer]
+
+class LayerBuilder(Protocol):
+    """A family's builder of one decoder layer (``FamilySpec.layer``)."""
+
+    def __call__(self, module: torch.nn.Module, shape: HeadShape, config: object, *, reorder: bool) -> DecoderLayer: ...
 
 
 def _no_refusal(config, max_length: int) -> str | None:
@@ -31,7 +36,7 @@ def _no_window(config, layer: int) -> int | None:
 class FamilySpec:
     """A model family as the packed decoder runs it.
 
-    - ``layer(module, shape, reorder, config)``: the :class:`DecoderLayer` of one of the model's decoder layers
+    - ``layer(module, shape, config, *, reorder)``: the :class:`DecoderLayer` of one of the model's decoder layers
       (``reorder``: the weights may be copied, fused and reordered for the rotary embedding, :mod:`packed_layers`);
     - ``embedding``, ``final_norm``, ``rotary``: the attribute of the base model holding each (the rotary embedding
       is transformers' module of ``(x, position_ids) -> (cos, sin)``; each head's first rotary dims turn by halves,

@@ -10,7 +10,7 @@ from mia_fast.pipeline.families import FamilySpec, register_family
 from mia_fast.pipeline.packed_layers import GELUS, MLP, QKV, DecoderLayer, HeadShape, decoder_layer, linear_product
 
 
-def neox_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool, config) -> DecoderLayer:
+def neox_layer(layer: torch.nn.Module, shape: HeadShape, config, *, reorder: bool) -> DecoderLayer:
     attention, mlp = layer.attention, layer.mlp
     if reorder:
         # The model's rows hold each head's q, k and v in turn: gathered into all q, all k, all v, each paired.
@@ -19,12 +19,12 @@ def neox_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool, config) 
         within = shape.paired(heads) - torch.arange(heads).repeat_interleave(head_dim) * head_dim
         plain = torch.arange(head_dim).repeat(heads)
         rows = torch.cat([head_starts + within, head_starts + head_dim + within, head_starts + 2 * head_dim + plain])
-        qkv = QKV((linear_product(attention.query_key_value, reorder, rows),), shape)
+        qkv = QKV((linear_product(attention.query_key_value, rows, reorder=reorder),), shape)
     else:
-        qkv = QKV((linear_product(attention.query_key_value, reorder),), shape, per_head=True)
-    up, down = linear_product(mlp.dense_h_to_4h, reorder), linear_product(mlp.dense_4h_to_h, reorder)
+        qkv = QKV((linear_product(attention.query_key_value, reorder=reorder),), shape, per_head=True)
+    up, down = linear_product(mlp.dense_h_to_4h, reorder=reorder), linear_product(mlp.dense_4h_to_h, reorder=reorder)
     feed_forward = MLP(up, down, activation=config.hidden_act)
-    out = linear_product(attention.dense, reorder)
+    out = linear_product(attention.dense, reorder=reorder)
     return decoder_layer(layer, qkv, out, feed_forward, parallel=layer.use_parallel_residual, reorder=reorder)
 
 

@@ -18,20 +18,22 @@ from mia_fast.pipeline.packed_layers import (
 )
 
 
-def llama_layer(layer: torch.nn.Module, shape: HeadShape, reorder: bool, config) -> DecoderLayer:
+def llama_layer(layer: torch.nn.Module, shape: HeadShape, config, *, reorder: bool) -> DecoderLayer:
     attention, mlp = layer.self_attn, layer.mlp
     projections = (attention.q_proj, attention.k_proj, attention.v_proj)
     if reorder:
         rows = [shape.paired(shape.heads), shape.paired(shape.kv_heads), None]
-        qkv = QKV((fused_product(projections, rows, reorder),), shape)
+        qkv = QKV((fused_product(projections, rows, reorder=reorder),), shape)
     else:
-        qkv = QKV(tuple(linear_product(m, reorder) for m in projections), shape)
+        qkv = QKV(tuple(linear_product(m, reorder=reorder) for m in projections), shape)
     gated = MLP(
-        linear_product(mlp.up_proj, reorder),
-        linear_product(mlp.down_proj, reorder),
-        linear_product(mlp.gate_proj, reorder),
+        linear_product(mlp.up_proj, reorder=reorder),
+        linear_product(mlp.down_proj, reorder=reorder),
+        linear_product(mlp.gate_proj, reorder=reorder),
     )
-    return decoder_layer(layer, qkv, linear_product(attention.o_proj, reorder), gated, parallel=False, reorder=reorder)
+    return decoder_layer(
+        layer, qkv, linear_product(attention.o_proj, reorder=reorder), gated, parallel=False, reorder=reorder
+    )
 
 
 def sliding_window(config, layer: int) -> int | None:

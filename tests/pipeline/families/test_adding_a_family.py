@@ -28,17 +28,17 @@ STARCODER2 = textwrap.dedent(
     from mia_fast.pipeline.packed_layers import MLP, QKV, decoder_layer, fused_product, linear_product
 
 
-    def starcoder2_layer(layer, shape, reorder, config):
+    def starcoder2_layer(layer, shape, config, *, reorder):
         attention, mlp = layer.self_attn, layer.mlp
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
         if reorder:
             rows = [shape.paired(shape.heads), shape.paired(shape.kv_heads), None]
-            qkv = QKV((fused_product(projections, rows, reorder),), shape)
+            qkv = QKV((fused_product(projections, rows, reorder=reorder),), shape)
         else:
-            qkv = QKV(tuple(linear_product(m, reorder) for m in projections), shape)
-        up, down = linear_product(mlp.c_fc, reorder), linear_product(mlp.c_proj, reorder)
+            qkv = QKV(tuple(linear_product(m, reorder=reorder) for m in projections), shape)
+        up, down = linear_product(mlp.c_fc, reorder=reorder), linear_product(mlp.c_proj, reorder=reorder)
         feed_forward = MLP(up, down, activation=config.hidden_act)
-        out = linear_product(attention.o_proj, reorder)
+        out = linear_product(attention.o_proj, reorder=reorder)
         return decoder_layer(layer, qkv, out, feed_forward, parallel=False, reorder=reorder)
 
 

@@ -37,7 +37,7 @@ def tiny_neox(**extra) -> torch.nn.Module:
 def test_a_neox_layer_gathers_each_heads_q_k_and_v_with_q_and_k_paired_when_reordered(reorder, parallel):
     model = tiny_neox(use_parallel_residual=parallel)
     layer, shape = model.gpt_neox.layers[0], HeadShape(heads=4, kv_heads=4, head_dim=8, rotary_dims=4)
-    packed, x = neox_layer(layer, shape, reorder, model.config), random(5, 32, seed=1)
+    packed, x = neox_layer(layer, shape, model.config, reorder=reorder), random(5, 32, seed=1)
     within = shape.paired(1) if reorder else torch.arange(8)
     with torch.no_grad():
         q, k, v = packed.qkv(x)

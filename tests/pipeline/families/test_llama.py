@@ -35,7 +35,7 @@ def tiny_llama_layer() -> torch.nn.Module:
 @pytest.mark.parametrize("reorder", [False, True])
 def test_a_llama_layer_holds_the_models_products_with_q_and_k_paired_when_reordered(reorder):
     layer, shape = tiny_llama_layer(), HeadShape(heads=4, kv_heads=2, head_dim=8, rotary_dims=8)
-    packed, x = llama_layer(layer, shape, reorder, None), random(5, 32, seed=1)
+    packed, x = llama_layer(layer, shape, None, reorder=reorder), random(5, 32, seed=1)
     attention = layer.self_attn
     with torch.no_grad():
         q, k, v = packed.qkv(x)

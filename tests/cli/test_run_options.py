@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers import parsed
 
-from mia_fast.cli.runs import (
+from mia_fast.cli.run_options import (
     checked_threshold,
     input_name,
     method_settings,

@@ -1,5 +1,5 @@
-"""The one choice of implementation for every op: the reference or the Triton kernels, and the native core or
-torch for a streamed merge. No other module of ``mia_fast.ops`` tests a device or an ``impl``: each asks here."""
+"""The one choice of backend for every op: the torch reference or the Triton kernels, and the native core or torch
+for a streamed merge. No other module of ``mia_fast.ops`` tests a device or a backend: each asks here."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from mia_fast.errors import MiaFastError
 if TYPE_CHECKING:
     import torch
 
+# What --backend may name; ``auto`` resolves to one of RUNNING_BACKENDS on a device (:func:`resolve_backend`).
 BACKENDS = ("auto", "torch", "triton")
-IMPLS = ("torch", "triton")
+RUNNING_BACKENDS = ("torch", "triton")
 Result = TypeVar("Result")
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
-    """The impl that ``backend`` means on ``device``: ``auto`` picks the Triton kernels on CUDA when
+    """The running backend that ``backend`` means on ``device``: ``auto`` picks the Triton kernels on CUDA when
     triton imports, the torch reference otherwise (never the interpreter on its own)."""
     if backend not in BACKENDS:
         raise MiaFastError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -29,7 +30,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise MiaFastError("the triton backend needs a CUDA device (or TRITON_INTERPRET=1, for testing on CPU)")
     try:
-        import mia_fast.kernels  # noqa: F401
+        import mia_fast.kernels  # noqa: F401, PLC0415  (triton is optional: imported only when asked for)
     except ImportError as exc:
         if backend == "auto":
             return "torch"
@@ -37,16 +38,19 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return "triton"
 
 
-def check_impl(impl: str) -> None:
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+def check_backend(backend: str) -> None:
+    """Refuses a backend that is not one of RUNNING_BACKENDS (``auto`` is resolved before an op runs)."""
+    if backend not in RUNNING_BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(RUNNING_BACKENDS)}, got {backend!r}")
 
 
-def implementation(impl: str, reference: Callable[..., Result], kernel: Callable[..., Result]) -> Callable[..., Result]:
-    """What ``impl`` names: the ``reference`` callable (``"torch"``) or the ``kernel`` one (``"triton"``, a
+def implementation(
+    backend: str, reference: Callable[..., Result], kernel: Callable[..., Result]
+) -> Callable[..., Result]:
+    """What ``backend`` names: the ``reference`` callable (``"torch"``) or the ``kernel`` one (``"triton"``, a
     :func:`triton_kernel` or :func:`numpy_kernel`), taking the same arguments."""
-    check_impl(impl)
-    return reference if impl == "torch" else kernel
+    check_backend(backend)
+    return reference if backend == "torch" else kernel
 
 
 def triton_kernel(name: str) -> Callable[..., Any]:
@@ -59,7 +63,7 @@ def triton_kernel(name: str) -> Callable[..., Any]:
 
 
 def _loaded(name: str) -> Callable[..., Any]:
-    import mia_fast.kernels
+    import mia_fast.kernels  # noqa: PLC0415  (triton is optional: imported only when a kernel runs)
 
     return getattr(mia_fast.kernels, name)
 
@@ -82,7 +86,7 @@ def numpy_kernel(name: str, dtypes: Sequence[np.dtype | type | None], device: An
 
 def kernel_device(device) -> torch.device:
     """Where the kernels run: ``device``, or CUDA when there is one (the CPU runs them only under the interpreter)."""
-    import torch
+    import torch  # noqa: PLC0415  (the CLI reads BACKENDS here and starts without torch)
 
     if device is not None:
         return torch.device(device)
@@ -91,12 +95,12 @@ def kernel_device(device) -> torch.device:
 
 def to_device(array: np.ndarray, dtype: np.dtype, device):
     """``array`` as a contiguous torch tensor of ``dtype`` on ``device`` (for the kernels)."""
-    import torch
+    import torch  # noqa: PLC0415  (the CLI reads BACKENDS here and starts without torch)
 
     return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).to(device)
 
 
-def streams_natively(device: torch.device, native: bool | None) -> bool:
+def streams_natively(device: torch.device, *, native: bool | None) -> bool:
     """Whether a streamed merge on ``device`` asks for the native core: on CPU, unless ``native`` is False (the
     native core reads host memory only)."""
     return native is not False and device.type == "cpu"

@@ -9,10 +9,18 @@ import sys
 from dataclasses import fields, replace
 from typing import Any
 
-from mia_fast.data import SUITES
+from mia_fast.cli.setting_flags import settings_from_values
+from mia_fast.data import SUITES, read_texts
 from mia_fast.errors import MiaFastError
+from mia_fast.evaluation.thresholds import Threshold
 from mia_fast.generation.neighbors import Neighbors
-from mia_fast.methods.registry import DEFAULT_METHODS, setting_options
+from mia_fast.methods.neighbor import NeighborSettings
+from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting
+from mia_fast.methods.registry import DEFAULT_METHODS, resolve_methods
+from mia_fast.methods.setting_options import setting_options
+from mia_fast.scoring.config import ComputeConfig, GgufFile, ModelConfig, OutputConfig, RunConfig, ScoringConfig
+from mia_fast.scoring.engines import engine_kind
+from mia_fast.served.client import RequestSettings, ServerConfig
 
 
 def stderr(message: str) -> None:
@@ -21,8 +29,6 @@ def stderr(message: str) -> None:
 
 def server_config(args: argparse.Namespace):
     """The ServerConfig of the served-model options, or None without --server."""
-    from mia_fast.served.client import RequestSettings, ServerConfig
-
     if getattr(args, "server", None) is None:
         names = ("server_model", "api_key_env", "tokenizer")
         given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name, None)]
@@ -40,10 +46,6 @@ def server_config(args: argparse.Namespace):
 def method_settings(args: argparse.Namespace, dataset=None):
     """The methods' settings from their flags (a file of texts read with --text-field), with the neighbours of
     --neighbor-field; a setting object's progress bar off with --quiet."""
-    from mia_fast.data import read_texts
-    from mia_fast.methods.neighbor import NeighborSettings
-    from mia_fast.methods.registry import settings_from_values
-
     values = {}
     for option in setting_options():
         value = getattr(args, option.key, None)
@@ -65,8 +67,6 @@ def _quiet(value: Any, args: argparse.Namespace) -> Any:
 def online_setting(args: argparse.Namespace):
     """--online W with its --online-stride and --online-method as an OnlineSetting (checked here); None without
     --online."""
-    from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting
-
     if getattr(args, "online", None) is None:
         stray = [
             f"--online-{name}" for name in ("stride", "method") if getattr(args, f"online_{name}", None) is not None
@@ -80,8 +80,6 @@ def online_setting(args: argparse.Namespace):
 def model_config(args: argparse.Namespace, model: str | None = None):
     """The ModelConfig of the model options: the target of --server, --gguf (over --model, as ever) or --model;
     ``model`` in place of them where given."""
-    from mia_fast.scoring.config import GgufFile, ModelConfig
-
     if model is None:
         model = server_config(args) or (GgufFile(args.gguf) if args.gguf is not None else args.model)
     return ModelConfig(
@@ -99,19 +97,22 @@ def model_config(args: argparse.Namespace, model: str | None = None):
 def output_config(args: argparse.Namespace, out):
     """The OutputConfig of the output options, scoring into ``out``, with the input's id and label fields and the
     run file."""
-    from mia_fast.scoring.config import OutputConfig
-
     id_field, label_field = getattr(args, "id_field", "id"), getattr(args, "label_field", "label")
     run_file = getattr(args, "run_file", None)
-    return OutputConfig(out, args.resume, args.overwrite, args.block_rows, id_field, label_field, run_file)
+    return OutputConfig(
+        out,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        block_rows=args.block_rows,
+        id_field=id_field,
+        label_field=label_field,
+        run_file=run_file,
+    )
 
 
 def run_config(args: argparse.Namespace, dataset, out, methods: str | None = None, model: str | None = None):
     """The RunConfig of the command's options, scoring into ``out``; ``methods`` (comma-separated, with no k
     list) in place of --methods and --k where given, ``model`` in place of --model."""
-    from mia_fast.scoring.config import ComputeConfig, RunConfig, ScoringConfig
-    from mia_fast.scoring.engines import engine_kind
-
     model_settings = model_config(args, model)
     chosen = methods or args.methods
     defaults = engine_kind(model_settings.model).defaults
@@ -142,8 +143,6 @@ def checked_threshold(args: argparse.Namespace, out, model: str | None = None):
     """The threshold of --threshold, refused in one line unless it is for the column of --method (where given) and
     was calibrated under the settings this run scores its method with (on ``model`` in place of --model, where
     given)."""
-    from mia_fast.evaluation.thresholds import Threshold
-
     threshold = Threshold.load(args.threshold)
     column = single_column(args.method) if args.method else None
     run = run_config(args, None, out, threshold.method, model)
@@ -153,8 +152,6 @@ def checked_threshold(args: argparse.Namespace, out, model: str | None = None):
 
 def single_column(method: str) -> str:
     """The one score column ``method`` names (``mink_0.2``, ``loss``); refuses a method of several columns."""
-    from mia_fast.methods import resolve_methods
-
     columns = [c for r in resolve_methods([method], []) for c in r.columns]
     if len(columns) != 1:
         raise MiaFastError(f"--method takes one score column, e.g. mink_0.2 or loss; {method!r} is not one")
@@ -173,6 +170,9 @@ def input_name(args: argparse.Namespace) -> str:
 
 def score_into(args: argparse.Namespace, dataset, out) -> None:
     """Scores ``dataset`` into ``out`` with the command's options (resumable, block by block)."""
-    from mia_fast.scoring.runner import score_file
+    # Loading the runner loads torch: only a command that scores pays for it (`mia-fast --help` must not).
+    from mia_fast.scoring.runner import score_file  # noqa: PLC0415 (start-up: torch)
 
-    score_file(dataset, run_config(args, dataset, out), log=stderr, data_name=input_name(args))
+    name = input_name(args)
+    config = run_config(args, dataset, out)
+    score_file(dataset, config, log=stderr, data_name=name)

@@ -1,6 +1,6 @@
-"""The one choice of implementation: what --backend means on a device (the interpreter only where asked for), the
-impl an op runs (reference or kernel, the kernel imported only when it runs), the kernels' device and arguments, and
-whether a streamed merge asks for the native core."""
+"""The one choice of backend: what --backend means on a device (the interpreter only where asked for), the
+implementation a backend runs (reference or kernel, the kernel imported only when it runs), the kernels' device and
+arguments, and whether a streamed merge asks for the native core."""
 
 import numpy as np
 import pytest
@@ -8,8 +8,10 @@ import torch
 
 from mia_fast import kernels
 from mia_fast.errors import MiaFastError
-from mia_fast.ops.impl import (
-    check_impl,
+from mia_fast.ops.backend import (
+    BACKENDS,
+    RUNNING_BACKENDS,
+    check_backend,
     implementation,
     kernel_device,
     numpy_kernel,
@@ -37,7 +39,7 @@ def test_on_cpu_auto_and_torch_mean_the_reference_and_triton_needs_the_interpret
         resolve_backend("cuda", CPU)
 
 
-def test_an_impl_is_the_reference_or_the_kernel_and_nothing_else():
+def test_a_backend_runs_the_reference_or_the_kernel_and_nothing_else():
     def reference(x):
         return ("reference", x)
 
@@ -46,11 +48,12 @@ def test_an_impl_is_the_reference_or_the_kernel_and_nothing_else():
 
     assert implementation("torch", reference, kernel)(1) == ("reference", 1)
     assert implementation("triton", reference, kernel)(2) == ("kernel", 2)
-    for impl in ("auto", "cuda", "Torch"):
-        with pytest.raises(ValueError, match=f"impl must be one of torch, triton, got '{impl}'"):
-            implementation(impl, reference, kernel)
-    check_impl("torch")
-    check_impl("triton")
+    for backend in ("auto", "cuda", "Torch"):
+        with pytest.raises(ValueError, match=f"backend must be one of torch, triton, got '{backend}'"):
+            implementation(backend, reference, kernel)
+    check_backend("torch")
+    check_backend("triton")
+    assert set(RUNNING_BACKENDS) < set(BACKENDS)
 
 
 def test_a_kernel_by_name_runs_the_kernel_of_mia_fast_kernels():
@@ -78,6 +81,7 @@ def test_the_kernels_device_and_tensors():
 
 
 def test_a_streamed_merge_asks_for_the_native_core_on_cpu_unless_turned_off():
-    assert streams_natively(CPU, None) and streams_natively(CPU, True)
-    assert not streams_natively(CPU, False)
-    assert not streams_natively(torch.device("cuda"), None) and not streams_natively(torch.device("meta"), True)
+    assert streams_natively(CPU, native=None) and streams_natively(CPU, native=True)
+    assert not streams_natively(CPU, native=False)
+    assert not streams_natively(torch.device("cuda"), native=None)
+    assert not streams_natively(torch.device("meta"), native=True)
