@@ -5,6 +5,8 @@
 - ``files``: a data file as a ``Dataset`` or a ``DataStream``, checked before scoring; records from a row position
 - ``formats``: the output formats, one class each, and their registry (``OUTPUT_FORMATS``)
 - ``outputs``: ``ResultWriter``, a resumable output written block by block, and its manifest
+- ``run_outputs``: ``RunOutputs``, the one owner of a run's files (the scores and the files beside them)
+- ``side_files``: the paths beside an output (stage, manifest, run file) and their check
 - ``gate``: the output gate every writing command passes first
 - ``artefacts``: atomic replacement, checksummed JSON artefacts, the exclusive lock on an output
 - ``suites``: the field's benchmarks, from the hub or local files

@@ -1,6 +1,6 @@
 """The Detector: scores texts with every requested method, running each pass the methods need once, on the
 engines it holds (a model run here or behind a server, a stats cache, saved TokenStats, any engine of the registry
-``mia_fast.scoring.engines``; ``mia_fast.engines.passes.Engine``)."""
+``mia_fast.scoring.engines``; ``mia_fast.engines.protocol.Engine``)."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ class Detector:
     ``model`` is a :class:`ModelConfig`, or its model alone (a hub name, a directory, a GGUF file, a
     :class:`LoadedModel` already in memory, e.g. one just fine-tuned, a ``ServerConfig``: any source an engine of
     the registry takes), or an engine of its own (anything following
-    :class:`mia_fast.engines.passes.Engine`, e.g. :meth:`from_stats_cache`'s). ``settings`` are the methods'
+    :class:`mia_fast.engines.protocol.Engine`, e.g. :meth:`from_stats_cache`'s). ``settings`` are the methods'
     settings (a :class:`MethodSettings` or settings objects, e.g. ``[RecallSettings(prefix_nonmembers=...)]``),
     made ready here: a probe loaded and checked against the model, a frequency table mapped onto its
     vocabulary. ``compute`` sets the batch budget and the stats cache: texts scored before, with any methods, k

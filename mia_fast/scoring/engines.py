@@ -2,7 +2,7 @@
 
 ``ModelConfig.model`` is the one source of the target model, whatever its kind. Each kind is an :class:`EngineKind`
 in ``ENGINES``: a predicate that claims a source, the factory that builds its engine
-(``mia_fast.engines.passes.Engine``) from the run's ModelConfig and ComputeConfig, the check run before anything
+(``mia_fast.engines.protocol.Engine``) from the run's ModelConfig and ComputeConfig, the check run before anything
 loads, and its limits: what its engine will refuse, known before it is built, so that a run refuses such a method
 in one line before any model loads (here or on Ray). Kinds are asked newest first: a kind added later may claim
 sources a built-in one would take (a llama.cpp engine, ``.gguf`` files), and the weights run here take whatever

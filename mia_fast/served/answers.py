@@ -1,4 +1,4 @@
-"""Reading a server's answers for a prompt's log-probs, each checked as it is read (``server_client``'s ``json_*``
+"""Reading a server's answers for a prompt's log-probs, each checked as it is read (``client``'s ``json_*``
 and ``logprob``): vLLM's ``prompt_logprobs`` and OpenAI's ``echo`` with ``logprobs``, each made into a row's target
 ids, log-probs and top log-probs; the choices of a completions answer by their own index; the server's fingerprint.
 A malformed answer is :class:`~mia_fast.served.client.Malformed`, one line naming the server's fault.

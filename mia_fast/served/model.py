@@ -48,7 +48,7 @@ def served_refusal(readout: Readout, *, has_tokenizer: bool) -> str | None:
 @dataclass(frozen=True)
 class ServedLimits:
     """What any served model cannot give, known before connecting: its engine's limits
-    (``mia_fast.engines.passes.EngineLimits``), for the checks made before a run starts."""
+    (``mia_fast.engines.protocol.EngineLimits``), for the checks made before a run starts."""
 
     has_tokenizer: bool
     vocabulary_stats = False

@@ -1,4 +1,4 @@
-"""A model behind a server as one more engine (``mia_fast.engines.passes.Engine``): the methods do not change.
+"""A model behind a server as one more engine (``mia_fast.engines.protocol.Engine``): the methods do not change.
 
 Once, at the start, the engine checks that the server serves the model and asks which protocol it speaks for
 the log-probs of a prompt: vLLM's ``prompt_logprobs`` (one entry per prompt token: the target's log-prob and the
@@ -6,7 +6,7 @@ top K) or OpenAI's ``echo`` with ``logprobs`` (the prompt echoed with its tokens
 gives neither is refused. Token ids come from a tokenizer loaded here where one is named (the ids are sent, so
 both sides score the same tokens and the start-token rule is ours), else from the server's ``/tokenize``. Texts
 longer than the server's context are split into the same sliding windows as a local run; rows go many to a
-request, ``in_flight`` requests at once. Every answer is checked as it is read, by the checks of ``server_client``
+request, ``in_flight`` requests at once. Every answer is checked as it is read, by the checks of ``client``
 (``json_*``, ``logprob``): a malformed one, a log-prob that is not a finite number at most 0 among them, is one line
 naming the server's fault, never a traceback nor a score of NaN.
 

@@ -4,16 +4,8 @@ TokenStats."""
 import numpy as np
 from helpers import run_cli, write_jsonl
 
+from engines.test_stats_cache import PREFIX, TEXTS
 from mia_fast import ComputeConfig, Detector, RecallSettings
-
-TEXTS = [
-    "the quick brown fox jumps over the lazy dog",
-    "to be or not to be",
-    "",
-    "all that glitters is not gold " * 12,
-    "a",
-]
-PREFIX = ["the rain in spain stays mainly in the plain"]
 
 
 def test_rescore_reads_the_cache_alone_with_other_methods_and_refuses_what_it_lacks(
