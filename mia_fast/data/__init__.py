@@ -9,7 +9,8 @@
 - ``side_files``: the paths beside an output (stage, manifest, run file) and their check
 - ``gate``: the output gate every writing command passes first
 - ``artefacts``: atomic replacement, checksummed JSON artefacts, the exclusive lock on an output
-- ``suites``: the field's benchmarks, from the hub or local files
+- ``suites``: the field's benchmarks (``SUITES``), their layout and leakage; ``suite_loading``: loading one, from
+  the hub or local files
 - ``text``: words as the benchmarks count them
 """
 
@@ -25,7 +26,8 @@ from mia_fast.data.files import (
 )
 from mia_fast.data.formats import OUTPUT_FORMATS, OutputFormat, output_suffixes, register_format
 from mia_fast.data.outputs import ResultWriter
-from mia_fast.data.suites import SUITES, load_suite
+from mia_fast.data.suite_loading import load_suite
+from mia_fast.data.suites import SUITES
 
 __all__ = [
     "OUTPUT_FORMATS",
