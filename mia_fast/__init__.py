@@ -62,8 +62,7 @@ _EXPORTS = {
 def settings_classes() -> dict[str, type]:
     """Every settings class a registered method reads, by its name, as the method registry lists them (importing the
     methods, though no torch)."""
-    registry = importlib.import_module("mia_fast.methods").REGISTRY
-    return {cls.__name__: cls for method in registry.values() for cls in method.settings}
+    return importlib.import_module("mia_fast.methods").settings_by_name()
 
 
 def _public_names() -> list[str]:

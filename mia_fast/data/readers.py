@@ -258,12 +258,6 @@ def refuse_repeated_columns(path: Path, columns: Sequence[str]) -> None:
         seen.add(column)
 
 
-def parquet_columns(path: Path) -> list[str]:
-    import pyarrow.parquet as pq  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only parquet needs it)
-
-    return list(pq.ParquetFile(path).schema_arrow.names)
-
-
 def file_kind(mode: int) -> str:
     """What a path that is no regular file is, as a line names it."""
     kinds = (

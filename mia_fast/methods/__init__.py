@@ -36,7 +36,13 @@ for _module in pkgutil.iter_modules(__path__):
 # What DcpddSettings.frequencies holds once mapped onto the model's vocabulary (users give it from Python too).
 from mia_fast.methods.dcpdd import LogFrequencies  # noqa: E402  (after the others: modules register in name order)
 
-_SETTINGS = {cls.__name__: cls for cls in settings_classes(REGISTRY.values())}
+
+def settings_by_name() -> dict[str, type]:
+    """Every settings class a registered method reads, by its name, as the registry holds them now."""
+    return {cls.__name__: cls for cls in settings_classes(REGISTRY.values())}
+
+
+_SETTINGS = settings_by_name()
 globals().update(_SETTINGS)
 
 __all__ = [
