@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The stages of mia_fast in data-flow order (DESIGN §1). A module may import from its own stage or
 # from an earlier one, never from a later one. Stages on one line are independent of each other.
 STAGE_ORDER = [
-    ("errors", "kernels"),
+    ("errors", "kernels", "checkout_imports"),
     ("data", "ops"),
     ("tokens",),
     ("frequency",),

@@ -53,6 +53,7 @@ def wiki_texts():
     return pile_texts("wikipedia_en", n=100, max_words=100)
 
 
+@pytest.mark.lower_bounds
 def test_parity_with_public_minkpp_loop(detector, wiki_texts):
     """Issue 2, must-show 1: the first 100 wikipedia texts cut to 100 words, fp32, --no-prepend-start.
 
@@ -252,6 +253,7 @@ def test_dcpdd_matches_direct_numpy_on_real_text(detector):
         assert score == pytest.approx(np.mean(alphas), rel=1e-12)
 
 
+@pytest.mark.lower_bounds
 def test_kernel_backend_equals_reference_on_default_model(detector, wiki_texts):
     """Issue 3, must-show 3: every one-pass method, Triton kernels (interpreter on CPU) vs the torch reference."""
     loaded = detector.target.loaded
@@ -272,6 +274,7 @@ def test_kernel_backend_equals_reference_on_default_model(detector, wiki_texts):
         np.testing.assert_allclose(ours[column], expected[column], rtol=1e-4, err_msg=column)
 
 
+@pytest.mark.lower_bounds
 def test_dcpdd_from_a_built_table_equals_the_equivalent_counts_npy(detector, tmp_path):
     """Issue 4: a table built from real text with the default tokenizer scores DC-PDD exactly like the
     counts .npy of the same tokens counted by numpy."""

@@ -158,3 +158,43 @@ def test_wheel_layout(tmp_path):
     assert any(n.startswith("mia_fast/_native") and n.endswith(".so") for n in names)
     assert not any(n.startswith(("kernels/", "tests/", "benchmarks/")) for n in names)
     assert "mia_fast_checkout_imports.pth" in names
+
+
+def test_ci_prints_the_core_dependencies_versions_on_one_line_before_the_tests():
+    import importlib.metadata
+
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "versions.py")], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    [line] = result.stdout.splitlines()
+    words = line.removeprefix("versions: ").split()
+    shown = dict(zip(words[::2], words[1::2], strict=True))
+    assert list(shown) == ["python", "torch", "transformers", "tokenizers", "triton", "numpy", "fastokens", "kernels"]
+    assert shown["torch"] == importlib.metadata.version("torch")
+    assert shown["transformers"] == importlib.metadata.version("transformers")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("scripts/versions.py") < ci.index(".venv/bin/pytest -q")
+
+
+def test_the_lower_bound_run_pins_every_declared_dependency_to_its_lower_bound():
+    """scripts/lowest.sh installs what this prints: every core dependency and those of the extras it names, each at
+    the lowest version pyproject.toml declares; a requirement without a single lower bound is refused."""
+    script = ROOT / "scripts" / "lowest_requirements.py"
+    result = subprocess.run([sys.executable, str(script), "gguf", "kernels"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    pins = result.stdout.splitlines()
+    assert "torch==2.13" in pins and "transformers==5.13" in pins and "triton==3.4" in pins
+    assert "backports.zstd==1.0; python_version < '3.14'" in pins
+    project = (ROOT / "pyproject.toml").read_text()
+    for pin in pins:
+        name, version = pin.split(";")[0].split("==")
+        assert f'"{name}>={version}' in project, pin
+    refused = subprocess.run([sys.executable, str(script), "no_such_extra"], capture_output=True, text=True)
+    assert refused.returncode == 1 and refused.stderr.strip() == "lowest_requirements.py: no extra named no_such_extra"
+    spec = importlib.util.spec_from_file_location("lowest_requirements", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.lowest("numpy>=1.24") == "numpy==1.24"
+    with pytest.raises(SystemExit, match="no single lower bound"):
+        module.lowest("numpy>=1.24,<3")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.client
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -350,10 +351,11 @@ def default_model_dir() -> str:
 
 def _conversion_dir(path: Path, expected_sha256: str | None) -> Path:
     """Where the safetensors conversion of a GGUF file is cached: keyed by its checksum where one is expected,
-    else by its path, size and modification time."""
+    else by its path, size and modification time; and by the transformers that wrote it, since an older one may not
+    read a newer one's tokenizer files (two environments share the cache: scripts/lowest.sh's and setup.sh's)."""
     stat = path.stat()
     key = expected_sha256 or hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
-    return cache_dir() / "gguf" / f"{path.stem}-{key[:16]}"
+    return cache_dir() / "gguf" / f"{path.stem}-{key[:16]}-transformers-{importlib.metadata.version('transformers')}"
 
 
 def _check_gguf(path: Path) -> None:

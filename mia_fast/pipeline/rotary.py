@@ -10,6 +10,7 @@ Here a text gets the frequencies a fresh model gives it alone: on the packed for
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -71,8 +72,9 @@ def rotary_by_sequence(
     """cos and sin [1, tokens, dims] of packed tokens at ``positions``, each with the frequencies of its sequence
     alone, ``sequence_lengths`` giving every token its whole sequence's length (a shared context's ids included: a
     context's keys are turned for the sequence that follows it). ``rotary`` is length-dependent."""
-    # The embedding's own forward without transformers' update, which would look at these positions alone.
-    turn = getattr(type(rotary).forward, "__wrapped__", type(rotary).forward)
+    # The embedding's own forward without transformers' update, which would look at these positions alone: every
+    # decorator unwrapped (before transformers 5.24 a torch.no_grad sat outside the update, and one unwrap kept it).
+    turn = inspect.unwrap(type(rotary).forward)
     groups = frequency_group(rotary, sequence_lengths)
     parts = []
     for group in torch.unique(groups).tolist():

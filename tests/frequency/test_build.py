@@ -18,6 +18,8 @@ from mia_fast.frequency.build import (
 )
 from mia_fast.frequency.counting_tokenizers import FastokensCounter, PythonCounter, RustCounter, tokenizer_json
 
+pytestmark = pytest.mark.lower_bounds
+
 
 def test_counting_settings_are_checked_when_made():
     with pytest.raises(MiaFastError, match="mode must be one of occurrence, document, got 'sometimes'"):

@@ -9,6 +9,8 @@ from mia_fast.errors import MiaFastError
 from mia_fast.frequency.checkpoints import ShardCheckpoints, check_checkpoints, remove_checkpoints
 from mia_fast.frequency.table import FrequencyTable
 
+pytestmark = pytest.mark.lower_bounds
+
 SETTINGS = {"vocab_size": 4, "mode": "occurrence", "max_tokens_per_doc": None, "text_field": "text"}
 
 

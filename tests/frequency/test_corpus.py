@@ -21,6 +21,8 @@ from mia_fast.frequency.corpus import (
 )
 from mia_fast.frequency.text_build import build_from_text
 
+pytestmark = pytest.mark.lower_bounds
+
 DOCUMENTS = ["the fox", "caf\u00e9 au lait", "", "a dog and a cat"]
 
 

@@ -35,6 +35,8 @@ from mia_fast.frequency.counting_tokenizers import (
     tokenizer_json,
 )
 
+pytestmark = pytest.mark.lower_bounds
+
 SHARED_PILE = Path(__file__).resolve().parents[3] / "shared" / "data" / "pile_test"
 CHINESE = [
     "今天的天气很好，我们一起去公园散步。",

@@ -12,6 +12,8 @@ from mia_fast.frequency import pieces
 from mia_fast.frequency.corpus import BadRecords, iter_documents
 from mia_fast.frequency.pieces import piece_documents, plan_pieces
 
+pytestmark = pytest.mark.lower_bounds
+
 line_text = st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=30)
 
 

@@ -19,6 +19,8 @@ from mia_fast.frequency.table import (
 )
 from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 
+pytestmark = pytest.mark.lower_bounds
+
 
 def make_table(vocab=50, seed=0, **fields) -> FrequencyTable:
     counts = np.random.default_rng(seed).integers(0, 1000, vocab).astype(np.uint64)

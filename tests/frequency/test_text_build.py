@@ -24,6 +24,8 @@ from mia_fast.frequency.text_build import build_from_text, count_text_file, text
 from mia_fast.frequency.token_files import build_from_tokens
 from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 
+pytestmark = pytest.mark.lower_bounds
+
 ENGLISH_DOCS = [f"{CORPUS[i % 6]} ({i}) " + CORPUS[(i * 5) % 7] for i in range(60)] + ["", "x"]
 CHINESE_DOCS = [
     "今天的天气很好，我们一起去公园散步。",

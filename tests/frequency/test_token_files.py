@@ -11,6 +11,8 @@ from mia_fast.frequency import token_files
 from mia_fast.frequency.build import Counting
 from mia_fast.frequency.token_files import build_from_tokens
 
+pytestmark = pytest.mark.lower_bounds
+
 
 def zipf_ids(n, vocab, seed=0):
     return ((np.random.default_rng(seed).zipf(1.3, n) - 1) % vocab).astype(np.int64)

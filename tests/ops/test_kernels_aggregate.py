@@ -13,6 +13,8 @@ from mia_fast.ops.bottom_k import bottom_k_counts
 from mia_fast.ops.bottom_k import bottom_k_means as reference_bottom_k_means
 from mia_fast.ops.first_occurrence import capped_first_occurrence_mean, first_occurrence_mask
 
+pytestmark = pytest.mark.lower_bounds
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Lengths around the kernels' block of 1024 positions, plus empty and single-token texts.
 LENGTHS = [0, 1, 2, 7, 1023, 1024, 1025, 0, 3001, 5, 1]

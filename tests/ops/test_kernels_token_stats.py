@@ -10,6 +10,7 @@ import importlib
 import numpy as np
 import pytest
 import torch
+import triton
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,8 @@ from mia_fast.kernels.token_stats import (
     token_stats_with_config,
 )
 from mia_fast.ops.token_stats import token_stats_torch
+
+pytestmark = pytest.mark.lower_bounds
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -245,6 +248,10 @@ def test_the_autotune_space_takes_64_logits_a_thread_at_large_vocabularies():
     assert fitting_configs(7) == [min(TOKEN_STATS_CONFIGS, key=lambda c: c.kwargs["BLOCK_V"])]
 
 
+@pytest.mark.skipif(
+    DEVICE != "cuda" and tuple(int(part) for part in triton.__version__.split(".")[:2]) < (3, 9),
+    reason="Triton's interpreter before 3.9 computes tl.fma unfused; the figures are a fused fma's, as on a GPU",
+)
 def test_bf16_errors_at_151936_are_within_the_issues_figures():
     # Issue 57's max abs errors against fp64 (bf16, V = 151936, rows without huge-magnitude logits), which the
     # former per-logit-merge kernel reached: logp 5.9e-7, mu 9.2e-7, var 7.1e-7.

@@ -15,6 +15,8 @@ from mia_fast import load_model
 from mia_fast.errors import MiaFastError, one_line
 from mia_fast.pipeline.models import cache_dir, check_model_source
 
+pytestmark = pytest.mark.lower_bounds
+
 
 @pytest.fixture(scope="module")
 def loaded(tiny_model_dir):

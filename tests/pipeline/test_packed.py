@@ -22,6 +22,8 @@ from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.models import load_model
 from mia_fast.pipeline.packed import KEPT_CONTEXTS, PackedDecoder, packed_unsupported
 
+pytestmark = pytest.mark.lower_bounds
+
 ARCHITECTURES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),  # q, k and v carry biases

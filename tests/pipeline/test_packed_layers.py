@@ -19,6 +19,8 @@ from mia_fast.pipeline.packed_layers import (
     linear_product,
 )
 
+pytestmark = pytest.mark.lower_bounds
+
 # A copy in oneDNN's layout sums in another order: equal to a few float32 ulps.
 CLOSE = {"rtol": 1e-5, "atol": 1e-5}
 

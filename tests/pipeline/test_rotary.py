@@ -19,6 +19,8 @@ from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.rotary import frequency_group, length_dependent
 from pipeline.test_packed import ARCHITECTURES
 
+pytestmark = pytest.mark.lower_bounds
+
 CONTEXT = 64
 ORIGINAL = 16  # longrope's pretraining context: texts past it get the long factors
 

@@ -5,6 +5,8 @@ from conftest import train_tokenizer
 
 from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 
+pytestmark = pytest.mark.lower_bounds
+
 
 def test_fingerprint_tells_tokenizers_apart_and_is_stable():
     first = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>"}, vocab_size=300)

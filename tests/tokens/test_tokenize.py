@@ -26,6 +26,8 @@ from mia_fast.tokens.tokenize import (
     tokenize,
 )
 
+pytestmark = pytest.mark.lower_bounds
+
 
 @pytest.fixture(scope="module")
 def loaded(tiny_model_dir):

@@ -19,6 +19,8 @@ from mia_fast.cli import main
 from mia_fast.pipeline.families import FAMILIES, FamilySpec, register_family
 from mia_fast.pipeline.families.llama import llama_layer
 
+pytestmark = pytest.mark.lower_bounds
+
 # A family module as its author writes it: the one file added to the package.
 STARCODER2 = textwrap.dedent(
     '''

@@ -11,6 +11,8 @@ from mia_fast.pipeline.families import family_of
 from mia_fast.pipeline.families.gpt_neox import GPT_NEOX, neox_layer
 from mia_fast.pipeline.packed_layers import HeadShape
 
+pytestmark = pytest.mark.lower_bounds
+
 CLOSE = {"rtol": 1e-5, "atol": 1e-5}
 
 

@@ -12,6 +12,8 @@ from mia_fast.pipeline.families import FAMILIES, family_of
 from mia_fast.pipeline.families.llama import LLAMA, llama_layer, sliding_window
 from mia_fast.pipeline.packed_layers import HeadShape
 
+pytestmark = pytest.mark.lower_bounds
+
 CLOSE = {"rtol": 1e-5, "atol": 1e-5}
 
 
