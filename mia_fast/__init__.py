@@ -9,17 +9,12 @@ with no line here; so are the registries a user extends (``ENGINES``, ``OUTPUT_F
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
-TYPE_CHECKING = False  # typing itself is not imported: it would cost every Python start a few milliseconds
-if TYPE_CHECKING:
-    from typing import Any
+from mia_fast.errors import MiaFastError as MiaFastError  # the one name imported at once
 
-    from mia_fast.errors import MiaFastError as MiaFastError
-
-# public name: (module, attribute in it; None for the module itself). Nothing is imported at once: every Python start
-# of an environment mia-fast is installed in imports this package (mia_fast/checkout_imports.py says why).
+# public name: (module, attribute in it; None for the module itself)
 _EXPORTS = {
-    "MiaFastError": ("mia_fast.errors", "MiaFastError"),
     "DEFAULT_KS": ("mia_fast.methods.registry", "DEFAULT_KS"),
     "DEFAULT_METHODS": ("mia_fast.methods.registry", "DEFAULT_METHODS"),
     "REGISTRY": ("mia_fast.methods", "REGISTRY"),
@@ -71,7 +66,7 @@ def settings_classes() -> dict[str, type]:
 
 
 def _public_names() -> list[str]:
-    return [*_EXPORTS, *settings_classes(), "settings_classes"]
+    return ["MiaFastError", *_EXPORTS, *settings_classes(), "settings_classes"]
 
 
 def __getattr__(name: str) -> Any:

@@ -215,3 +215,18 @@ sys.meta_path.insert(0, Gone())
     code = f"{gone}\n{line}\nprint(sys.modules.get('mia_fast.checkout_imports'))"
     result = python(code, cwd=Path("/"), flags=("-S",))
     assert result.returncode == 0 and result.stdout.strip() == "None" and result.stderr == "", result.stderr
+
+
+def test_the_start_up_hook_leaves_the_package_to_be_found_as_before(tmp_path):
+    """The .pth line loads the hook's module alone: a copy of mia_fast on PYTHONPATH (a user's, or the method and
+    family tests' package copies) is still the one ``import mia_fast`` gives."""
+    copy = tmp_path / "site" / "mia_fast"
+    copy.mkdir(parents=True)
+    (copy / "__init__.py").write_text("COPY = True\n")
+    # An editable install's own finder outranks PYTHONPATH (as the method and family tests say); a wheel's does not.
+    code = "import sys; sys.meta_path[:] = [f for f in sys.meta_path "
+    code += "if type(f).__name__ != 'ScikitBuildRedirectingFinder']; print('mia_fast' in sys.modules)"
+    code += "; import mia_fast; print(getattr(mia_fast, 'COPY', False))"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.split() == ["False", "True"], result.stderr
