@@ -54,12 +54,19 @@ def _is_real_module(spec: ModuleSpec | None) -> bool:
     return spec is not None and spec.origin not in (None, "namespace")
 
 
-class CheckoutRootFinder:
-    """The sys.path entry finder of a checkout's root: its folders are no packages, except ``mia_fast``."""
+class _CheckoutEntryFinder:
+    """The standard finder of one sys.path entry, which the subclasses narrow in ``find_spec``."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._files = FileFinder(path, *_LOADERS)
+
+    def invalidate_caches(self) -> None:
+        self._files.invalidate_caches()
+
+
+class CheckoutRootFinder(_CheckoutEntryFinder):
+    """The sys.path entry finder of a checkout's root: its folders are no packages, except ``mia_fast``."""
 
     def find_spec(self, fullname: str, target: ModuleType | None = None) -> ModuleSpec | None:
         spec = self._files.find_spec(fullname, target)
@@ -67,17 +74,10 @@ class CheckoutRootFinder:
             return None
         return spec
 
-    def invalidate_caches(self) -> None:
-        self._files.invalidate_caches()
 
-
-class CheckoutFolderFinder:
+class CheckoutFolderFinder(_CheckoutEntryFinder):
     """The sys.path entry finder of a folder of a checkout (``benchmarks/`` for its scripts, ``tests/`` for pytest):
     a top-level name found here is given only where no entry outside the checkout has a module of that name."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._files = FileFinder(path, *_LOADERS)
 
     def find_spec(self, fullname: str, target: ModuleType | None = None) -> ModuleSpec | None:
         spec = self._files.find_spec(fullname, target)
@@ -85,9 +85,6 @@ class CheckoutFolderFinder:
             return spec
         elsewhere = [entry for entry in sys.path if isinstance(entry, str) and not _in_checkout(entry)]
         return None if _is_real_module(PathFinder.find_spec(fullname, elsewhere)) else spec
-
-    def invalidate_caches(self) -> None:
-        self._files.invalidate_caches()
 
 
 def checkout_path_hook(entry: str) -> CheckoutRootFinder | CheckoutFolderFinder:
