@@ -14,6 +14,30 @@ SHARED_DATA = Path(
     os.environ.get("MIA_FAST_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
 )
 RESULTS = Path(__file__).resolve().parent / "results"
+# The words of the benchmarks' synthetic texts, and of their tiny models' tokenizer.
+WORDS = (
+    "time year people way day man thing woman life child world school state family student group country problem "
+    "hand part place case week company system program question work government number night point home water room "
+    "mother area money story fact month lot right study book eye job word business issue side kind head house"
+).split()
+
+
+def word_tokenizer():
+    """A byte-level BPE tokenizer of 300 ids trained on WORDS, with start, end and pad tokens: the benchmarks' tiny
+    models'."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    special = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=list(special.values()), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    core.train_from_iterator([" ".join(WORDS)] * 20, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, **special)
+    return tokenizer
 
 
 def pile_texts(

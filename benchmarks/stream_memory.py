@@ -24,13 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import RESULTS, machine
+from common import RESULTS, WORDS, machine, word_tokenizer
 
-WORDS = (
-    "time year people way day man thing woman life child world school state family student group country problem "
-    "hand part place case week company system program question work government number night point home water room "
-    "mother area money story fact month lot right study book eye job word business issue side kind head house"
-).split()
 METHODS = "loss,zlib"
 # ``mia-fast`` from the checkout named by its first argument: an editable install's import redirect would
 # otherwise load the installed checkout whatever the path says.
@@ -46,18 +41,9 @@ BATCH_TOKENS = 16384
 
 def tiny_model(directory: Path) -> Path:
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    special = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=list(special.values()), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    core.train_from_iterator([" ".join(WORDS)] * 20, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, **special)
+    tokenizer = word_tokenizer()
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tokenizer),

@@ -19,6 +19,10 @@ import triton
 import triton.language as tl
 
 BLOCK_POSITIONS = 1024
+# A bottom-k program compares a tile of at most this many (k, position) pairs a step; half on AMD, whose 64-lane
+# wavefronts hold each comparison's lane mask in a pair of scalar registers: 32 a thread (8192 over 4 wavefronts)
+# spilled 9-18 SGPRs at 8 and 16 k's on gfx90a, gfx942 and gfx950 (benchmarks/kernels_aot.py).
+BOTTOM_K_TILE = 8192
 
 
 @triton.jit
@@ -62,9 +66,11 @@ def _bottom_k_means_kernel(
         below = tl.zeros((BLOCK_K,), tl.int64)
         for start in range(0, length, BLOCK_L):
             live = start + positions < length
-            keys = _order_key(tl.load(values_ptr + begin + start + positions, mask=live, other=0.0))
-            hit = (keys[None, :] < trial[:, None]) & live[None, :]
-            below += tl.sum(hit.to(tl.int64), axis=1)
+            values = tl.load(values_ptr + begin + start + positions, mask=live, other=0.0)
+            # A dead position's key is 2^32, above every trial, so it counts below none without its mask ANDed to
+            # each comparison (with it, ptxas spilled 36 bytes on sm_75 at 2 k's).
+            keys = tl.where(live, _order_key(values), 4294967296)
+            below += tl.sum((keys[None, :] < trial[:, None]).to(tl.int64), axis=1)
         threshold = tl.where(below < counts, trial, threshold)
         step = step >> 1
 
@@ -116,10 +122,12 @@ BOTTOM_K_MEANS_KERNEL = _bottom_k_means_kernel
 CAPPED_FIRST_MEAN_KERNEL = _capped_first_mean_kernel
 
 
-def bottom_k_blocks(n_ks: int) -> tuple[int, int]:
-    """(BLOCK_L, BLOCK_K) of the bottom-k kernel for ``n_ks`` columns: a [BLOCK_K, BLOCK_L] tile of 8192 at most."""
+def bottom_k_blocks(n_ks: int, *, amd: bool = False) -> tuple[int, int]:
+    """(BLOCK_L, BLOCK_K) of the bottom-k kernel for ``n_ks`` columns: a [BLOCK_K, BLOCK_L] tile of BOTTOM_K_TILE
+    at most, half that on an AMD GPU."""
     block_k = triton.next_power_of_2(n_ks)
-    return max(16, min(BLOCK_POSITIONS, 8192 // block_k)), block_k
+    tile = BOTTOM_K_TILE // 2 if amd else BOTTOM_K_TILE
+    return max(16, min(BLOCK_POSITIONS, tile // block_k)), block_k
 
 
 def _check_offsets(offsets: torch.Tensor, n_values: int) -> torch.Tensor:
@@ -150,7 +158,7 @@ def bottom_k_means(values: torch.Tensor, offsets: torch.Tensor, counts: torch.Te
     n_ks = counts.shape[1]
     means = torch.empty((n_texts, n_ks), dtype=torch.float64, device=values.device)
     if n_texts:
-        block_l, block_k = bottom_k_blocks(n_ks)
+        block_l, block_k = bottom_k_blocks(n_ks, amd=torch.version.hip is not None)
         _bottom_k_means_kernel[(n_texts,)](
             values.to(torch.float32).contiguous(),
             offsets,

@@ -12,19 +12,30 @@ the total weight W = sum 2^(y - r), the weighted mean of y - r and M2, the weigh
 
 Why this design (issue 57): the former kernel merged every logit into its lane by Chan's update, ~24 SASS
 instructions a logit. Now a lane's chunk is reduced in registers first and merged once a block:
-  - the chunk max (a packed bf16/fp16 max, HMNMX2, two logits an instruction: exact), then d = y - r_chunk by one
-    fma (z log2 e exact in it), w = 2^d (one MUFU), and two passes over the chunk's registers: sum w and sum w d
-    (the mean), then sum w (d - mean)^2 (centred M2, no cancellation);
+  - the chunk max (on NVIDIA a packed bf16/fp16 max, HMNMX2, two logits an instruction: exact), then
+    d = y - r_chunk by one fma (z log2 e exact in it), w = 2^d (one MUFU), and two passes over the chunk's
+    registers: sum w and sum w d (the mean), then sum w (d - mean)^2 (centred M2, no cancellation);
   - the sums run along the K slices elementwise (a chain of fmas: Triton sums a thread's values of one tensor as
     a tree, where a product fuses into only every other add), then over VEC;
-  - bf16 converts to fp32 by one shift or mask a value (inline PTX on a GPU; Triton's conversion spends two);
+  - bf16 converts to fp32 by one shift or mask a value: on NVIDIA by inline PTX (Triton's conversion spends two
+    there), elsewhere by Triton's conversion;
   - one Chan merge of the chunk into the lane a block: W' = W 2^(r - r') + W_c 2^(r_c - r'), means shifted to
     r' and combined convexly, M2' = M2 2^(..) + M2_c 2^(..) + W W_c / W' gap^2; 1/W' is rsqrt(W')^2 (W' >= 1:
     a max weighs 1);
   - the main loop covers the full blocks without masks and pipelines its loads with tl.range(num_stages=3)
     (cp.async / LDGSTS on sm_80 and sm_90: two blocks in flight while one is reduced); one masked block ends a row.
 At CHUNK = 64 (the configs for large vocabularies) that is 11.6-12.0 SASS instructions a logit (V = 151936,
-bf16, fp16, fp32, sm_80 and sm_90; ``benchmarks/kernels_aot.py``).
+bf16, fp16, fp32, sm_80 and sm_90; ``benchmarks/kernels_aot.py``), and 9.7-11.4 AMDGCN instructions on gfx942.
+
+Why the vendor forms are the launcher's choice (issue 66): AMD's assembler rejects PTX, and a kernel cannot tell
+the target it is compiled for (triton.language.target_info reads the active driver, which an ahead-of-time compile
+has none of), so the launcher passes NVIDIA_FORMS: true for logits on an NVIDIA GPU (the PTX conversion and the
+16-bit max above), false on ROCm and under the interpreter, which take the portable forms: Triton's conversion,
+and the max in fp32 after it. On gfx942 (V = 151936, BLOCK_V = 8192, bf16) Triton's conversion compiles to the
+same main loop as the shift and mask written in Triton's ops (bitcast, widen, shift): 366 instructions either way,
+AMD's compiler already making it one v_lshlrev or v_and a value, so the plain conversion serves. gfx942 has no
+bf16 max (LLVM widens, takes the max and rounds back): the max in bf16 costs 488 instructions (15.25 a logit)
+against 366 (11.44) in fp32; for fp16, whose max it has, fp32 still costs fewer, 318 against 339.
 
 Logits of -inf or NaN (and masked tail logits) count as LOGIT_FLOOR = -2^30, which weighs exactly 0 next to any
 logit above it while every difference and square stays finite, so no branch makes a NaN. It was -1e18; it is now
@@ -42,8 +53,8 @@ A program handles ROWS rows as [ROWS, LANES, VEC] slices (several rows when the 
 launch settings come from ``triton.autotune``, keyed on the vocabulary size and ``rows_bucket`` of the row count
 (so a choice made for a few rows does not serve millions), over the configs of
 TOKEN_STATS_CONFIGS that fit it (``fitting_configs``); the interpreter cannot benchmark, so under it the
-kernel runs at ``default_config(vocab_size)``. The interpreter runs the same arithmetic except the two
-GPU-only forms (the bf16 shift or mask and the packed max), which it does by ordinary conversion: equal values.
+kernel runs at ``default_config(vocab_size)``. The interpreter runs the portable forms, as on ROCm (it holds bf16
+as raw bits, so a max of them unconverted would be wrong): the values equal the NVIDIA forms'.
 """
 
 from __future__ import annotations
@@ -105,11 +116,11 @@ def _prune_to_vocabulary(configs, named_args, **kwargs):
 
 
 @triton.jit
-def _to_fp32(x):
-    """x as fp32. bf16 on a GPU by inline PTX, one instruction a value (a register holds two: the low one shifts
+def _to_fp32(x, NVIDIA_FORMS: tl.constexpr):
+    """x as fp32. bf16 on NVIDIA by inline PTX, one instruction a value (a register holds two: the low one shifts
     up, the high one is masked), where the compiler's conversion spends two (a PRMT to unpack, then a shift)."""
-    if x.dtype == tl.bfloat16 and not INTERPRETED:
-        return tl.inline_asm_elementwise(
+    if x.dtype == tl.bfloat16 and NVIDIA_FORMS:
+        converted = tl.inline_asm_elementwise(
             "shl.b32 $0, $2, 16;\n and.b32 $1, $2, 0xffff0000;",
             "=r,=r,r",
             [x],
@@ -117,16 +128,20 @@ def _to_fp32(x):
             is_pure=True,
             pack=2,
         )
-    return x.to(tl.float32)
+    else:
+        converted = x.to(tl.float32)
+    return converted
 
 
 @triton.jit
-def _max_operand(x):
-    """x for a max in its own type: on a GPU two bf16 or fp16 values a register, one packed max (HMNMX2) for two
-    logits, exact. The interpreter holds bf16 as raw bits (a max of them would be wrong), so it converts first."""
-    if INTERPRETED:
-        return x.to(tl.float32)
-    return x
+def _max_operand(x, NVIDIA_FORMS: tl.constexpr):
+    """x for the chunk max: on NVIDIA in its own type (two bf16 or fp16 values a register, one packed max, HMNMX2,
+    for two logits, exact), elsewhere in fp32 (see "Why the vendor forms")."""
+    if NVIDIA_FORMS:
+        operand = x
+    else:
+        operand = _to_fp32(x, NVIDIA_FORMS)
+    return operand
 
 
 @triton.jit
@@ -148,14 +163,14 @@ def _load_chunks(ptrs, start, vocab_size, offsets, K: tl.constexpr, SLICE: tl.co
 
 
 @triton.jit
-def _merge_chunks(chunks, run_max, run_weight, run_mean, run_m2, K: tl.constexpr):
+def _merge_chunks(chunks, run_max, run_weight, run_mean, run_m2, K: tl.constexpr, NVIDIA_FORMS: tl.constexpr):
     """Merges a lane's chunks (its logits of one block, K slices [ROWS, LANES, VEC]) into its running state
     [ROWS, LANES, 1]: max (z units); weight, mean and M2 in base-2 units (y = z log2 e) about the
     reference round(max * log2 e). Sums run along the K slices elementwise (a chain of fmas), then over VEC."""
-    top = _max_operand(chunks[0])
+    top = _max_operand(chunks[0], NVIDIA_FORMS)
     for k in tl.static_range(1, K):
-        top = tl.maximum(top, _max_operand(chunks[k]))
-    chunk_max = tl.maximum(tl.max(_to_fp32(top), axis=2, keep_dims=True), LOGIT_FLOOR)
+        top = tl.maximum(top, _max_operand(chunks[k], NVIDIA_FORMS))
+    chunk_max = tl.maximum(tl.max(_to_fp32(top, NVIDIA_FORMS), axis=2, keep_dims=True), LOGIT_FLOOR)
     chunk_ref = chunk_max * LOG2E
     # y - ref, the product exact in the fma, raised to (LOGIT_FLOOR - chunk_max) log2 e: as if z were raised to
     # LOGIT_FLOOR (NaN-dropping), which weighs exactly 0 next to any logit above it.
@@ -163,7 +178,7 @@ def _merge_chunks(chunks, run_max, run_weight, run_mean, run_m2, K: tl.constexpr
     ds = ()
     ws = ()
     for k in tl.static_range(K):
-        d = tl.maximum(tl.fma(_to_fp32(chunks[k]), LOG2E, -chunk_ref), floor)
+        d = tl.maximum(tl.fma(_to_fp32(chunks[k], NVIDIA_FORMS), LOG2E, -chunk_ref), floor)
         ds = ds + (d,)
         ws = ws + (tl.exp2(d),)
     weight_sum = ws[0]
@@ -215,6 +230,7 @@ def _token_stats_kernel(
     ROWS: tl.constexpr,
     BLOCK_V: tl.constexpr,
     CHUNK: tl.constexpr,
+    NVIDIA_FORMS: tl.constexpr,
 ):
     ELEMENT_BYTES: tl.constexpr = logits_ptr.dtype.element_ty.primitive_bitwidth // 8
     VEC: tl.constexpr = 16 // ELEMENT_BYTES if CHUNK * ELEMENT_BYTES > 16 else CHUNK
@@ -237,9 +253,13 @@ def _token_stats_kernel(
     full_blocks = vocab_size // BLOCK_V
     for block in tl.range(0, full_blocks, num_stages=3):  # cp.async: two blocks in flight meanwhile
         chunks = _load_chunks(ptrs, block * BLOCK_V, vocab_size, offsets, K, SLICE, MASKED=False)
-        run_max, run_weight, run_mean, run_m2 = _merge_chunks(chunks, run_max, run_weight, run_mean, run_m2, K)
+        run_max, run_weight, run_mean, run_m2 = _merge_chunks(
+            chunks, run_max, run_weight, run_mean, run_m2, K, NVIDIA_FORMS
+        )
     chunks = _load_chunks(ptrs, full_blocks * BLOCK_V, vocab_size, offsets, K, SLICE, MASKED=True)
-    run_max, run_weight, run_mean, run_m2 = _merge_chunks(chunks, run_max, run_weight, run_mean, run_m2, K)
+    run_max, run_weight, run_mean, run_m2 = _merge_chunks(
+        chunks, run_max, run_weight, run_mean, run_m2, K, NVIDIA_FORMS
+    )
 
     # [ROWS, LANES, 1] -> [ROWS, LANES] (a reduction over an axis of 1), then the lanes of a row merge once, in
     # fp64 (once a row: free), so that the outputs carry only the lanes' fp32 errors and their own rounding.
@@ -279,10 +299,9 @@ _token_stats_autotuned = triton.autotune(
     key=["vocab_size", "rows_bucket"],
     prune_configs_by={"early_config_prune": _prune_to_vocabulary},
 )(_token_stats_kernel)
-# Under TRITON_INTERPRET=1 triton.jit makes an interpreted function, which the autotuner cannot time, and which
-# reads INTERPRETED (used by the helpers above) when it runs, as the compiler does when it compiles.
-_CAN_AUTOTUNE = isinstance(_token_stats_kernel, triton.runtime.JITFunction)
-INTERPRETED = tl.constexpr(not _CAN_AUTOTUNE)
+# Under TRITON_INTERPRET=1 triton.jit makes an interpreted function, which the autotuner cannot time.
+INTERPRETED = not isinstance(_token_stats_kernel, triton.runtime.JITFunction)
+_CAN_AUTOTUNE = not INTERPRETED
 # The jitted kernel, for benchmarks/kernels_aot.py's compile check (named as the launcher names it).
 TOKEN_STATS_KERNEL = _token_stats_kernel
 
@@ -291,6 +310,13 @@ def _torch_private(name: str):
     """``torch.<name>``, for what torch offers only under a private name (the check on the device that the host does
     not wait for), looked up when called."""
     return getattr(torch, name)
+
+
+def nvidia_forms() -> bool:
+    """The kernel's NVIDIA_FORMS: compiled, it runs on a GPU of torch's build, NVIDIA's (CUDA) or AMD's (ROCm, whose
+    torch names its GPUs "cuda" too); under the interpreter, on none (the kernels never ask which device they run on:
+    what a device runs is decided in mia_fast.pipeline.device)."""
+    return not INTERPRETED and torch.version.hip is None
 
 
 def _check_targets(targets: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
@@ -323,13 +349,18 @@ def _token_stats(
             *(rows, rows.stride(0), flat_targets, logp, mu, var, max_logp),
             *(n, vocab_size, ignore_index, rows_bucket(n)),
         )
+        forms = nvidia_forms()
         if config is None and _CAN_AUTOTUNE:
-            _token_stats_autotuned[lambda meta: (triton.cdiv(n, meta["ROWS"]),)](*arguments)
+            _token_stats_autotuned[lambda meta: (triton.cdiv(n, meta["ROWS"]),)](*arguments, NVIDIA_FORMS=forms)
         else:
             config = config or default_config(vocab_size)
             grid = (triton.cdiv(n, config.kwargs["ROWS"]),)
             _token_stats_kernel[grid](
-                *arguments, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages
+                *arguments,
+                **config.kwargs,
+                NVIDIA_FORMS=forms,
+                num_warps=config.num_warps,
+                num_stages=config.num_stages,
             )
     return logp.view(leading), mu.view(leading), var.view(leading), max_logp.view(leading)
 

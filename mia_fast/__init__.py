@@ -30,6 +30,7 @@ _EXPORTS = {
     "Fields": ("mia_fast.data.fields", "Fields"),
     "MethodSettings": ("mia_fast.methods", "MethodSettings"),
     "ModelConfig": ("mia_fast.api", "ModelConfig"),
+    "DeviceMap": ("mia_fast.api", "DeviceMap"),
     "ServerConfig": ("mia_fast.served.client", "ServerConfig"),
     "RequestSettings": ("mia_fast.served.client", "RequestSettings"),
     "ENGINES": ("mia_fast.scoring.engines", "ENGINES"),

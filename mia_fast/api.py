@@ -15,6 +15,7 @@ from mia_fast.methods.dcpdd import LogFrequencies
 from mia_fast.methods.online import OnlineSetting
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS
 from mia_fast.methods.settings import MethodSettings
+from mia_fast.pipeline.device_map import DeviceMap
 from mia_fast.scoring.columns import ONLINE_COLUMNS, output_columns, windows_path
 from mia_fast.scoring.config import (
     DEFAULT_BLOCK_ROWS,
@@ -40,6 +41,7 @@ __all__ = [
     "UNSCORABLE_WARNING",
     "ComputeConfig",
     "Detector",
+    "DeviceMap",
     "LogFrequencies",
     "MethodSettings",
     "ModelConfig",

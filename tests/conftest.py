@@ -245,3 +245,10 @@ def mixed_texts():
     """30 sentences of 2 to 40 words."""
     rng = random.Random(5)
     return [random_sentence(rng, rng.randint(2, 40)) for _ in range(30)]
+
+
+@pytest.fixture(scope="session")
+def four_layers(tmp_path_factory) -> Path:
+    """A 4-layer Llama (context 64), saved as safetensors: disk offload reads its file in place."""
+    tokenizer = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
+    return save_tiny_llama(tmp_path_factory.mktemp("four-layers"), tokenizer, seed=3, layers=4)

@@ -346,3 +346,44 @@ def package_copy_with(tmp_path: Path, relative: str, source: str) -> Path:
     (package / "kernels").symlink_to(ROOT / "kernels", target_is_directory=True)
     (package / relative).write_text(source)
     return package.parent
+
+
+def stand_in_gpu(monkeypatch, found, *, self_checks: bool = True) -> None:
+    """Every CUDA device reports ``found`` (a :class:`~mia_fast.pipeline.device.Accelerator`: what differs by GPU is
+    stood in for, this machine having none), its plan checking itself on first use where ``self_checks``."""
+    from mia_fast.pipeline import device
+
+    own_accelerator, own_plan_for = device.accelerator, device.plan_for
+    monkeypatch.setattr(device, "accelerator", lambda where: found if where.type == "cuda" else own_accelerator(where))
+
+    def plan_for(reported):
+        plan = own_plan_for(reported)
+        return dataclasses.replace(plan, self_checks=self_checks) if reported is found else plan
+
+    monkeypatch.setattr(device, "plan_for", plan_for)
+
+
+# A device map of the 4-layer Llama (conftest's four_layers): two layers and the embedding on the CPU, two
+# layers, the final norm and the head on the disk.
+ON_DISK = {
+    "model.embed_tokens": "cpu",
+    "model.layers.0": "cpu",
+    "model.layers.1": "cpu",
+    "model.layers.2": "disk",
+    "model.layers.3": "disk",
+    "model.norm": "disk",
+    "lm_head": "disk",
+}
+
+
+def own_cache_directory(tmp_path, monkeypatch) -> Path:
+    """A test's own cache directory (MIA_FAST_CACHE), where a device map's offload folders are made: a fixture of the
+    modules that make it one (``own_cache = pytest.fixture(autouse=True)(own_cache_directory)``)."""
+    monkeypatch.setenv("MIA_FAST_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def offload_folders(cache: Path) -> list[Path]:
+    """The offload folders a device map left in ``cache``."""
+    root = cache / "offload"
+    return sorted(root.iterdir()) if root.is_dir() else []

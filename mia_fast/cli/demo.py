@@ -57,7 +57,8 @@ one) and writes the evaluation report. Default corpus: the Python standard libra
 
 
 def add_command(name: str, demo: argparse.ArgumentParser) -> None:
-    add_model_options(demo, reference=False)  # the reference is the untouched model itself
+    # The reference is the untouched model itself; the model is fine-tuned, so whole (no --device-map).
+    add_model_options(demo, reference=False, spread=False)
     demo.add_argument("--report", default="report", help="report directory (default: report)")
     demo.add_argument(
         "--corpus",

@@ -156,18 +156,28 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_model_options(parser: argparse.ArgumentParser, *, reference: bool = True) -> None:
+def add_model_options(parser: argparse.ArgumentParser, *, reference: bool = True, spread: bool = True) -> None:
+    """The model options; ``spread``: with --device-map (a command that fine-tunes the model runs it whole)."""
     model = parser.add_argument_group("model")
     model.add_argument("--model", help="hub name or local directory (default: built-in SmolLM2-135M)")
     model.add_argument("--gguf", help="a GGUF model file instead of --model")
     if reference:
         model.add_argument("--ref-model", help="reference model for ref, ezmia and wbc (with its own tokenizer)")
-    add_device_options(model)
+    add_device_options(model, spread=spread)
 
 
-def add_device_options(group: argparse._ArgumentGroup) -> None:
-    """Where the models run and in which precision."""
+def add_device_options(group: argparse._ArgumentGroup, *, spread: bool = True) -> None:
+    """Where the models run and in which precision; with ``spread``, --device-map too."""
     group.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    if spread:
+        group.add_argument(
+            "--device-map",
+            metavar="MAP",
+            help="instead of --device, for a model larger than one GPU: its layers spread over this machine's GPUs, "
+            "then the CPU, then the disk (auto; or balanced, balanced_low_0, sequential), or as a JSON object of "
+            'module names to devices (\'{"model.layers.0": "cuda:0", "lm_head": "cpu"}\') or a .json file of one; '
+            "the model's own forward runs it",
+        )
     group.add_argument("--dtype", choices=DTYPE_NAMES, help="default: bf16 on GPU, fp32 on CPU")
 
 

@@ -44,7 +44,7 @@ def add_command(name: str, probe: argparse.ArgumentParser) -> None:
     train.add_argument("--dev", required=True, help="labelled texts for picking the layer: both classes")
     train.add_argument("--text-field", default="text")
     train.add_argument("--label-field", default="label")
-    add_model_options(train, reference=False)
+    add_model_options(train, reference=False, spread=False)  # its proxy is fine-tuned: the model whole
     # The proxy's fine-tuning and the regressions, each defaulting to ProbeTraining's field of the same name. A
     # full-batch epoch of a logistic regression is cheap (the default is 1000), but not 10**12 of them.
     training = (

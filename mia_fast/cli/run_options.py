@@ -18,8 +18,9 @@ from mia_fast.methods.neighbor import NeighborSettings
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD, OnlineSetting
 from mia_fast.methods.registry import DEFAULT_METHODS, resolve_methods
 from mia_fast.methods.setting_options import setting_options
+from mia_fast.pipeline.device_map import DeviceMap
 from mia_fast.scoring.config import ComputeConfig, GgufFile, ModelConfig, OutputConfig, RunConfig, ScoringConfig
-from mia_fast.scoring.engines import engine_kind
+from mia_fast.scoring.engines import SERVED_SPREAD, engine_kind
 from mia_fast.served.client import RequestSettings, ServerConfig
 
 
@@ -79,13 +80,20 @@ def online_setting(args: argparse.Namespace):
 
 def model_config(args: argparse.Namespace, model: str | None = None):
     """The ModelConfig of the model options: the target of --server, --gguf (over --model, as ever) or --model;
-    ``model`` in place of them where given."""
+    ``model`` in place of them where given; where it runs, --device or --device-map (refused together)."""
     if model is None:
         model = server_config(args) or (GgufFile(args.gguf) if args.gguf is not None else args.model)
+    device_map = getattr(args, "device_map", None)
+    if device_map is not None and args.device is not None:
+        raise MiaFastError(
+            "give --device (the whole model on one device) or --device-map (its layers spread over devices), not both"
+        )
+    if device_map is not None and isinstance(model, ServerConfig):
+        raise MiaFastError(SERVED_SPREAD)  # here, before the served defaults are said
     return ModelConfig(
         model=model,
         ref_model=getattr(args, "ref_model", None),
-        device=args.device,
+        device=args.device if device_map is None else DeviceMap(device_map),
         dtype=args.dtype,
         prepend_start=getattr(args, "prepend_start", True),
         max_length=getattr(args, "max_length", None),

@@ -4,10 +4,11 @@ into a command line, and ``run.py`` is the ``run`` command.
 
 A run file is a command line written out: ``command`` names the command, and every option is a key, named as its
 flag with underscores, in the section of its kind: ``[data]`` (the texts, a suite, the input fields), ``[model]``
-(the model, GGUF file, reference model, device, dtype, start token, window), ``[server]`` (a served model; its key's
-environment variable, never the key), ``[methods]`` (``names`` and ``k``) with each method's settings under
-``[methods.NAME]`` by the settings' own field names, ``[output]``, ``[compute]``, ``[online]``, ``[ray]``, and a
-section named after the command for its own options (``[eval]``: the report; ``[demo]``: the experiment).
+(the model, GGUF file, reference model, device or device map, dtype, start token, window), ``[server]`` (a served
+model; its key's environment variable, never the key), ``[methods]`` (``names`` and ``k``) with each method's
+settings under ``[methods.NAME]`` by the settings' own field names, ``[output]``, ``[compute]``, ``[online]``,
+``[ray]``, and a section named after the command for its own options (``[eval]``: the report; ``[demo]``: the
+experiment).
 
 ``mia-fast run FILE`` turns the file back into that command line, flags given after FILE appended (so they win),
 and runs it: the values meet the same parsers, checks and typed configuration (``RunConfig``) as flags do. Every

@@ -26,6 +26,7 @@ from mia_fast.data.files import DataStream
 from mia_fast.data.formats import PARQUET_CONVERSION_ROWS, output_format
 from mia_fast.data.outputs import ResultWriter, manifest_path
 from mia_fast.errors import MiaFastError
+from mia_fast.pipeline.device_map import DeviceMap
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.scoring.detector import Detector
 from mia_fast.scoring.method_runs import pooled_methods
@@ -123,6 +124,11 @@ def _check_before_ray(config: RunConfig) -> None:
                 "not a model in memory"
             )
     device = config.model.device
+    if isinstance(device, DeviceMap):
+        raise MiaFastError(
+            "--device-map spreads one model over this machine's devices, and --ray gives each actor one GPU of its own "
+            "with a whole model: drop --device-map, or score without --ray"
+        )
     if device is not None and device.startswith("cuda:"):
         raise MiaFastError(f"--device {device}: with --ray each actor is given one GPU of its own; use --device cuda")
     requests, settings = check_before_loading(config.model, config.scoring)

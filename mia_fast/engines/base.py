@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mia_fast.engines.passes import QUIET, Prefixes, Progress, Readout, SamplesReadout, Texts
+from mia_fast.engines.passes import QUIET, GradientNormReadout, Prefixes, Progress, Readout, SamplesReadout, Texts
 from mia_fast.engines.protocol import EngineLimits
 from mia_fast.engines.stats import TokenStats
 from mia_fast.engines.stats_cache import StatsCache, cached_stats, provenance
@@ -40,6 +40,31 @@ class WeightsHereLimits:
 
 
 WEIGHTS_HERE = WeightsHereLimits()
+
+# What a model spread over devices cannot give, by the readout that would need it.
+_NOT_SPREAD = {
+    GradientNormReadout: "the model's gradients",
+    SamplesReadout: "continuations sampled from the model",
+}
+
+
+@dataclass(frozen=True)
+class SpreadWeightsLimits:
+    """The limits of a model whose layers a device map spreads over devices (``--device-map``): its own forward gives
+    TokenStats, hidden states and top log-probs with the exact moments over the vocabulary, but no gradients or
+    sampled continuations, and no weights to make other models from (a copy fine-tuned here needs the model whole)."""
+
+    vocabulary_stats = True
+    weights_here = False
+
+    def refusal(self, readout: Readout) -> str | None:
+        needed = _NOT_SPREAD.get(type(readout))
+        if needed is None:
+            return None
+        return f"{needed}, which a model spread over devices by --device-map does not give: load it whole (--device)"
+
+
+SPREAD_WEIGHTS = SpreadWeightsLimits()
 
 
 class ModelEngine(TextRows):

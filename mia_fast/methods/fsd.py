@@ -214,8 +214,8 @@ derive_model(
     FINETUNED,
     FsdSettings,
     fine_tuned_copy,
-    "a copy of the target fine-tuned here, which needs the target's weights (--model or --gguf; a served model or a "
-    "stats cache cannot be fine-tuned)",
+    "a copy of the target fine-tuned here, which needs the target's weights whole (--model or --gguf; a served model, "
+    "a stats cache or a model spread by --device-map cannot be fine-tuned)",
 )
 
 

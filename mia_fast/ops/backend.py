@@ -20,12 +20,13 @@ RUNNING_BACKENDS = ("torch", "triton")
 Result = TypeVar("Result")
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """The running backend that ``backend`` means on ``device``: ``auto`` picks the Triton kernels on CUDA when
-    triton imports, the torch reference otherwise (never the interpreter on its own)."""
+def resolve_backend(backend: str, device: torch.device, *, kernels_run: bool) -> str:
+    """The running backend that ``backend`` means on ``device``: ``auto`` picks the Triton kernels where they run that
+    GPU (``kernels_run``, from the device's plan: ``mia_fast.pipeline.device``) and triton imports, the torch
+    reference otherwise (never the interpreter on its own)."""
     if backend not in BACKENDS:
         raise MiaFastError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "torch" or (backend == "auto" and device.type != "cuda"):
+    if backend == "torch" or (backend == "auto" and not kernels_run):
         return "torch"
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise MiaFastError("the triton backend needs a CUDA device (or TRITON_INTERPRET=1, for testing on CPU)")

@@ -11,4 +11,6 @@ samples, gradient norms) for each pass.
 - ``sampling``: sampled continuations, batch-independent draws, job planning; ``decoding``: the step decoders
 - ``models``: loading a model (hub, directory, GGUF) and what is known of it; ``model_checks``: its checkpoint fills
   it and its embedding holds every id its tokenizer gives
+- ``device_map``: a device map as given (``--device-map``), read without torch; ``spread``: a model whose layers a
+  device map spreads over devices (checked before loading, its offload folder, where its ids and head go)
 """

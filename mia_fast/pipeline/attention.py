@@ -40,7 +40,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from mia_fast.pipeline.device import cpu_flash_attention, on_flash_device, to_device, torch_internal
+from mia_fast.pipeline.device import cpu_flash_attention, flash_refusal, to_device, torch_internal
 
 CAUSAL = (-1, 0)
 # Queries are padded to their length rounded up to this for the reference's padded calls.
@@ -60,14 +60,24 @@ def _varlen_parameters() -> frozenset[str] | None:
     return frozenset(inspect.signature(varlen_attn).parameters)
 
 
+def why_not_flash(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+    """Why torch's flash ``varlen_attn`` does not run attention of this device, dtype and head size; None where it
+    does."""
+    refusal = flash_refusal(device)
+    if refusal is not None:
+        return refusal
+    if dtype not in FLASH_DTYPES:
+        return f"flash attention takes fp16 or bf16, not {str(dtype).removeprefix('torch.')}"
+    if head_dim not in FLASH_HEAD_DIMS:
+        return f"flash attention takes heads of 8 to 256 dims in steps of 8, not {head_dim}"
+    if _varlen_parameters() is None:
+        return f"torch {torch.__version__} has no varlen_attn"
+    return None
+
+
 def flash_available(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
     """Whether torch's flash ``varlen_attn`` runs attention of this device, dtype and head size."""
-    return (
-        on_flash_device(device)
-        and dtype in FLASH_DTYPES
-        and head_dim in FLASH_HEAD_DIMS
-        and _varlen_parameters() is not None
-    )
+    return why_not_flash(device, dtype, head_dim) is None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mia_fast.engines.base import WEIGHTS_HERE, ModelEngine
+from mia_fast.engines.base import SPREAD_WEIGHTS, WEIGHTS_HERE, ModelEngine
 from mia_fast.engines.batching import plan_batches
 from mia_fast.engines.passes import (
     QUIET,
@@ -36,14 +36,15 @@ from mia_fast.engines.passes import (
 )
 from mia_fast.engines.stats import TOKEN_STATS_COLUMNS, TokenStats
 from mia_fast.errors import MiaFastError
-from mia_fast.ops.backend import resolve_backend
 from mia_fast.ops.token_stats import linear_token_stats, token_stats
 from mia_fast.pipeline.choices import DEFAULT_BATCH_TOKENS
 from mia_fast.pipeline.device import for_device, to_device
+from mia_fast.pipeline.first_use import proven_backend, proven_path
 from mia_fast.pipeline.forward_path import ALONE_FROM, ForwardPath, choose_forward
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.pipeline.packed import PackedDecoder
 from mia_fast.pipeline.rotary import batches_alone, pin
+from mia_fast.pipeline.spread import onloaded
 from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 from mia_fast.tokens.tokenize import Row, per_text
 
@@ -63,8 +64,6 @@ SAMPLE_BUDGET_FACTOR = {"cpu": 32, "cuda": 4}
 
 class StatsEngine(ModelEngine):
     """Runs one model over texts; ``backend`` picks the Triton kernels or the torch reference."""
-
-    limits = WEIGHTS_HERE
 
     def __init__(
         self,
@@ -88,13 +87,15 @@ class StatsEngine(ModelEngine):
         elif context is not None and max_length > context:
             raise MiaFastError(f"max_length {max_length} exceeds the model context {context}")
         self.loaded = loaded
+        self.limits = WEIGHTS_HERE if loaded.spread is None else SPREAD_WEIGHTS  # spread: fewer readouts
         self.prepend_start = prepend_start
         self.batch_tokens = batch_tokens
         self.max_length = max_length
         self.stats_rows = max(1, chunk_bytes // (4 * loaded.vocab_size))
         self.chunk_rows = max(self.stats_rows, MIN_HEAD_ROWS)
         self.head = loaded.plain_linear_head() if use_hidden_states else None
-        self.backend = resolve_backend(backend, loaded.device)
+        # What the device's plan says runs there, each part checked on first use where no test here runs it.
+        self.backend, self.kernels_set_aside = proven_backend(backend, loaded)
         # The packed decoder is made at the first pass, and again whenever the model's weights have changed since.
         self._packed: PackedDecoder | None = None
         self.use_forward(forward)
@@ -108,9 +109,12 @@ class StatsEngine(ModelEngine):
     def use_forward(self, forward: str) -> None:
         """Runs the forward passes from now on as ``forward`` says (``auto``, ``packed`` or ``model``: see
         :mod:`mia_fast.pipeline.forward_path`)."""
-        self.path: ForwardPath = choose_forward(
+        path = choose_forward(
             self.loaded.model, self.device, self.max_length, forward, self.backend, plain_head=self.head is not None
         )
+        self.path: ForwardPath
+        self.path, decoder = proven_path(path, self.loaded)
+        self._packed = decoder or self._packed
         self.forward = forward
 
     @property
@@ -132,11 +136,14 @@ class StatsEngine(ModelEngine):
             "backend": self.backend,
             "fused_head": self.head is not None,
             "packed": self.packs,
+            # Named only where it is fp32, so every setting from before it was recorded keeps its cache.
+            **({"residual": "fp32"} if self.path.wide_residual else {}),
         }
 
     def provenance(self) -> dict[str, Any]:
         """What a scores file records of this engine, and the path its forward takes."""
-        return {**super().provenance(), "forward": self.path.describe()}
+        set_aside = {"kernels_set_aside": self.kernels_set_aside} if self.kernels_set_aside else {}
+        return {**super().provenance(), "forward": self.path.describe(), **set_aside}
 
     def model_name(self) -> str:
         return self.loaded.name
@@ -198,7 +205,7 @@ class StatsEngine(ModelEngine):
         for row, ids in enumerate(rows):
             input_ids[row, : len(ids)] = torch.tensor(ids)
             attention_mask[row, : len(ids)] = 1
-        return self._to_device(input_ids), self._to_device(attention_mask)
+        return to_device(input_ids, self.loaded.input_device), to_device(attention_mask, self.loaded.input_device)
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return to_device(tensor, self.loaded.device)
@@ -222,15 +229,16 @@ class StatsEngine(ModelEngine):
 
     def _head_stats(self, selected: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Token statistics of the head's logits at final hidden states ``selected``, a chunk of positions at a time."""
-        return linear_token_stats(
-            selected.to(self.head.weight.dtype),
-            self.head.weight,
-            targets,
-            self.head.bias,
-            chunk_rows=self.chunk_rows,
-            stats_rows=self.stats_rows,
-            backend=self.backend,
-        )
+        with onloaded(self.head):  # a head a device map keeps offloaded, read in
+            return linear_token_stats(
+                selected.to(self.head.weight.dtype),
+                self.head.weight,
+                targets,
+                self.head.bias,
+                chunk_rows=self.chunk_rows,
+                stats_rows=self.stats_rows,
+                backend=self.backend,
+            )
 
     @torch.inference_mode()
     def _run_padded(self, rows: list[Row]) -> tuple[torch.Tensor, ...]:
@@ -245,7 +253,8 @@ class StatsEngine(ModelEngine):
         if self.head is not None:
             base = self.loaded.model.base_model
             hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-            return self._head_stats(hidden.reshape(-1, hidden.shape[-1]).index_select(0, index), targets)
+            hidden = hidden.reshape(-1, hidden.shape[-1]).to(index.device)  # a spread model's last layer's device
+            return self._head_stats(hidden.index_select(0, index), targets)
         logits = self.loaded.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
         return self._reduce_logits(logits.reshape(-1, logits.shape[-1]), index, targets)
 
@@ -265,7 +274,12 @@ class StatsEngine(ModelEngine):
 
     def packed_decoder(self) -> PackedDecoder:
         """The model's packed decoder, made again whenever the model's weights have changed since."""
-        if self._packed is None or self._packed.source != PackedDecoder.stamp(self.loaded.model):
+        packed = self._packed
+        if (
+            packed is None
+            or packed.attention is not self.path.attention
+            or packed.source != PackedDecoder.stamp(self.loaded.model)
+        ):
             self._packed = self.path.decoder(self.loaded.model)
         return self._packed
 
@@ -275,7 +289,7 @@ class StatsEngine(ModelEngine):
         """(logp, mu, var, max_logp) of the selected rows of the model's own logits, a chunk at a time."""
         parts = []
         for start in range(0, len(index), self.stats_rows):
-            chunk = rows.index_select(0, index[start : start + self.stats_rows])
+            chunk = rows.index_select(0, index[start : start + self.stats_rows].to(rows.device)).to(index.device)
             parts.append(token_stats(chunk, targets[start : start + self.stats_rows], self.backend))
         return tuple(torch.cat(values) for values in zip(*parts))
 
@@ -329,7 +343,8 @@ class StatsEngine(ModelEngine):
         def capture(layer: int):
             def hook(module, inputs, output):
                 hidden = output[0] if isinstance(output, tuple) else output
-                captured[layer] = hidden[picked["rows"], picked["last"]].float()
+                rows, last = picked["rows"].to(hidden.device), picked["last"].to(hidden.device)  # spread: the layer's
+                captured[layer] = hidden[rows, last].float().to(picked["rows"].device)
                 if layer == max(layers):
                     raise _DeepestLayerReached
 

@@ -3,8 +3,9 @@ supported (on every device), else the model's own forward; and which attention a
 decoder is built from the path (:meth:`ForwardPath.decoder`), so it runs what was decided here.
 
 ``forward`` is the user's choice: ``auto`` (packed where supported), ``packed`` (refused in one line where it is not)
-or ``model`` (the model's own forward, e.g. to compare). The path's description is printed with ``--verbose`` and
-recorded in a scores file's provenance.
+or ``model`` (the model's own forward, e.g. to compare). A model whose layers a device map spreads over devices
+(:mod:`mia_fast.pipeline.spread`) runs its own forward, and its path says where its layers are. The path's description
+is printed with ``--verbose`` and recorded in a scores file's provenance.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from dataclasses import dataclass
 import torch
 
 from mia_fast.errors import MiaFastError
-from mia_fast.pipeline.attention import AttentionBackend, attention_backend
+from mia_fast.pipeline.attention import FLASH_ATTENTION, SEGMENT_ATTENTION, AttentionBackend, why_not_flash
 from mia_fast.pipeline.choices import FORWARDS
-from mia_fast.pipeline.device import copies_weights
+from mia_fast.pipeline.device import copies_weights, device_plan
 from mia_fast.pipeline.packed import PackedDecoder, head_dim, packed_unsupported
+from mia_fast.pipeline.spread import spread_of
 
 # How a path's description names each backend's reductions.
 _SAID = {"triton": "Triton", "torch": "torch"}
@@ -32,7 +34,9 @@ class ForwardPath:
     forward (``fallback`` says why). The logits are reduced to token statistics on ``backend`` (``triton``: the
     Triton kernels, or ``torch``) from the head's product a chunk of positions at a time (``plain_head``), or from the
     model's own logits; on a CPU the packed decoder streams its head a vocabulary chunk at a time
-    (:attr:`streamed_head`)."""
+    (:attr:`streamed_head`). ``attention_note`` says why a GPU runs the segment-wise reference;
+    ``wide_residual``: the packed decoder keeps a 16-bit model's residual stream in fp32 (on a CPU,
+    :class:`~mia_fast.pipeline.device.DevicePlan`)."""
 
     packed: bool
     attention: AttentionBackend | None
@@ -40,6 +44,8 @@ class ForwardPath:
     plain_head: bool
     backend: str
     fallback: str | None = None
+    attention_note: str | None = None
+    wide_residual: bool = False
 
     @property
     def streamed_head(self) -> bool:
@@ -47,7 +53,8 @@ class ForwardPath:
 
     def decoder(self, model: torch.nn.Module) -> PackedDecoder:
         """The packed decoder of ``model`` on this path."""
-        return PackedDecoder(model, reorder=self.copies_weights, attention=self.attention)
+        residual = torch.float32 if self.wide_residual else None
+        return PackedDecoder(model, reorder=self.copies_weights, attention=self.attention, residual_dtype=residual)
 
     def describe(self) -> str:
         kernels = _SAID[self.backend]
@@ -58,7 +65,8 @@ class ForwardPath:
         else:
             head = f"the model's logits, {kernels} statistics"
         if self.packed:
-            return f"packed, {self.attention.name}, {head}"
+            attention = self.attention.name + (f" ({self.attention_note})" if self.attention_note else "")
+            return f"packed, {attention}, {head}" + (", fp32 residual" if self.wide_residual else "")
         return (
             f"the model's own forward, length-sorted padded rows ({ALONE_FROM}+ ids alone), {head} (not packed: "
             f"{self.fallback})"
@@ -73,20 +81,27 @@ def choose_forward(
     time from hidden states)."""
     if forward not in FORWARDS:
         raise MiaFastError(f"unknown forward {forward!r}; choose one of {', '.join(FORWARDS)}")
-    if forward == "model":
+    spread = spread_of(model)
+    if spread is not None:  # the packed decoder runs a model whole on one device
+        fallback = f"its layers are spread over devices by --device-map: {spread.describe()}"
+    elif forward == "model":
         fallback = "the model's own forward was asked for"
     elif not plain_head:
         fallback = "its output head is not a plain linear layer"
     else:
         fallback = packed_unsupported(model, max_length)
     if fallback is None:
-        attention = attention_backend(device, next(model.parameters()).dtype, head_dim(model.config))
+        dtype = next(model.parameters()).dtype
+        plan = device_plan(device)
+        refusal = why_not_flash(device, dtype, head_dim(model.config))
         return ForwardPath(
             packed=True,
-            attention=attention,
+            attention=FLASH_ATTENTION if refusal is None else SEGMENT_ATTENTION,
             copies_weights=copies_weights(device),
             plain_head=True,
             backend=backend,
+            attention_note=refusal if plan.accelerator.vendor != "cpu" else None,
+            wide_residual=dtype != torch.float32 and not plan.residual_in_model_dtype,
         )
     if forward == "packed":
         raise MiaFastError(f"cannot run this model packed: {fallback}; use --forward auto or model")

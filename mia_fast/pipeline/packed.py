@@ -122,12 +122,18 @@ class PackedDecoder:
     model's dtype, as its own ``last_hidden_state``. Built from a loaded model's modules by its family's spec
     (:mod:`mia_fast.pipeline.families`); the model itself is left as it was. ``reorder`` (default: on a CPU) copies
     the weights once into fused, reordered ones; ``attention`` is the attention it runs (default: flash attention
-    where it runs, else the reference); an engine builds it from its forward path
-    (:meth:`mia_fast.pipeline.forward_path.ForwardPath.decoder`), which decided both.
+    where it runs, else the reference); ``residual_dtype`` the residual stream's (default: the model's; fp32 keeps a
+    16-bit model's sums of layer outputs unrounded, where bytes cost nothing measurable: a CPU); an engine builds it
+    from its forward path (:meth:`mia_fast.pipeline.forward_path.ForwardPath.decoder`), which decided all three.
     """
 
     def __init__(
-        self, model: torch.nn.Module, *, reorder: bool | None = None, attention: AttentionBackend | None = None
+        self,
+        model: torch.nn.Module,
+        *,
+        reorder: bool | None = None,
+        attention: AttentionBackend | None = None,
+        residual_dtype: torch.dtype | None = None,
     ) -> None:
         self.source = self.stamp(model)
         config = model.config
@@ -135,6 +141,7 @@ class PackedDecoder:
         base = model.base_model
         parameter = next(model.parameters())
         self.dtype, self.device = parameter.dtype, parameter.device
+        self.residual_dtype = residual_dtype or self.dtype
         reorder = copies_weights(self.device) if reorder is None else reorder
         self.embed = getattr(base, family.embedding)
         self.rotary = getattr(base, family.rotary)
@@ -309,7 +316,7 @@ class PackedDecoder:
         dtype). With ``sequence_lengths`` (every
         token's whole sequence length) each token is turned with its own sequence's frequencies, else with those the
         rotary embedding gives the whole call (:mod:`mia_fast.pipeline.rotary`)."""
-        x = self.embed(ids)
+        x = self.embed(ids).to(self.residual_dtype)
         # The embedding's forward reads only the dtype and device of its first argument.
         like = torch.empty(0, device=x.device)
         if sequence_lengths is None:

@@ -146,8 +146,8 @@ _FUSED_RMS_NORM = _fused_rms_norm_op()
 
 
 class Norm:
-    """RMS norm (the Llama family) or LayerNorm with its bias (gpt_neox), of the residual stream in the model's dtype:
-    computed in fp32 and rounded once to the model's dtype (the model's own RMS norm rounds twice: before and after
+    """RMS norm (the Llama family) or LayerNorm with its bias (gpt_neox), of the residual stream: computed in fp32 and
+    rounded once to the model's dtype (the model's own RMS norm rounds twice: before and after
     its weight). ``fused``: the RMS norm as one op, reading and writing the stream once (on a GPU; on a CPU torch's
     fused op measured 3-6x slower than the few ops of the formula, so there it runs as those)."""
 
@@ -161,15 +161,20 @@ class Norm:
         self.fp32_weight = self.weight.float()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm of ``x`` (the residual stream, in the model's dtype or in fp32), in the model's dtype."""
+        own_dtype = x.dtype == self.weight.dtype
         if self.layer_norm:
-            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
-        if self.fused and _FUSED_RMS_NORM is not None:
+            if own_dtype:
+                return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+            bias = None if self.bias is None else self.bias.float()
+            return F.layer_norm(x.float(), self.weight.shape, self.fp32_weight, bias, self.eps).to(self.weight.dtype)
+        if self.fused and own_dtype and _FUSED_RMS_NORM is not None:
             return _FUSED_RMS_NORM(x, list(self.weight.shape), self.weight, self.eps)[0]
-        if self.fused:  # on a GPU torch's own fused kernel where it has one
+        if self.fused and own_dtype:  # on a GPU torch's own fused kernel where it has one
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         wide = x.float()
         normed = wide * torch.rsqrt(wide.square().mean(-1, keepdim=True).add_(self.eps))
-        return normed.mul_(self.fp32_weight).to(x.dtype)
+        return normed.mul_(self.fp32_weight).to(self.weight.dtype)
 
 
 @dataclass(frozen=True)

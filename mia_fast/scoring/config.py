@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mia_fast.methods.online import OnlineSetting
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, resolve_methods
 from mia_fast.methods.settings import MethodSettings, recorded, recorded_settings
+from mia_fast.pipeline.device_map import DeviceMap
 
 if TYPE_CHECKING:  # annotations only: the model's module imports torch, which a configuration does not need
     from mia_fast.pipeline.models import LoadedModel
@@ -59,6 +60,11 @@ class ModelConfig:
     the model's own; ``packed``; ``model``). Every field but the device, the back end and the forward changes
     scores.
 
+    ``device`` is one device (``cpu``, ``cuda:1``; None: a GPU where one is here) that takes the whole model, or a
+    :class:`DeviceMap` (``--device-map``) that spreads the target's layers over this machine's GPUs, CPU and disk for
+    a model larger than one GPU: the model's own forward then runs it, and the reference model loads whole on the
+    default device.
+
     ``model`` is the one source of the target: a hub name, a local directory, a GGUF file (a path ending in
     ``.gguf``, or a :class:`GgufFile`), a LoadedModel in memory, a model reached over HTTP (a ``ServerConfig``:
     URL, served name, key variable, tokenizer), or None for the built-in SmolLM2-135M. Which engine serves it is
@@ -68,12 +74,18 @@ class ModelConfig:
     ref_model: str | LoadedModel | None = _scores(None)
     # Where the model runs and which kernels reduce its logits move a score only within floating-point error: a
     # threshold calibrated on one device applies on another.
-    device: str | None = _scores(None, changes_scores=False)
+    device: str | DeviceMap | None = _scores(None, changes_scores=False)
     dtype: str | None = _scores(None)
     prepend_start: bool = _scores(default=True)
     max_length: int | None = _scores(None)
     backend: str = _scores("auto", changes_scores=False)
     forward: str = _scores("auto", changes_scores=False)
+
+    @property
+    def reference_device(self) -> str | None:
+        """Where the reference model loads: ``device``, or the default device where a device map places the
+        target."""
+        return None if isinstance(self.device, DeviceMap) else self.device
 
     @property
     def name(self) -> str:

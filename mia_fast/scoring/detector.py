@@ -107,7 +107,7 @@ def model_engines(config: ModelConfig, compute: ComputeConfig) -> dict[str, Engi
     here, with ``config.ref_model``), each with the stats cache of ``compute`` where it names one."""
     engines = {TARGET: engine_kind(config.model).build(config, compute, _log)}
     if config.ref_model is not None:
-        engines[REFERENCE] = weights_engine(config.ref_model, config, compute, _log, None)
+        engines[REFERENCE] = weights_engine(config.ref_model, config, compute, _log, None, config.reference_device)
     return engines
 
 

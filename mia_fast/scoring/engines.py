@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mia_fast.engines.base import WEIGHTS_HERE
+from mia_fast.engines.base import SPREAD_WEIGHTS, WEIGHTS_HERE
 from mia_fast.engines.protocol import Engine, EngineLimits
+from mia_fast.errors import MiaFastError
 from mia_fast.methods.minkpp_top import served_defaults
+from mia_fast.pipeline.device_map import DeviceMap
 from mia_fast.scoring.config import ComputeConfig, GgufFile, ModelConfig
 from mia_fast.served.client import ServerConfig
 from mia_fast.served.model import ServedLimits
@@ -63,17 +65,19 @@ def weights_engine(
     compute: ComputeConfig,
     log: Log,
     max_length: int | None,
+    device: str | DeviceMap | None,
 ) -> Engine:
-    """An engine running ``source`` here (a LoadedModel as it is, any other loaded onto ``config``'s device in its
-    dtype) with ``config``'s start token, back end and forward, the window ``max_length`` and ``compute``'s batch
-    budget and stats cache; with ``compute.verbose`` its forward path is said through ``log``."""
+    """An engine running ``source`` here (a LoadedModel as it is, any other loaded onto ``device``, a device or a
+    device map, in ``config``'s dtype) with ``config``'s start token, back end and forward, the window ``max_length``
+    and ``compute``'s batch budget and stats cache; with ``compute.verbose`` its forward path is said through
+    ``log``."""
     from mia_fast.pipeline.engine import StatsEngine  # noqa: PLC0415 (torch: 1.5 s at start-up; --help and served runs load none)
     from mia_fast.pipeline.models import LoadedModel, load_model  # noqa: PLC0415 (torch: 1.5 s at start-up; --help and served runs load none)
 
     if isinstance(source, LoadedModel):
         loaded = source
     else:
-        loaded = load_model(*_load_arguments(source), config.device, config.dtype)
+        loaded = load_model(*_load_arguments(source), device, config.dtype)
     engine = StatsEngine(
         loaded,
         prepend_start=config.prepend_start,
@@ -98,8 +102,34 @@ def check_weights(source: str | os.PathLike | LoadedModel | None) -> None:
         check_model_source(*_load_arguments(source))
 
 
+def check_spread(config: ModelConfig) -> None:
+    """Refuses, in one line and before anything loads, a device map (``config.device``) that cannot place the target:
+    beside ``--forward packed`` (which runs a model whole on one device), for a model already in memory, or naming a
+    module the model lacks or leaving one of its weights without a device (a directory's or hub model's, read from
+    its config; a GGUF file's is checked when it loads)."""
+    from mia_fast.pipeline.models import LoadedModel, local_or_hub  # noqa: PLC0415 (torch: 1.5 s at start-up; --help and served runs load none)
+    from mia_fast.pipeline.spread import check_modules  # noqa: PLC0415 (torch: 1.5 s at start-up; --help and served runs load none)
+
+    if config.forward == "packed":
+        raise MiaFastError(
+            "--forward packed runs a model whole on one device, and --device-map spreads its layers over devices: "
+            "use --forward auto (the model's own forward then runs it) or --device"
+        )
+    source = config.model
+    if isinstance(source, LoadedModel):
+        raise MiaFastError("a model in memory runs where it is: a device map (--device-map) places a model loaded here")
+    if source is not None and not isinstance(source, GgufFile) and not os.fspath(source).endswith(".gguf"):
+        check_modules(config.device, local_or_hub(os.fspath(source)), str(source))
+
+
+def _check_local(config: ModelConfig) -> None:
+    check_weights(config.model)
+    if isinstance(config.device, DeviceMap):
+        check_spread(config)
+
+
 def _local_engine(config: ModelConfig, compute: ComputeConfig, log: Log) -> Engine:
-    return weights_engine(config.model, config, compute, log, config.max_length)
+    return weights_engine(config.model, config, compute, log, config.max_length, config.device)
 
 
 # -- a model behind a server (vLLM, OpenAI-compatible) ------------------------------------------------------------
@@ -116,8 +146,17 @@ def _served_limits(config: ModelConfig) -> EngineLimits:
     return ServedLimits(config.model.tokenizer is not None)
 
 
+SERVED_SPREAD = (
+    "--device-map places the layers of a model loaded here, and a served model's are the server's: for a model larger "
+    "than one GPU, serve it with tensor parallelism (vLLM's --tensor-parallel-size)"
+)
+
+
 def _check_served(config: ModelConfig) -> None:
-    """The tokenizer to load here, where one is named (the server is reached when the run starts)."""
+    """The tokenizer to load here, where one is named (the server is reached when the run starts); no device map,
+    which places weights loaded here."""
+    if isinstance(config.device, DeviceMap):
+        raise MiaFastError(SERVED_SPREAD)
     if config.model.tokenizer is not None:
         check_weights(config.model.tokenizer)
 
@@ -138,8 +177,8 @@ ENGINES: dict[str, EngineKind] = {
     "local": EngineKind(
         claims=lambda source: True,
         build=_local_engine,
-        limits=lambda config: WEIGHTS_HERE,
-        check=lambda config: check_weights(config.model),
+        limits=lambda config: SPREAD_WEIGHTS if isinstance(config.device, DeviceMap) else WEIGHTS_HERE,
+        check=_check_local,
     ),
     "server": EngineKind(
         claims=lambda source: isinstance(source, ServerConfig),

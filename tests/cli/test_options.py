@@ -85,10 +85,17 @@ def test_device_options_go_to_the_group_given():
     parser = argparse.ArgumentParser()
     group = parser.add_argument_group("models")
     add_device_options(group)
-    assert [a.dest for a in group._group_actions] == ["device", "dtype"]
-    assert vars(parser.parse_args(["--device", "cpu"])) == {"device": "cpu", "dtype": None}
+    assert [a.dest for a in group._group_actions] == ["device", "device_map", "dtype"]
+    assert vars(parser.parse_args(["--device", "cpu"])) == {"device": "cpu", "device_map": None, "dtype": None}
+    assert parser.parse_args(["--device-map", "auto"]).device_map == "auto"
     with pytest.raises(SystemExit):
         parser.parse_args(["--dtype", "fp8"])
+
+
+def test_a_command_that_runs_its_model_whole_takes_no_device_map():
+    parser = argparse.ArgumentParser()
+    add_device_options(parser.add_argument_group("model"), spread=False)
+    assert vars(parser.parse_args([])) == {"device": None, "dtype": None}
 
 
 def test_overwrite_and_quiet_are_off_unless_given():

@@ -26,17 +26,24 @@ CPU = torch.device("cpu")
 
 def test_on_cpu_auto_and_torch_mean_the_reference_and_triton_needs_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert resolve_backend("auto", CPU) == "torch"  # never the interpreter on its own
-    assert resolve_backend("torch", CPU) == "torch"
-    assert resolve_backend("triton", CPU) == "triton"
+    assert resolve_backend("auto", CPU, kernels_run=False) == "torch"  # never the interpreter on its own
+    assert resolve_backend("torch", CPU, kernels_run=False) == "torch"
+    assert resolve_backend("triton", CPU, kernels_run=False) == "triton"
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # set, but off
     with pytest.raises(MiaFastError, match="the triton backend needs a CUDA device"):
-        resolve_backend("triton", CPU)
+        resolve_backend("triton", CPU, kernels_run=False)
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(MiaFastError, match="the triton backend needs a CUDA device"):
-        resolve_backend("triton", CPU)
+        resolve_backend("triton", CPU, kernels_run=False)
     with pytest.raises(MiaFastError, match="unknown backend 'cuda'; choose one of auto, torch, triton"):
-        resolve_backend("cuda", CPU)
+        resolve_backend("cuda", CPU, kernels_run=False)
+
+
+def test_auto_means_the_kernels_where_the_device_plan_says_they_run_and_triton_imports():
+    gpu = torch.device("cuda")
+    assert resolve_backend("auto", gpu, kernels_run=True) == "triton"
+    assert resolve_backend("auto", gpu, kernels_run=False) == "torch"  # e.g. a Pascal GPU, an Intel GPU
+    assert resolve_backend("torch", gpu, kernels_run=True) == "torch"
 
 
 def test_a_backend_runs_the_reference_or_the_kernel_and_nothing_else():

@@ -1,6 +1,8 @@
 """Aggregation kernels (bottom-k means and the DC-PDD capped mean) against the numpy reference of
 the ops layer (interpreter on CPU): counts exactly, values to 1e-6."""
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -135,3 +137,20 @@ def test_bad_aggregation_inputs_are_refused():
         )
     with pytest.raises(ValueError, match="one length"):
         kernels.capped_first_occurrence_mean(torch.tensor([0, 1]), values, first, offsets, torch.zeros(10), 0.01)
+
+
+def test_the_bottom_k_tile_is_halved_on_amd_where_its_lane_masks_take_scalar_register_pairs(monkeypatch):
+    """On a 64-lane wavefront each comparison mask takes two scalar registers: the full tile spilled SGPRs at 8 and 16
+    k's on gfx90a, gfx942 and gfx950 (benchmarks/kernels_aot.py), half of it does not. The results do not depend on
+    the tile (each text's positions are read a tile at a time)."""
+    aggregate = importlib.import_module("mia_fast.kernels.aggregate")
+    for n_ks in (1, 2, 8, 10, 16):
+        block_l, block_k = aggregate.bottom_k_blocks(n_ks)
+        amd_l, amd_k = aggregate.bottom_k_blocks(n_ks, amd=True)
+        assert amd_k == block_k and amd_l * amd_k <= aggregate.BOTTOM_K_TILE // 2 and amd_l <= block_l
+    values = torch.randn(700, generator=torch.Generator().manual_seed(1))
+    offsets = torch.tensor([0, 1, 300, 700])
+    counts = torch.tensor([[1, 1], [30, 150], [4, 400]])
+    expected = aggregate.bottom_k_means(values, offsets, counts)
+    monkeypatch.setattr(torch.version, "hip", "6.4.0")
+    torch.testing.assert_close(aggregate.bottom_k_means(values, offsets, counts), expected, rtol=0, atol=1e-12)

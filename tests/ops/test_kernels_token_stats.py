@@ -331,3 +331,14 @@ def test_the_autotuner_chooses_again_for_another_row_bucket(monkeypatch):
         token_stats(logits, torch.randint(0, 1000, (n,), generator=torch.Generator().manual_seed(n)))
     assert len(timed) == 2 * len(fitting_configs(1000))
     assert len(autotuner.cache) == 2
+
+
+def test_the_launcher_takes_the_nvidia_forms_only_on_an_nvidia_gpu(monkeypatch):
+    kernel_module = importlib.import_module("mia_fast.kernels.token_stats")
+    monkeypatch.setattr(kernel_module, "INTERPRETED", True)
+    assert not kernel_module.nvidia_forms()
+    monkeypatch.setattr(kernel_module, "INTERPRETED", False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert kernel_module.nvidia_forms()
+    monkeypatch.setattr(torch.version, "hip", "6.4.0")  # ROCm's torch names its GPUs "cuda" too
+    assert not kernel_module.nvidia_forms()

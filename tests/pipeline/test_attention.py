@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.masking_utils import sliding_window_causal_mask_function
 
-from mia_fast.pipeline import attention
+from mia_fast.pipeline import attention, device
 from mia_fast.pipeline.attention import (
     CAUSAL,
     SEGMENT_ATTENTION,
@@ -26,7 +26,9 @@ from mia_fast.pipeline.attention import (
     flash_varlen_attention,
     plain_attention_with_lse,
     segment_attention,
+    why_not_flash,
 )
+from mia_fast.pipeline.device import Accelerator, plan_for
 
 
 def packed_inputs(lengths, contexts, heads, kv_heads, head_dim=8, seed=0, dtype=torch.float32):
@@ -278,14 +280,34 @@ def test_int32_offsets_reach_varlen_attn_as_they_are(installed_torch):
     assert call["offsets"][0] is cu_q and call["offsets"][1] is cu_k
 
 
-def test_flash_runs_on_cuda_in_half_precision_only():
+@pytest.fixture
+def hopper(monkeypatch):
+    """A CUDA device's plan as an H100's (what differs by GPU is stood in for: this machine may have none)."""
+    own = device.device_plan
+    h100 = plan_for(Accelerator("nvidia", "sm_90", native_bf16=True))
+    monkeypatch.setattr(device, "device_plan", lambda where: h100 if where.type == "cuda" else own(where))
+
+
+def test_flash_runs_on_cuda_in_half_precision_only(hopper):
     has_varlen = "window_size" in inspect.signature(torch.nn.attention.varlen.varlen_attn).parameters
     cuda = torch.device("cuda")
     assert flash_available(cuda, torch.bfloat16, 128) == has_varlen
     assert flash_available(cuda, torch.float16, 64) == has_varlen
-    assert not flash_available(cuda, torch.float32, 128)
-    assert not flash_available(cuda, torch.bfloat16, 12)  # not a multiple of 8
-    assert not flash_available(torch.device("cpu"), torch.bfloat16, 128)
+    assert why_not_flash(cuda, torch.float32, 128) == "flash attention takes fp16 or bf16, not float32"
+    not_flash = "flash attention takes heads of 8 to 256 dims in steps of 8, not 12"
+    assert why_not_flash(cuda, torch.bfloat16, 12) == not_flash
+
+
+def test_flash_runs_only_on_the_gpus_whose_row_says_so(monkeypatch):
+    assert why_not_flash(torch.device("cpu"), torch.bfloat16, 128) == "not a GPU"
+    cuda = torch.device("cuda")
+    for found, reason in (
+        (Accelerator("nvidia", "sm_75", native_bf16=False), "torch's flash kernel does not run sm_75"),
+        (Accelerator("amd", "gfx1100", native_bf16=True), "torch's flash kernel does not run gfx1100"),
+    ):
+        monkeypatch.setattr(device, "device_plan", lambda _, found=found: plan_for(found))
+        assert why_not_flash(cuda, torch.float16, 64) == reason
+        assert attention_backend(cuda, torch.float16, 64) is SEGMENT_ATTENTION
 
 
 # ---- attention split over key sets, merged by log-sum-exp (sampling's decoding steps) ----
@@ -304,12 +326,12 @@ def test_plain_attention_with_lse_gives_what_the_cpu_kernel_gives():
         torch.testing.assert_close(plain_lse, lse, rtol=1e-5, atol=1e-5)
 
 
-def test_the_backend_is_flash_where_it_runs_and_says_what_it_takes():
+def test_the_backend_is_flash_where_it_runs_and_says_what_it_takes(hopper):
     has_varlen = "window_size" in inspect.signature(torch.nn.attention.varlen.varlen_attn).parameters
     flash = attention_backend(torch.device("cuda"), torch.bfloat16, 128)
     assert (flash.attend is flash_varlen_attention) == has_varlen
     if has_varlen:
         assert flash.in_model_dtype and not flash.offsets_on_host and flash.name == "varlen attention (flash)"
-    for device, dtype in (("cuda", torch.float32), ("cpu", torch.bfloat16)):
-        assert attention_backend(torch.device(device), dtype, 128) is SEGMENT_ATTENTION
+    for kind, dtype in (("cuda", torch.float32), ("cpu", torch.bfloat16)):
+        assert attention_backend(torch.device(kind), dtype, 128) is SEGMENT_ATTENTION
     assert SEGMENT_ATTENTION.offsets_on_host and not SEGMENT_ATTENTION.in_model_dtype

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import FAST, digests, fail, fail_writes, read_jsonl, run_cli, write_jsonl
+from helpers import FAST, digests, fail, fail_writes, read_jsonl, run_cli, stand_in_gpu, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,11 +20,19 @@ from mia_fast.data.outputs import MANIFEST_KIND, manifest_path, stage_path
 from mia_fast.engines.batching import plan_batches
 from mia_fast.errors import MiaFastError
 from mia_fast.pipeline import engine as engine_module
+from mia_fast.pipeline.device import Accelerator
 from mia_fast.pipeline.engine import StatsEngine
 from mia_fast.pipeline.models import LoadedModel, load_model
 from pipeline.test_packed import ARCHITECTURES, tiny_decoder
 
 CUDA = torch.device("cuda")
+H100 = Accelerator("nvidia", "sm_90", native_bf16=True)
+
+
+@pytest.fixture(autouse=True)
+def claimed_gpu(monkeypatch):
+    """CUDA is an H100 whose path is chosen without running anything there (no self-check: nothing runs on CUDA)."""
+    stand_in_gpu(monkeypatch, H100, self_checks=False)
 
 
 def claimed(model: torch.nn.Module, tokenizer, device: torch.device, dtype: torch.dtype) -> LoadedModel:
@@ -47,9 +55,28 @@ def test_on_a_gpu_every_supported_family_runs_packed_with_flash_attention_and_th
     ).path.describe() == ("packed, varlen attention (flash), torch head")
 
 
-def test_on_a_gpu_an_fp32_model_packs_with_the_segment_wise_attention(tokenizer):
+def test_on_a_gpu_an_fp32_model_packs_with_the_segment_wise_attention_and_says_why(tokenizer):
     engine = StatsEngine(claimed(tiny_decoder("llama"), tokenizer, CUDA, torch.float32))
-    assert engine.provenance()["forward"] == "packed, segment-wise attention, Triton head"
+    assert engine.provenance()["forward"] == (
+        "packed, segment-wise attention (flash attention takes fp16 or bf16, not float32), Triton head"
+    )
+
+
+@pytest.mark.parametrize(
+    ("found", "forward"),
+    [
+        (Accelerator("nvidia", "sm_75"), "segment-wise attention (torch's flash kernel does not run sm_75), Triton"),
+        (Accelerator("amd", "gfx942", native_bf16=True), "varlen attention (flash), Triton"),
+        (
+            Accelerator("amd", "gfx1100", native_bf16=True),
+            "segment-wise attention (torch's flash kernel does not run gfx1100), torch",
+        ),
+    ],
+)
+def test_each_gpus_path_follows_its_row_and_says_why_in_the_path_line(found, forward, tokenizer, monkeypatch):
+    stand_in_gpu(monkeypatch, found, self_checks=False)
+    engine = StatsEngine(claimed(tiny_decoder("llama"), tokenizer, CUDA, torch.float16))
+    assert engine.provenance()["forward"] == f"packed, {forward} head"
 
 
 def test_on_a_cpu_the_packed_path_streams_its_head(tokenizer):
@@ -163,3 +190,15 @@ def test_the_models_own_forward_runs_a_long_row_without_a_mask(tiny_model_dir, m
     together = engine.compute(texts)
     assert len(masks) == 1 and masks[0] is not None
     np.testing.assert_allclose(alone.logp, together.logp, rtol=1e-5, atol=1e-5)
+
+
+def test_a_cpu_keeps_a_16_bit_models_residual_in_fp32_and_a_gpu_in_its_own_dtype(tokenizer):
+    cpu = torch.device("cpu")
+    wide = StatsEngine(claimed(tiny_decoder("llama"), tokenizer, cpu, torch.bfloat16))
+    assert wide.path.describe() == "packed, segment-wise attention, streamed head, fp32 residual"
+    assert wide.cache_settings()["residual"] == "fp32" and wide.packed_decoder().residual_dtype == torch.float32
+    for engine in (
+        StatsEngine(claimed(tiny_decoder("llama"), tokenizer, cpu, torch.float32)),
+        StatsEngine(claimed(tiny_decoder("llama"), tokenizer, CUDA, torch.bfloat16)),
+    ):
+        assert "residual" not in engine.path.describe() and "residual" not in engine.cache_settings()
