@@ -61,6 +61,29 @@ def demo() -> float:
         return time.perf_counter() - start
 
 
+def write(seconds: dict[str, list[float]], inside: list[float], loads: list) -> None:
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    result = {
+        "benchmark": "self-check-cost",
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(sys.argv),
+        "rounds": len(inside),
+        "seconds": seconds,
+        "median_s": median,
+        "inside_checks_s": inside,
+        "inside_share_of_demo": statistics.median(inside) / median["without"],
+        "whole_run_ratio": median["with"] / median["without"],
+        "load_average_per_round": loads,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"self-check-cost-{os.cpu_count()}core.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(
+        json.dumps({k: result[k] for k in ("median_s", "inside_checks_s", "inside_share_of_demo", "whole_run_ratio")})
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
@@ -81,30 +104,12 @@ def main() -> int:
             else:
                 seconds["without"].append(demo())
         inside.append(sum(spent))
+        write(seconds, inside, loads)  # after every round: a stopped run keeps what it measured
         print(
             f"round {round_index + 1}: without {seconds['without'][-1]:.1f} s, with {seconds['with'][-1]:.1f} s "
             f"({len(spent)} checks, {inside[-1]:.3f} s inside them)",
             flush=True,
         )
-    median = {name: statistics.median(values) for name, values in seconds.items()}
-    result = {
-        "benchmark": "self-check-cost",
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d"),
-        "command": " ".join(sys.argv),
-        "seconds": seconds,
-        "median_s": median,
-        "inside_checks_s": inside,
-        "inside_share_of_demo": statistics.median(inside) / median["without"],
-        "whole_run_ratio": median["with"] / median["without"],
-        "load_average_per_round": loads,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"self-check-cost-{os.cpu_count()}core.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(
-        json.dumps({k: result[k] for k in ("median_s", "inside_checks_s", "inside_share_of_demo", "whole_run_ratio")})
-    )
     return 0
 
 
