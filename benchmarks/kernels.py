@@ -8,7 +8,7 @@
         every section on tiny shapes, on the CPU under TRITON_INTERPRET=1: checks that it all runs (no timing claims)
 
 Nothing is read from outside the checkout and nothing from the hub: the texts are drawn from the docstrings of this
-Python's standard library (``mia_fast.evaluation.experiments.stdlib_corpus``, the demo's corpus), a BPE tokenizer is
+Python's standard library (``mia_fast.evaluation.corpus.stdlib_corpus``, the demo's corpus), a BPE tokenizer is
 trained on them, and the models are random-initialised on the device in bf16 at the shapes of Llama-3.2-1B,
 Llama-3-8B and Pythia-6.9B (their own ``_init_weights``: normal(0, 0.02) weights, made on the GPU in bf16, no fp32
 copy). Every contender runs in the same process on the same inputs. Times are medians: CUDA events for the kernels,
@@ -1566,7 +1566,7 @@ def main() -> None:
                 config["prefix"] = token_texts(docs, tokenizer, [config["prefix_tokens"]], seed=3)[0]
                 result["texts"] = {
                     "source": f"docstrings of Python {sys.version.split()[0]}'s standard library "
-                    "(mia_fast.evaluation.experiments.stdlib_corpus)",
+                    "(mia_fast.evaluation.corpus.stdlib_corpus)",
                     "docstrings": len(docs),
                     "tokenizer_vocab": len(tokenizer),
                     "setup_seconds": time.perf_counter() - began,

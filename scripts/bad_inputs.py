@@ -566,6 +566,72 @@ CASES = [
         "freq build {dup_key_jsonl} --tokenizer {model} --out {work}/k.freq --quiet",
         "dup_key.jsonl:2: the field 'text' is named more than once",
     ),
+    # ---- one tokenizer identity (issue 67) ----
+    Case("freq merge: tables of two normalizers", "freq merge {table} {lower_table} --out {work}/m.freq", "normalizer"),
+    Case("freq merge: a table and its own copy", "freq merge {table} {table_copy} --out {work}/m.freq", "copies"),
+    Case("freq merge: tables whose sources overlap", "freq merge {table} {part_table} --out {work}/m.freq", "c.jsonl"),
+    Case(
+        "score: --resume after the tokenizer gained a normalizer",
+        "score {longer} --model {lower_model} --methods loss,zlib --out {resumable} --resume --quiet",
+        "normalizer",
+    ),
+    Case(
+        "score: --freq-table of another tokenizer",
+        "score {data} {M} --methods dcpdd --freq-table {lower_table} --out {new} --quiet",
+        "normalizer",
+    ),
+    Case("freq info: --tokenizer of another tokenizer", "freq info {table} --tokenizer {lower_model}", "normalizer"),
+    Case(
+        "freq build: a tokenizer with BPE dropout",
+        "freq build {corpus_dir} --tokenizer {dropout_model} --out {work}/d.freq --quiet",
+        "dropout",
+    ),
+    Case(
+        "score: a tokenizer with BPE dropout",
+        "score {data} --model {dropout_model} --methods loss --out {new} --quiet",
+        "dropout",
+    ),
+    # ---- corpus formats and parquet (issue 67) ----
+    Case(
+        "freq build: a folder with .json lines and a .pdf",
+        "freq build {formats_dir} --tokenizer {model} --out {work}/f.freq --quiet",
+        ".pdf",
+        accepted=True,
+    ),
+    Case(
+        "freq build: a symlink loop",
+        "freq build {loop_dir}/self --tokenizer {model} --out {work}/l.freq --quiet",
+        "loop",
+    ),
+    Case(
+        "freq build: raw invalid UTF-8 in JSON lines",
+        "freq build {raw_utf8} --tokenizer {model} --out {work}/utf.freq --quiet",
+        "UTF-8",
+    ),
+    Case("score: raw invalid UTF-8 in JSON lines", "score {raw_utf8} {M} --out {new} --quiet", "UTF-8"),
+    Case(
+        "freq build: invalid UTF-8 in a parquet column",
+        "freq build {bad_utf8_parquet} --tokenizer {model} --out {work}/p.freq --quiet",
+        "UTF-8",
+    ),
+    Case("score: invalid UTF-8 in a parquet column", "score {bad_utf8_parquet} {M} --out {new} --quiet", "UTF-8"),
+    Case(
+        "score: ids of mixed types into parquet",
+        "score {mixed_ids} {M} --methods loss --out {work}/o.parquet --quiet",
+        "string",
+        accepted=True,
+    ),
+    Case(
+        "freq build: --ray at a port nothing listens on",
+        "freq build {corpus_dir} --tokenizer {model} --out {work}/r.freq --ray ray://127.0.0.1:{closed_port} --quiet",
+        "cannot reach the Ray cluster",
+    ),
+    # ---- model folders (issue 67) ----
+    Case(
+        "score: a LoRA adapter without its base",
+        "score {data} --model {adapter_alone} --methods loss --out {new} --quiet",
+        "no-base",
+    ),
 ]
 
 
@@ -663,6 +729,12 @@ def _tampered_model(
         (target / "config.json").write_text(json.dumps(settings | config))
 
 
+def _must(argv: list[str]) -> None:
+    ran = _run(argv)
+    if ran.code != 0:
+        raise SystemExit(f"preparing the cases failed: mia-fast {' '.join(argv)}\n{ran.err}{ran.crash}")
+
+
 def prepare(work: Path, model: str | None) -> dict[str, str]:
     """The files the cases use, made with the package's own commands; returns their names."""
     rows = [
@@ -737,18 +809,13 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
     places.update({name: str(path) for name, path in files.items()})
     model_options = [] if model is None else ["--model", model]
 
-    def must(argv: list[str]) -> None:
-        ran = _run(argv)
-        if ran.code != 0:
-            raise SystemExit(f"preparing the cases failed: mia-fast {' '.join(argv)}\n{ran.err}{ran.crash}")
-
     table, bad_table = work / "c.freq", work / "bad.freq"
-    must(["freq", "build", str(files["corpus_dir"]), "--tokenizer", places["model"], "--out", str(table), "--quiet"])
+    _must(["freq", "build", str(files["corpus_dir"]), "--tokenizer", places["model"], "--out", str(table), "--quiet"])
     flipped = bytearray(table.read_bytes())
     flipped[len(flipped) // 2] ^= 1
     bad_table.write_bytes(bytes(flipped))
     scores, cache = work / "scores.jsonl", work / "cache"
-    must(
+    _must(
         [
             "score",
             str(data),
@@ -769,7 +836,7 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
         shutil.copy(scores.with_name("scores.jsonl.manifest.json"), manifest)
         manifest.write_text(manifest.read_text().replace('"prepend_start": true', '"prepend_start": false'))
     threshold = work / "threshold.json"
-    must(["calibrate", str(data), *model_options, "--method", "loss", "--out", str(threshold), "--quiet"])
+    _must(["calibrate", str(data), *model_options, "--method", "loss", "--out", str(threshold), "--quiet"])
     tampered_threshold = work / "tampered-threshold.json"
     content = json.loads(threshold.read_text())
     content["value"] = -1e9
@@ -785,6 +852,7 @@ def prepare(work: Path, model: str | None) -> dict[str, str]:
     np.savez(tampered_stats, **arrays)
     places.update(_round_two(work, places, scores, table, cache))
     places.update(_round_three(work, places))
+    places.update(_round_four(work, places, model, scores))
     places.update(
         scores=str(scores),
         cache=str(cache),
@@ -914,6 +982,87 @@ def _round_three(work: Path, places: dict[str, str]) -> dict[str, str]:
     return {**{name: str(path) for name, path in made.items()}, **ports}
 
 
+def _with_tokenizer(model: str | None, target: Path, change) -> Path:
+    """A copy of the model directory whose tokenizer.json ``change`` edits (a dict, in place)."""
+    _tampered_model(model, target)
+    spec = json.loads((target / "tokenizer.json").read_text(encoding="utf-8"))
+    change(spec)
+    (target / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return target
+
+
+def _round_four(work: Path, places: dict[str, str], model: str | None, scores: Path) -> dict[str, str]:
+    """The files of issue 67's cases: the model with a Lowercase normalizer and with BPE dropout, a table counted by
+    each tokenizer and one whose source overlaps another's, corpora the readers must not skip or misread, a scores
+    run to resume with the other tokenizer, ids of mixed types, a LoRA adapter without its base."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lower = _with_tokenizer(model, work / "lower-model", lambda spec: spec.update(normalizer={"type": "Lowercase"}))
+    dropout = _with_tokenizer(model, work / "dropout-model", lambda spec: spec["model"].update(dropout=0.1))
+    corpus = places["corpus_dir"]
+    made = {"lower_model": lower, "dropout_model": dropout, "lower_table": work / "lower.freq"}
+    _must(["freq", "build", corpus, "--tokenizer", str(lower), "--out", str(made["lower_table"]), "--quiet"])
+    made["part_table"], more = work / "part.freq", work / "more.txt"
+    more.write_text("another document, counted in one table only\n")
+    _must(
+        [
+            "freq",
+            "build",
+            f"{corpus}/c.jsonl",
+            str(more),
+            "--tokenizer",
+            places["model"],
+            "--out",
+            str(made["part_table"]),
+            "--quiet",
+        ]
+    )
+    made["resumable"] = work / "resumable.jsonl"
+    shutil.copy(scores, made["resumable"])
+    shutil.copy(f"{scores}.manifest.json", f"{made['resumable']}.manifest.json")
+    rows = Path(places["data"]).read_text(encoding="utf-8")
+    made["longer"] = work / "longer.jsonl"  # the scored rows and more: a resume that has rows left to score
+    made["longer"].write_text(
+        rows
+        + "".join(json.dumps({"id": f"more{i}", "text": f"one more text {i}", "label": i % 2}) + "\n" for i in range(4))
+    )
+    made["formats_dir"] = work / "formats"
+    texts = [f"corpus text number {i} of many" for i in range(10)]
+    _write_jsonl(made["formats_dir"] / "a.jsonl", [{"text": text} for text in texts])
+    _write_jsonl(made["formats_dir"] / "b.json", [{"text": text} for text in texts])
+    (made["formats_dir"] / "notes.pdf").write_bytes(b"%PDF-1.4 not a corpus")
+    made["loop_dir"] = work / "loop-corpus"
+    made["loop_dir"].mkdir()
+    (made["loop_dir"] / "self").symlink_to(made["loop_dir"] / "self")
+    made["raw_utf8"] = work / "raw-utf8.jsonl"
+    made["raw_utf8"].write_bytes(b'{"text": "fine"}\n{"text": "half \xed\xa0\x80 a pair"}\n')
+    made["bad_utf8_parquet"] = work / "bad-utf8.parquet"
+    raw = pa.array([b"fine text", b"bad \xff\xfe bytes"], type=pa.binary())
+    # A string column built from its buffers is not validated: as a writer that trusted its input would write it.
+    pq.write_table(
+        pa.table({"text": pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())}), made["bad_utf8_parquet"]
+    )
+    ids = [1, "1", 2.5, None, True, {"a": 1}]
+    made["mixed_ids"] = _write_jsonl(
+        work / "mixed-ids.jsonl", [{"id": i, "text": f"a text {n}"} for n, i in enumerate(ids)]
+    )
+    made["adapter_alone"] = work / "adapter"
+    made["adapter_alone"].mkdir()
+    (made["adapter_alone"] / "adapter_config.json").write_text(
+        json.dumps(
+            {
+                "peft_type": "LORA",
+                "base_model_name_or_path": str(work / "no-base"),
+                "r": 2,
+                "target_modules": ["q_proj"],
+            }
+        )
+    )
+    (made["adapter_alone"] / "adapter_model.safetensors").write_bytes(b"")
+    return {name: str(path) for name, path in made.items()}
+
+
 def _faulty_server():
     """``scripts/faulty_server.py``, loaded from beside this script (it is not a package)."""
     path = Path(__file__).with_name("faulty_server.py")
@@ -1014,9 +1163,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a model directory (default: the built-in SmolLM2-135M)")
     parser.add_argument("--json", help="write every case's outcome and the counts here")
+    parser.add_argument("--match", default="", help="run only the cases whose name this regular expression finds")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mia-fast-bad-inputs-") as work:
-        results = run_cases(args.model, Path(work))
+        results = run_cases(args.model, Path(work), [case for case in CASES if re.search(args.match, case.name)])
     for result in results:
         first = result["stderr"].splitlines()[-1] if result["stderr"] else ""
         print(f"{result['outcome']:9} {result['case']:48} {first[:150]}")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tests the lower bounds pyproject.toml declares: makes .venv-lowest with the lowest declared version of every core
-# dependency and of the gguf and kernels extras (scripts/lowest_requirements.py), installs mia-fast there (its native
-# core built in a build folder of its own) with the built-in model, and runs the tests marked lower_bounds. Test tools
-# (pytest, hypothesis) come at their newest: they are not ours to declare. CI runs it. Idempotent.
+# dependency and of the gguf, kernels and adapters extras (scripts/lowest_requirements.py), installs mia-fast there
+# (its native core built in a build folder of its own) with the built-in model, and runs the tests marked lower_bounds.
+# Test tools (pytest, hypothesis) come at their newest: they are not ours to declare. CI runs it. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -11,7 +11,7 @@ PIP=(.venv-lowest/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
 REQUIREMENTS="$(mktemp)"
 trap 'rm -f "$REQUIREMENTS"' EXIT
-.venv-lowest/bin/python scripts/lowest_requirements.py gguf kernels >"$REQUIREMENTS"
+.venv-lowest/bin/python scripts/lowest_requirements.py gguf kernels adapters >"$REQUIREMENTS"
 # torch first, as setup.sh installs it (its lowest declared version is the CPU build setup.sh pins), then the rest.
 "${PIP[@]}" install -q "${MIA_FAST_TORCH:-torch==2.13.0}"
 "${PIP[@]}" install -q -r "$REQUIREMENTS" "scikit-build-core>=1.0" pybind11 cmake pytest hypothesis

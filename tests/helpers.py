@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -387,3 +388,39 @@ def offload_folders(cache: Path) -> list[Path]:
     """The offload folders a device map left in ``cache``."""
     root = cache / "offload"
     return sorted(root.iterdir()) if root.is_dir() else []
+
+
+def process_start(pid: int) -> int | None:
+    """When a running process started (clock ticks after boot; with its pid it names one process, even once the pid
+    is reused), None once it has ended (a zombie has). Linux only: it reads /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def child_processes(parent: int) -> set[tuple[int, int]]:
+    """(pid, start) of every running child of ``parent`` (:func:`process_start`)."""
+    children = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent and fields[0] not in ("Z", "X"):
+                children.add((int(entry.name), int(fields[19])))
+    return children
+
+
+def processes_ended(processes: set[tuple[int, int]]) -> bool:
+    """Whether every process of ``processes`` ((pid, start) pairs) has ended."""
+    return all(process_start(pid) != start for pid, start in processes)
+
+
+def end_processes(processes: set[tuple[int, int]]) -> None:
+    """SIGKILLs those of ``processes`` ((pid, start) pairs) still running: what a failed test leaves ends with it."""
+    for pid, start in processes:
+        if process_start(pid) == start:
+            os.kill(pid, signal.SIGKILL)

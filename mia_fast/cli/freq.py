@@ -19,8 +19,8 @@ from mia_fast.errors import MiaFastError
 from mia_fast.frequency.build import Counting
 from mia_fast.frequency.checkpoints import check_checkpoints, remove_checkpoints
 from mia_fast.frequency.corpus import CorpusFormat, expand_sources, require_text
-from mia_fast.frequency.counting_tokenizers import BACKENDS, one_thread_per_worker
-from mia_fast.frequency.table import MODES, FrequencyTable
+from mia_fast.frequency.counting_tokenizers import TOKENIZER_BACKENDS, one_thread_per_worker
+from mia_fast.frequency.table import MODES, FrequencyTable, check_table_tokenizer
 from mia_fast.frequency.text_build import build_from_text
 from mia_fast.frequency.token_files import TOKEN_DTYPES, build_from_tokens
 from mia_fast.methods.settings import Range
@@ -29,7 +29,7 @@ from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 # The largest vocabularies hold about 256k tokens; a table of 2**24 counts is already 128 MiB.
 VOCABULARY_SIZE = Range(1, 2**24, whole=True)
 # Threads beyond any machine's cores.
-MOST_THREADS = 1024
+MOST_CORES = 1024
 
 
 def add_command(name: str, freq: argparse.ArgumentParser) -> None:
@@ -47,6 +47,12 @@ def add_command(name: str, freq: argparse.ArgumentParser) -> None:
     merge.add_argument("tables", nargs="+")
     merge.add_argument("--out", required=True)
     merge.add_argument("--overwrite", action="store_true")
+    merge.add_argument(
+        "--allow-overlap",
+        action="store_true",
+        help="merge tables that share a source (or copies of one table) anyway: their documents are counted again, "
+        "and the merged table's sources say how many times",
+    )
 
 
 def _counting_options(parser: argparse.ArgumentParser) -> None:
@@ -72,8 +78,9 @@ def _add_build(actions: Any) -> None:
     build.add_argument(
         "sources",
         nargs="+",
-        help=".txt (a document per line), .jsonl and .json lines (plain, .gz as C4, .zst as RedPajama and Dolma), "
-        ".parquet (FineWeb) files, directories or globs",
+        help=".txt (a document per line) and .jsonl or .json lines, each plain, .gz (as C4) or .zst/.zstd (as "
+        "RedPajama and Dolma), and .parquet (FineWeb), in any case: files, directories or globs (their other files "
+        "are named in one line, not read)",
     )
     build.add_argument(
         "--tokenizer",
@@ -83,12 +90,12 @@ def _add_build(actions: Any) -> None:
     build.add_argument("--text-field", default="text", help="JSON field or parquet column holding the text")
     build.add_argument(
         "--workers",
-        type=bounded(Range(1, MOST_THREADS, whole=True)),
+        type=bounded(Range(1, MOST_CORES, whole=True)),
         help="cores to count on (default: all); with --ray, threads per Ray task (default 1)",
     )
     build.add_argument(
         "--tokenizer-backend",
-        choices=BACKENDS,
+        choices=TOKENIZER_BACKENDS,
         default="auto",
         help="who tokenizes: auto (default) counts with fastokens once it tokenizes the corpus's first documents and "
         "a set of hard strings exactly as the model's tokenizer does, else with that tokenizer; fast insists on "
@@ -133,7 +140,7 @@ def _add_build_tokens(actions: Any) -> None:
     tokens.add_argument("--tokenizer", help="the tokenizer that made the ids, to stamp its fingerprint on the table")
     tokens.add_argument(
         "--threads",
-        type=bounded(Range(0, MOST_THREADS, whole=True)),
+        type=bounded(Range(0, MOST_CORES, whole=True)),
         default=0,
         help="counting threads (default: one per core)",
     )
@@ -198,7 +205,7 @@ def _build(args: argparse.Namespace, out: Path, sources: list[Path]) -> None:
 
     tokenizer = load_tokenizer(args.tokenizer)
     report = build(
-        args.sources,
+        sources,  # the files, not the folders and globs again: what they skip is said once
         tokenizer,
         counting,
         corpus,
@@ -255,6 +262,7 @@ def _build_tokens(args: argparse.Namespace, out: Path) -> None:
 
 def command_info(args: argparse.Namespace) -> None:
     table = FrequencyTable.load(args.table)
+    decode = _decoder(args.tokenizer, table, args.table)
     for key, value in table.header().items():
         if key == "tokenized_by":
             print(f"{key:22} {', '.join(value) or 'not recorded (pre-tokenized ids, or a table of version 1)'}")
@@ -262,26 +270,47 @@ def command_info(args: argparse.Namespace) -> None:
             print(f"{key:22} {value}")
     print(
         f"{'sources':22} {len(table.sources)}: "
-        + ", ".join(table.sources[:5])
+        + ", ".join(source.describe() for source in table.sources[:5])
         + (" ..." if len(table.sources) > 5 else "")
+        + _overlaps(table)
     )
     print(f"{'ids seen':22} {int((table.counts > 0).sum())} of {table.vocab_size}")
-    decode = None
-    if args.tokenizer:
-        from mia_fast.pipeline.models import load_tokenizer  # noqa: PLC0415 (torch: 1.5 s at start-up; only --tokenizer needs it)
-
-        tokenizer = load_tokenizer(args.tokenizer)
-        decode = tokenizer.convert_ids_to_tokens
-    top = np.argsort(table.counts, kind="stable")[::-1][: args.top]
     total = max(int(table.counts.sum()), 1)
-    for rank, token_id in enumerate(top.tolist(), start=1):
+    for rank, token_id in enumerate(_most_frequent(table.counts, args.top), start=1):
         label, count = f" {decode(token_id)!r}" if decode else "", int(table.counts[token_id])
         print(f"{rank:>4}. id {token_id:>7}{label}: {count:,} ({count / total:.3%})")
+    seen = int(np.count_nonzero(table.counts))
+    if seen < args.top:
+        print(f"only {seen} id(s) have a count above 0: fewer than --top {args.top}")
+
+
+def _decoder(tokenizer_name: str | None, table: FrequencyTable, table_name: str) -> Any:
+    """The ids-to-tokens of ``tokenizer_name``, once the table is shown to be counted by it (else refused, naming the
+    part that differs); None without one."""
+    if not tokenizer_name:
+        return None
+    from mia_fast.pipeline.models import load_tokenizer  # noqa: PLC0415 (torch: 1.5 s at start-up; only --tokenizer needs it)
+
+    tokenizer = load_tokenizer(tokenizer_name)
+    check_table_tokenizer(table, tokenizer, table_name)
+    return tokenizer.convert_ids_to_tokens
+
+
+def _overlaps(table: FrequencyTable) -> str:
+    again = sum(source.counted > 1 for source in table.sources)
+    return f"; {again} counted more than once (merged with --allow-overlap)" if again else ""
+
+
+def _most_frequent(counts: np.ndarray, top: int) -> list[int]:
+    """The ``top`` ids of the highest counts above 0, the lower id first among equal counts."""
+    seen = np.flatnonzero(counts)[::-1]
+    return seen[np.argsort(counts[seen], kind="stable")][::-1][:top].tolist()
 
 
 def command_merge(args: argparse.Namespace) -> None:
     out = Path(args.out)
     with _claimed(args, out, [Path(p) for p in args.tables]):
-        table = FrequencyTable.merge([FrequencyTable.load(p) for p in args.tables])
+        tables = [FrequencyTable.load(p) for p in args.tables]
+        table = FrequencyTable.merge(tables, [str(p) for p in args.tables], allow_overlap=args.allow_overlap)
         table.save(out, overwrite=args.overwrite)
     print(_summary(table, out))

@@ -24,6 +24,7 @@ from mia_fast.cli.options import (
 from mia_fast.cli.paths import check_command_outputs
 from mia_fast.cli.run_options import input_name, run_config, score_into, stderr
 from mia_fast.cli.runfile import write_report_run_file
+from mia_fast.data.artefacts import OutputLock
 from mia_fast.data.gate import Output
 from mia_fast.errors import MiaFastError
 from mia_fast.methods.online import DEFAULT_ONLINE_METHOD
@@ -149,11 +150,12 @@ def command_eval(args: argparse.Namespace) -> None:
         Output(Path(args.report), "--report", folder=True, resumable=True),
         Output(out, "--out" if args.out else "--report", staged=True, resumable=True),
     )
-    dataset = load_input(args, require_labels=True)
-    blind = BlindSettings(args.blind, args.blind_permutations)
-    evaluation = EvaluationConfig(args.report, args.bootstrap, args.seed, args.buckets, blind, args.suite)
-    meta = {"data": input_name(args), "max_words": args.max_words}
-    done = evaluate_file(dataset, run_config(args, dataset, out), evaluation, meta, log=stderr)
-    run_file = write_report_run_file(args.report, args)
+    with OutputLock(args.report):  # the report folder is written by one run at a time, as a scores file is
+        dataset = load_input(args, require_labels=True)
+        blind = BlindSettings(args.blind, args.blind_permutations)
+        evaluation = EvaluationConfig(args.report, args.bootstrap, args.seed, args.buckets, blind, args.suite)
+        meta = {"data": input_name(args), "max_words": args.max_words}
+        done = evaluate_file(dataset, run_config(args, dataset, out), evaluation, meta, log=stderr)
+        run_file = write_report_run_file(args.report, args)
     print(format_table(done.results, done.verdicts))
     print("wrote " + ", ".join(str(p) for p in [*done.paths, run_file]), file=sys.stderr)

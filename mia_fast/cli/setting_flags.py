@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mia_fast.methods.registry import REGISTRY, Method
-from mia_fast.methods.settings import MethodSettings, setting_fields, settings_classes
+from mia_fast.methods.settings import MethodSettings, setting_fields, settings_classes_of
 
 
 def settings_from_values(values: Mapping[str, Any], methods: Iterable[Method] | None = None) -> MethodSettings:
@@ -16,7 +16,7 @@ def settings_from_values(values: Mapping[str, Any], methods: Iterable[Method] | 
     default. A class none of whose values is given is left at its defaults."""
     methods = list(REGISTRY.values() if methods is None else methods)
     built = []
-    for cls in settings_classes(methods):
+    for cls in settings_classes_of(methods):
         given = {f.name: values[f.key] for f in setting_fields(cls) if values.get(f.key) is not None}
         if given:
             built.append(cls(**given))

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from mia_fast.cluster.session import last_line, ray_session
+from mia_fast.cluster.session import RayUnreachable, cluster_address, last_line, ray_session
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.build import Counting
-from mia_fast.frequency.checkpoints import ShardCheckpoints
+from mia_fast.frequency.checkpoints import ShardCheckpoints, check_checkpoints
 from mia_fast.frequency.corpus import BadRecords, CorpusFormat, no_tokens
 from mia_fast.frequency.counting_tokenizers import CounterRecipe
 from mia_fast.frequency.table import FrequencyTable
@@ -32,6 +33,19 @@ def _count_file(
     return table, bad, ""
 
 
+@contextmanager
+def _ray_or_nothing_made(address: str | None, made: ShardCheckpoints | None) -> Iterator[Any]:
+    """A Ray session (:func:`ray_session`); where Ray cannot be reached, the checkpoint folder ``made`` for it is
+    removed: it holds only its manifest, as no task ran."""
+    try:
+        with ray_session(address) as ray:
+            yield ray
+    except RayUnreachable:
+        if made:
+            made.remove()
+        raise
+
+
 def build_on_ray(
     sources: Sequence[str | os.PathLike],
     tokenizer: Any,
@@ -47,13 +61,16 @@ def build_on_ray(
     own (``threads`` workers and as many CPUs each), the tables added in file order: the same table and report.
     The counting tokenizer is chosen (and checked) here, once, as ``counting.tokenizer_backend`` says; every task
     counts with it.
-    Finished files are kept in ``checkpoint_dir`` as they come back, so a rerun skips them.
+    Finished files are kept in ``checkpoint_dir`` as they come back, so a rerun skips them; a cluster that cannot be
+    reached leaves nothing there that was not there before.
     The files must be at paths every node can read; the tables come back to this process."""
     started = time.perf_counter()
     if threads < 1:
         raise MiaFastError(f"--workers must be positive, got {threads}")
+    address = cluster_address(address)
     settings, files, choice = settle_build(sources, tokenizer, counting, corpus)
     counting_started = time.perf_counter()
+    made_here = bool(checkpoint_dir) and not check_checkpoints(Path(checkpoint_dir))
     checkpoints = ShardCheckpoints(Path(checkpoint_dir), settings, files) if checkpoint_dir else None
     tables: list[Any] = [None] * len(files)
     bads = [BadRecords(skip=corpus.skip_bad_records) for _ in files]
@@ -65,8 +82,8 @@ def build_on_ray(
     todo = [index for index, table in enumerate(tables) if table is None]
     sizes = [path.stat().st_size for path in files]
     if todo:
-        bar = _bytes_bar(sum(sizes), sum(sizes) - sum(sizes[i] for i in todo), progress=progress)
-        with ray_session(address) as ray:
+        with _ray_or_nothing_made(address, checkpoints if made_here else None) as ray:
+            bar = _bytes_bar(sum(sizes), sum(sizes) - sum(sizes[i] for i in todo), progress=progress)
             count = ray.remote(num_cpus=threads)(_count_file)
             shared_recipe = ray.put(choice.recipe)
             pending = {
@@ -95,7 +112,7 @@ def build_on_ray(
                 for ref in pending:
                     ray.cancel(ref)
                 bar.close()
-    table = FrequencyTable.merge(tables)
+    table = FrequencyTable.merge(tables, allow_overlap=True)  # distinct files (expand_sources), even if alike
     if table.tokens == 0:
         raise no_tokens(files)
     bad = BadRecords(skip=corpus.skip_bad_records)

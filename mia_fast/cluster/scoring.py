@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from mia_fast.cluster.session import check_address, last_line, ray_session, require_ray
+from mia_fast.cluster.session import RayUnreachable, cluster_address, last_line, ray_session, require_ray
 from mia_fast.cluster.shards import MANIFEST, RayManifest, Shard, run_settings
 from mia_fast.data.artefacts import OutputLock
 from mia_fast.data.files import DataStream
@@ -191,7 +191,7 @@ def score_on_ray(
     cluster = cluster or RayConfig()
     out, block_rows = config.output.path, config.output.block_rows
     require_ray()
-    check_address(cluster.address)
+    cluster_address(cluster.address)
     output_format(out)  # refuses a suffix no output format is registered for
     if block_rows < 1:
         raise MiaFastError("--block-rows must be positive")
@@ -224,7 +224,12 @@ def _score_shards_and_merge(
         log(f"resuming: {len(shards) - len(todo)} of {len(shards)} shards already scored in {directory}")
     if todo:
         job = _ShardJob(data, directory, config)
-        _score_shards(job, todo, manifest, cluster, log, total_rows=manifest.content["rows"])
+        try:
+            _score_shards(job, todo, manifest, cluster, log, total_rows=manifest.content["rows"])
+        except RayUnreachable:
+            if manifest.new:
+                manifest.discard()
+            raise
     missing = [shard.describe() for shard in shards if not manifest.finished(shard)]
     if missing:
         raise MiaFastError(f"the Ray run ended without {len(missing)} shard(s), e.g. {missing[0]}; rerun with --resume")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,7 @@ class Shard:
 
 class RayManifest:
     """``OUT.shards/_manifest.json``: the run's settings, where each shard starts, which shards are finished,
-    and whether OUT has been written from them."""
+    and whether OUT has been written from them; ``new`` where this run writes it first."""
 
     def __init__(self, directory: Path, settings: dict[str, Any], *, resume: bool, overwrite: bool, out: Path) -> None:
         self.directory, self.path = directory, directory / MANIFEST
@@ -76,6 +77,7 @@ class RayManifest:
                     "it away, or choose another --out"
                 )
             self.content = {"settings": settings, "positions": None, "rows": None, "finished": {}, "merged": False}
+            self.new = True
             return
         if not resume:
             raise MiaFastError(
@@ -92,6 +94,13 @@ class RayManifest:
                 "start over"
             )
         self.content = recorded
+        self.new = False
+
+    def discard(self) -> None:
+        """Removes what a new run (``new``) that scored nothing has written: its manifest, and its folder once empty."""
+        self.path.unlink(missing_ok=True)
+        with suppress(OSError):
+            self.directory.rmdir()
 
     def _remove_run(self, directory: Path) -> None:
         """Removes an earlier --ray run's shards, only where the folder is one (it holds the run's manifest): a

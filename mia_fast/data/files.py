@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from mia_fast.data.fields import Fields, column, neighbor_list, refuse_repeated_fields, row_label, row_text
-from mia_fast.data.formats import JSONL, OUTPUT_FORMATS, OutputFormat, matching_suffix
+from mia_fast.data.formats import JSONL, OUTPUT_FORMATS, ColumnKinds, OutputFormat, matching_suffix
 from mia_fast.data.readers import Records, RowPosition, file_kind, json_array_records
 from mia_fast.data.text import truncate_words
 from mia_fast.errors import MiaFastError, MiaFastWarning
@@ -199,10 +199,11 @@ class DataStream:
         """Bytes of the file, for progress against the bytes read."""
         return self.path.stat().st_size
 
-    def check(self) -> int:
+    def check(self, ids: ColumnKinds | None = None) -> int:
         """Reads every row once, as :meth:`blocks` will, so that a bad row is refused before anything is scored or
-        written, and doubtful rows (repeated ids, texts labelled both ways) are warned of; returns the row count."""
-        repeats = _Repeats()
+        written, and doubtful rows (repeated ids, texts labelled both ways) are warned of; returns the row count.
+        ``ids`` is told every id, for the type of a scores file's id column."""
+        repeats = _Repeats(ids)
         rows = sum(len(block.texts) for block, _ in self._blocks(_CHECK_ROWS, repeats))
         repeats.warn(self.path)
         return rows
@@ -272,7 +273,8 @@ class _Repeats:
     """Ids that occur more than once, and texts labelled both member and non-member, over every block read, each
     id and text held as a 16-byte digest so that memory stays small however long the file."""
 
-    def __init__(self) -> None:
+    def __init__(self, id_kinds: ColumnKinds | None = None) -> None:
+        self.id_kinds = id_kinds or ColumnKinds()
         self.id_lines: dict[bytes, int] = {}
         self.repeated_ids: set[bytes] = set()
         self.id_example: tuple[Any, int, int] | None = None
@@ -283,6 +285,7 @@ class _Repeats:
     def add(self, numbers: list[int], dataset: Dataset) -> None:
         """The rows of ``dataset``, read at lines ``numbers``."""
         for number, value in zip(numbers, dataset.ids or ()):
+            self.id_kinds.add(value, number)
             if value is None or value == "":  # a row without an id repeats no other's
                 continue
             key = _digest(repr(value))

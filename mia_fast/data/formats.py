@@ -17,7 +17,8 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from mia_fast.data.readers import (
     jsonl_records,
     jsonl_row_starts,
 )
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, MiaFastWarning
 
 # Rows of a staged .parquet output converted at a time, so that memory stays flat whatever the output's size.
 PARQUET_CONVERSION_ROWS = 8192
@@ -72,9 +73,10 @@ class OutputFormat:
         another needs none."""
         raise NotImplementedError
 
-    def finish(self, staged: Path, target: Path, columns: Sequence[str]) -> None:
-        """Converts the complete staged rows (in ``staged_in``) into ``target`` in this format; only a format staged
-        in another needs one."""
+    def finish(self, staged: Path, target: Path, columns: Sequence[str], text_columns: Collection[str] = ()) -> None:
+        """Converts the complete staged rows (in ``staged_in``) into ``target`` in this format, the columns of
+        ``text_columns`` as text; only a format staged in another needs one. It cannot fail on the values: a column of
+        values no one type holds is text."""
         raise NotImplementedError
 
     def read_back(self, path: Path, start: RowPosition) -> Records:
@@ -95,6 +97,83 @@ def json_value(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
+
+
+# A value's kind, as a typed column (parquet's) holds it, by its Python type; an int is one only within 64 bits.
+_KINDS = {bool: "bool_", int: "int64", float: "float64", str: "string"}
+_INT64 = range(-(2**63), 2**63)
+
+
+def value_kind(value: Any) -> str | None:
+    """The arrow type (by its pyarrow name) one column of ``value``'s kind has; None for a missing value; the
+    kind's name for one no typed column of this tool holds (an object, a list, an int beyond 64 bits)."""
+    if value is None:
+        return None
+    kind = _KINDS.get(type(value), type(value).__name__)
+    return "int beyond 64 bits" if kind == "int64" and value not in _INT64 else kind
+
+
+def as_text_value(value: Any) -> str | None:
+    """A value in a column written as text: a string as it is, any other as its JSON text (``2.5`` as "2.5", an
+    object as its JSON), a missing one missing."""
+    return value if value is None or isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+class ColumnKinds:
+    """The kinds of value (:func:`value_kind`) a column holds, each with the line (or row) it first occurs on, so
+    that a column gets one type from every value before any is written: ``type``, or None where no one type holds
+    them all (kinds mixed, or one a typed column cannot hold) and the column is written as text."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, int] = {}
+
+    def add(self, value: Any, number: int) -> None:
+        kind = value_kind(value)
+        if kind is not None and kind not in self.first:
+            self.first[kind] = number
+
+    @property
+    def type(self) -> str | None:
+        """The one arrow type of every value ("null" where there is none); None where no one type holds them all."""
+        kinds = set(self.first)
+        if len(kinds) > 1 or not kinds <= {*_KINDS.values()}:
+            return None
+        return kinds.pop() if kinds else "null"
+
+    @property
+    def numbers(self) -> bool:
+        """Whether the values are ints and floats, which a float column holds (a score) but not an id."""
+        return set(self.first) == {"int64", "float64"}
+
+    def text_warning(self, source: Any, field: str, where: str) -> str | None:
+        """Where the column is written as text (no one type holds it), the one line that says so, naming each kind
+        where it first occurs (``where``: "line" or "row"); None where one type holds every value."""
+        if self.type is not None:
+            return None
+        seen = ", ".join(f"{_SHOWN.get(kind, kind)} at {where} {number}" for kind, number in self.first.items())
+        return (
+            f"{source}: no one type holds every {field!r} ({seen}): the {field!r} column is written as text "
+            '(2.5 as "2.5", an object as its JSON)'
+        )
+
+    def text_columns(self, source: Any, field: str, where: str) -> tuple[str, ...]:
+        """``(field,)`` where the column is written as text, said in one warning line (:meth:`text_warning`)."""
+        warning = self.text_warning(source, field, where)
+        if warning is None:
+            return ()
+        warnings.warn(MiaFastWarning(warning), stacklevel=3)
+        return (field,)
+
+
+_SHOWN = {
+    "bool_": "a boolean",
+    "int64": "an int",
+    "float64": "a float",
+    "string": "a string",
+    "dict": "an object",
+    "list": "a list",
+    "int beyond 64 bits": "an int beyond 64 bits",
+}
 
 
 class JsonLines(OutputFormat):
@@ -148,33 +227,34 @@ class Parquet(OutputFormat):
     def read_back(self, path: Path, start: RowPosition) -> Records:
         return iter_parquet(path, first_row=start.row)
 
-    def finish(self, staged: Path, target: Path, columns: Sequence[str]) -> None:
+    def finish(self, staged: Path, target: Path, columns: Sequence[str], text_columns: Collection[str] = ()) -> None:
         import pyarrow as pa  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only parquet needs it)
         import pyarrow.parquet as pq  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only parquet needs it)
 
-        # Two passes over the staged rows, a few thousand at a time: one for the column types (a column that is
-        # empty in the first rows and text later is text), one to write.
-        schemas = [table.schema for table in self._staged_tables(staged)]
-        schema = (
-            pa.unify_schemas(schemas, promote_options="permissive")
-            if schemas
-            else pa.table({c: [] for c in columns}).schema
+        # Two passes over the staged rows, a few thousand at a time: one for the kinds of value in each column (a
+        # column that is empty in the first rows and text later is text), one to write them in the type they make.
+        kinds = {column: ColumnKinds() for column in columns}
+        for number, record, _ in self.stage.read_back(staged, RowPosition(0, 0)):
+            for column, seen in kinds.items():
+                seen.add(record.get(column), number)
+        as_text = {c for c in columns if c in text_columns or (kinds[c].type is None and not kinds[c].numbers)}
+        schema = pa.schema(
+            [(c, pa.string() if c in as_text else getattr(pa, kinds[c].type or "float64")()) for c in columns]
         )
         with pq.ParquetWriter(target, schema) as parquet:
-            for table in self._staged_tables(staged):
-                parquet.write_table(table.select(schema.names).cast(schema))
+            for records in self._staged_records(staged):
+                typed = [{c: as_text_value(r.get(c)) if c in as_text else r.get(c) for c in columns} for r in records]
+                parquet.write_table(pa.Table.from_pylist(typed, schema=schema))
 
-    def _staged_tables(self, staged: Path) -> Iterator[Any]:
-        import pyarrow as pa  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only parquet needs it)
-
+    def _staged_records(self, staged: Path) -> Iterator[list[dict[str, Any]]]:
         records: list[dict[str, Any]] = []
         for _, record, _ in self.stage.read_back(staged, RowPosition(0, 0)):
             records.append(record)
             if len(records) == PARQUET_CONVERSION_ROWS:
-                yield pa.Table.from_pylist(records)
+                yield records
                 records = []
         if records:
-            yield pa.Table.from_pylist(records)
+            yield records
 
 
 OUTPUT_FORMATS: dict[str, OutputFormat] = {}

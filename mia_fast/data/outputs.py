@@ -17,9 +17,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from mia_fast.data.artefacts import (
     write_atomic,
     write_checked_json,
 )
-from mia_fast.data.formats import output_format
+from mia_fast.data.formats import as_text_value, output_format
 from mia_fast.data.readers import RowPosition
 from mia_fast.data.side_files import (
     MANIFEST_KIND,
@@ -48,21 +49,39 @@ _MANIFEST_WRITER = "a mia-fast scoring run"
 
 # Engine settings a scores file records since a later version than the first: the forward path (packed or not).
 RECORDED_LATER = frozenset({"forward"})
+_BARE_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """``key: X before, now Y`` for every setting that differs (a setting missing on one side counts)."""
+    """``key: X before, now Y`` for every setting that differs (a setting missing on one side counts); for digests
+    that name their parts (:func:`digest_parts`), ``key: its P, Q differ``."""
 
     def shown(value: Any) -> str:
         text = repr(value)
         return text[:14] + "...'" if isinstance(value, str) and len(value) > 24 else text
 
+    def changed(key: str, old: Any, new: Any) -> str:
+        parts, theirs = digest_parts(old), digest_parts(new)
+        if parts is None or theirs is None:
+            return f"{key}: {shown(old)} before, now {shown(new)}"
+        named = [part for part in dict.fromkeys([*parts, *theirs]) if parts.get(part) != theirs.get(part)]
+        return f"{key}: its {', '.join(named) or 'digest'} differ{'s' if len(named) < 2 else ''}"
+
     keys = list(dict.fromkeys([*recorded, *now]))
-    return [
-        f"{key}: {shown(recorded.get(key))} before, now {shown(now.get(key))}"
-        for key in keys
-        if recorded.get(key) != now.get(key)
-    ]
+    return [changed(key, recorded.get(key), now.get(key)) for key in keys if recorded.get(key) != now.get(key)]
+
+
+def digest_parts(value: Any) -> dict[str, str] | None:
+    """The parts of a digest that names them, ``scheme:overall:part=digest,part=digest`` (a tokenizer's identity,
+    :mod:`mia_fast.tokens.fingerprint`), by name; None for any other value."""
+    if not isinstance(value, str):
+        return None
+    scheme, _, rest = value.partition(":")
+    _, _, listed = rest.partition(":")
+    pairs = [part.partition("=") for part in listed.split(",")] if scheme and listed else []
+    if not pairs or not all(name and sep and digest for name, sep, digest in pairs):
+        return None
+    return {name: digest for name, _, digest in pairs}
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,8 @@ class ResultWriter:
     """Writes result rows, in the registered format of the output's suffix (``mia_fast.data.formats``), through a
     stage (see the module docstring).
 
+    The columns of ``text_columns`` (those of values no one type holds: ``formats.ColumnKinds``) are written as text.
+
     Opening only reads: an existing output (or stage) is refused unless ``resume`` (continue it, if its manifest
     matches ``columns`` and ``settings``) or ``overwrite`` (replace it, once the new one is complete) is given.
     Nothing is written before the first :meth:`write` (or :meth:`close`); :meth:`abandon` after a failure removes a
@@ -100,12 +121,14 @@ class ResultWriter:
         overwrite: bool = False,
         settings: Mapping[str, Any] | None = None,
         run_file: str | None = None,
+        text_columns: Collection[str] = (),
     ) -> None:
         self.path = Path(path)
         self.run_file = run_file
         self.format = output_format(self.path)
         self.staged_format = self.format.stage
         self.columns = list(columns)
+        self.text_columns = [column for column in self.columns if column in text_columns]
         self.settings = dict(settings or {})
         self.engines: dict[str, Any] | None = None
         self.stage = stage_path(self.path)
@@ -224,6 +247,7 @@ class ResultWriter:
                 recorded, now = self.engines.get(role, {}), engines.get(role, {})
                 if recorded:
                     now = {key: value for key, value in now.items() if key in recorded or key not in RECORDED_LATER}
+                self._check_provable(role, recorded, now)
                 changed = differences(recorded, now)
                 if changed:
                     raise MiaFastError(
@@ -231,6 +255,19 @@ class ResultWriter:
                         "would mix them: run with the same model and options, or pass --overwrite to score again"
                     )
         self.engines = engines
+
+    def _check_provable(self, role: str, recorded: Mapping[str, Any], now: Mapping[str, Any]) -> None:
+        """Refuses an output whose engine setting an older mia-fast recorded as a bare sha256 where this one records a
+        digest that names its parts (a tokenizer's identity): the bare one covered less, so a match cannot be
+        proven."""
+        for key, value in now.items():
+            old = recorded.get(key)
+            if isinstance(old, str) and _BARE_SHA256.fullmatch(old) and digest_parts(value) is not None:
+                raise MiaFastError(
+                    f"{self.path} was written by an older mia-fast whose {role} {key} identity cannot be proven (it "
+                    f"recorded a fingerprint of less than mia-fast compares now); resuming could mix two of them: "
+                    "pass --overwrite to score again"
+                )
 
     def check_input_rows(self, fingerprints: Sequence[bytes], describe: str = "the input") -> None:
         """The fingerprints (``Dataset.fingerprints``) of the next input rows the output already holds, in input
@@ -318,6 +355,8 @@ class ResultWriter:
         scored from."""
         if self._fd is None:
             self._begin()
+        if self.text_columns:
+            rows = [{**row, **{c: as_text_value(row[c]) for c in self.text_columns}} for row in rows]
         data = self.staged_format.encode(rows, self.columns)
         view = memoryview(data)
         while view:
@@ -365,7 +404,7 @@ class ResultWriter:
         final, digest = self.rows_path, None
         if self.format.staged_in is not None:
             final = self.stage / f"rows{self.format.suffix}"
-            self.format.finish(self.rows_path, final, self.columns)
+            self.format.finish(self.rows_path, final, self.columns, self.text_columns)
             # Its blocks' digests are of the staged rows; the converted file has one of its own.
             digest = sha256_file(final)
         self._save_manifest(complete=True, output_sha256=digest)

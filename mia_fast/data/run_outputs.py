@@ -3,7 +3,7 @@ a :class:`~mia_fast.data.outputs.ResultWriter`, under the output's lock. Opened,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,10 @@ Rows = Sequence[Mapping[str, Any]]
 
 class RunOutputs:
     """The scores written to ``out`` in ``columns``, and each file of ``beside`` (path: its columns) next to them, all
-    recorded with ``settings``, continued with ``resume`` or replaced with ``overwrite``, the run file written beside
-    the scores. A context manager: entering takes the lock and opens every file (only reading: see ResultWriter);
-    leaving closes them, or after a failure abandons them (finished blocks stay), and lets the lock go.
+    recorded with ``settings``, the columns of ``text_columns`` written as text (see ResultWriter), continued with
+    ``resume`` or replaced with ``overwrite``, the run file written beside the scores. A context manager: entering
+    takes the lock and opens every file (only reading: see ResultWriter); leaving closes them, or after a failure
+    abandons them (finished blocks stay), and lets the lock go.
 
     A file beside the scores is written, and closed, before them: after an interrupted run it may hold more rows than
     the scores, never fewer, and it is cut back to theirs when opened."""
@@ -33,10 +34,15 @@ class RunOutputs:
         overwrite: bool,
         settings: Mapping[str, Any],
         run_file: str | None,
+        text_columns: Collection[str] = (),
     ) -> None:
         self.path = Path(out)
         self._lock = OutputLock(self.path)
-        self._opening = (columns, dict(beside), {"resume": resume, "overwrite": overwrite, "settings": settings})
+        self._opening = (
+            columns,
+            dict(beside),
+            {"resume": resume, "overwrite": overwrite, "settings": settings, "text_columns": text_columns},
+        )
         self._run_file = run_file
         self._scores: ResultWriter | None = None
         self._beside: dict[Path, ResultWriter] = {}

@@ -138,12 +138,9 @@ class ModelEngine(TextRows):
         what it holds."""
         self._cache_place = (directory, log)
         self.cache = self.stats_cache()
-        others = self.cache.other_settings()
-        if others and not self.cache.root.exists():
-            log(
-                f"stats cache {directory}: it holds the stats of {others} other model setting(s), none of this one "
-                f"({self.model_name()}); texts are computed and added"
-            )
+        note = self.cache.describe_others(self.model_name())
+        if note is not None:
+            log(note)
 
     def stats_cache(self, more: dict[str, Any] | None = None) -> StatsCache | None:
         """The stats cache of this engine's settings and ``more`` (what else sets the statistics apart, such as a

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import uuid
+import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -31,7 +32,8 @@ import numpy as np
 
 from mia_fast.data.artefacts import write_atomic
 from mia_fast.engines.stats import TOKEN_STATS_COLUMNS, TokenStats
-from mia_fast.errors import MiaFastError
+from mia_fast.errors import MiaFastError, MiaFastWarning
+from mia_fast.tokens.fingerprint import is_legacy_fingerprint, tokenizer_mismatch
 
 CACHE_FORMAT = 2
 # What of an engine's setting a scores file records: the model, tokenizer, precision, device type, back end and
@@ -79,7 +81,7 @@ def cached_stats(
     """The TokenStats of ``texts`` (each after its prefix): from ``cache`` where it holds them, the others from
     ``compute(texts, prefixes)`` and added to it (all of them from ``compute`` without a cache)."""
     prefixes = list(prefixes) if prefixes is not None else [""] * len(texts)
-    if cache is None:
+    if cache is None or cache.unwritable:
         return compute(texts, prefixes)
     keys = [text_key(prefix, text) for prefix, text in zip(prefixes, texts)]
     stats = None
@@ -87,7 +89,8 @@ def cached_stats(
         missing = cache.missing(keys)
         if missing:
             computed = compute([texts[i] for i in missing], [prefixes[i] for i in missing])
-            cache.store([keys[i] for i in missing], computed)
+            if not cache.store([keys[i] for i in missing], computed):  # the cache is left alone from now on
+                return computed if len(missing) == len(keys) else compute(texts, prefixes)
         stats = cache.stats(keys)
     return stats
 
@@ -104,7 +107,9 @@ def _checksum(keys: np.ndarray, lengths: np.ndarray, flat: Mapping[str, np.ndarr
 class StatsCache:
     """The cached TokenStats of one engine setting under ``directory`` (see the module docstring).
 
-    ``log`` receives one line per refused shard; with ``read_only`` a refused shard stops the run instead.
+    ``log`` receives one line per refused shard; with ``read_only`` a refused shard stops the run instead. A cache
+    that cannot be written (``unwritable``) is left alone for the rest of the run: it is an optimisation, the scores
+    are what was asked for.
     """
 
     def __init__(
@@ -124,6 +129,7 @@ class StatsCache:
         self.root = self.base / self.setting_id
         self.log = log
         self.read_only = read_only
+        self.unwritable = False
         self._index: dict[bytes, tuple[Path, int, int]] | None = None  # key -> (shard, row, length)
 
     def other_settings(self) -> int:
@@ -132,6 +138,38 @@ class StatsCache:
             sum(1 for p in self.base.glob("*/settings.json") if p.parent.name != self.setting_id)
             if self.base.is_dir()
             else 0
+        )
+
+    def describe_others(self, model: str) -> str | None:
+        """One line on what the directory holds where it holds nothing of this setting (None where it holds this
+        setting, or nothing): this setting's stats under a tokenizer identity of an older mia-fast (a fingerprint of
+        less than the tokenizer) or of another tokenizer, not used; else how many other settings it holds."""
+        others = self.other_settings()
+        if not others or self.root.exists():
+            return None
+        ours = json.loads(json.dumps(self.settings, default=str))
+        for path in sorted(self.base.glob("*/settings.json")):
+            try:
+                theirs = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(theirs, dict) or {**theirs, "tokenizer": None} != {**ours, "tokenizer": None}:
+                continue
+            recorded = theirs.get("tokenizer")
+            if is_legacy_fingerprint(recorded):
+                return (
+                    f"stats cache {self.base}: {path.parent.name} holds the stats of {model} from an older mia-fast, "
+                    "whose tokenizer identity covered only the vocabulary, merges and added tokens; they are not "
+                    "used: texts are computed and added"
+                )
+            differs = tokenizer_mismatch(recorded if isinstance(recorded, str) else None, ours["tokenizer"])
+            return (
+                f"stats cache {self.base}: {path.parent.name} holds the stats of {model} under another tokenizer "
+                f"({differs}); they are not used: texts are computed and added"
+            )
+        return (
+            f"stats cache {self.base}: it holds the stats of {others} other model setting(s), none of this one "
+            f"({model}); texts are computed and added"
         )
 
     def _refuse(self, shard: Path, reason: str) -> None:
@@ -242,16 +280,16 @@ class StatsCache:
             return None
         return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), flat
 
-    def store(self, keys: Sequence[bytes], stats: TokenStats) -> None:
-        """Writes one shard with the TokenStats of ``keys`` (atomically: a temporary file renamed)."""
+    def store(self, keys: Sequence[bytes], stats: TokenStats) -> bool:
+        """Writes one shard with the TokenStats of ``keys`` (atomically: a temporary file renamed); whether it was
+        written. One that cannot be (a full disk) is said in one warning naming the cache, its temporary file
+        removed, and the cache is :attr:`unwritable` from then on."""
         import pyarrow as pa  # noqa: PLC0415 (pyarrow: 0.3 s at start-up; only --stats-cache needs it)
 
         if not keys:
-            return
-        self.root.mkdir(parents=True, exist_ok=True)
-        manifest = self.root / "settings.json"
-        if not manifest.exists():
-            write_atomic(manifest, json.dumps(self.settings, indent=1, sort_keys=True, default=str) + "\n")
+            return True
+        if self.unwritable:
+            return False
         flat = {name: np.ascontiguousarray(getattr(stats, name), dtype=dtype) for name, dtype in _STORED.items()}
         offsets = pa.array(stats.offsets.astype(np.int32) if stats.offsets[-1] < 2**31 else stats.offsets)
         list_type = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
@@ -263,13 +301,31 @@ class StatsCache:
         )
         name = f"{uuid.uuid4().hex}.arrow"
         staging = self.root / f".{name}.tmp"
-        with pa.OSFile(str(staging), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-        os.replace(staging, self.root / name)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            manifest = self.root / "settings.json"
+            if not manifest.exists():
+                write_atomic(manifest, json.dumps(self.settings, indent=1, sort_keys=True, default=str) + "\n")
+            with pa.OSFile(str(staging), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            os.replace(staging, self.root / name)
+        except OSError as exc:  # pyarrow's IO errors are OSErrors
+            staging.unlink(missing_ok=True)
+            self.unwritable = True
+            reason = exc.strerror or str(exc).splitlines()[0]
+            warnings.warn(
+                MiaFastWarning(
+                    f"stats cache {self.base}: cannot be written ({reason}); the run goes on without it, and texts "
+                    "it does not hold are not added"
+                ),
+                stacklevel=2,
+            )
+            return False
         index = self._load_index()
         index.update(
             (key, (self.root / name, row, int(length))) for row, (key, length) in enumerate(zip(keys, stats.lengths))
         )
+        return True
 
 
 def open_cache(

@@ -135,7 +135,7 @@ def stdlib_corpus(modules: Sequence[str] = STDLIB_MODULES) -> list[str]:
 
 
 def read_corpus(path: str | Path, text_field: str = "text") -> list[str]:
-    """Texts of a corpus file (.txt a text per line, .jsonl[.gz], .json.gz, .parquet)."""
+    """Texts of a corpus file, in any format ``freq build`` reads (a .txt a text per line, JSON lines, parquet)."""
     return [text for source in expand_sources([path]) for text, _ in iter_documents(source, text_field, BadRecords())]
 
 

@@ -48,7 +48,7 @@ from mia_fast.generation.neighbors import WORD_DROP
 from mia_fast.methods.probe import Probe
 from mia_fast.methods.registry import DEMO_METHODS, MethodRequest, resolve_methods
 from mia_fast.methods.setting_options import SettingOption
-from mia_fast.methods.settings import recorded, setting_fields, settings_classes
+from mia_fast.methods.settings import recorded, setting_fields, settings_classes_of
 from mia_fast.pipeline.models import LoadedModel
 from mia_fast.scoring.method_runs import check_texts, passes_of, prepare_settings
 
@@ -214,13 +214,13 @@ def _draw(
 ) -> _Drawn:
     """The experiment's texts, drawn and split for the methods ``requests``, and the settings it records of them."""
     tuning, texts, prefix_shots = design.tuning, design.texts, design.prefix_shots
-    classes = settings_classes(r.method for r in requests)
+    classes = settings_classes_of(r.method for r in requests)
     shots = prefix_shots if RecallSettings in classes else 0
     member_shots = prefix_shots if ConRecallSettings in classes else 0
     with_probe = ProbeSettings in classes
     nonmember_settings = [
         (cls, f.name)
-        for cls in settings_classes(r.method for r in requests)
+        for cls in settings_classes_of(r.method for r in requests)
         for f in setting_fields(cls)
         if f.key == NONMEMBERS_KEY
     ]
@@ -321,7 +321,7 @@ def _score(
     experiment's settings."""
     experiment, started = drawn.experiment, time.perf_counter()
     method_settings = scoring.settings
-    for cls in settings_classes(r.method for r in resolve_methods(scoring.methods)):
+    for cls in settings_classes_of(r.method for r in resolve_methods(scoring.methods)):
         for f in setting_fields(cls):
             value = recorded(getattr(method_settings.of(cls), f.name))
             if f.spec.flag and not f.spec.flag.texts_file and value != recorded(f.default):

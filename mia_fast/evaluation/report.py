@@ -9,16 +9,20 @@ TPR at an FPR the non-members cannot resolve is "n/a" with the number needed.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import json
 import math
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mia_fast.data.artefacts import write_atomic
+from mia_fast.data.artefacts import fsync_directory
 from mia_fast.errors import MiaFastError
 from mia_fast.evaluation import metrics
 from mia_fast.evaluation.blind import BLIND_COLUMNS
@@ -45,9 +49,78 @@ def write_report(
     ``verdicts`` (:func:`~mia_fast.evaluation.verdicts.all_verdicts`) head the report and go into metrics.json with
     their minimum detectable AUROCs; ``buckets`` holds the metrics of each length bucket; ``figures`` adds
     (caption, path) figures already written into ``directory`` (e.g. a training-loss curve).
+
+    The report appears whole or not at all (:class:`ReportFiles`): a full disk is one line naming the file, and
+    leaves every file of ``directory`` as it was.
     """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    with ReportFiles(directory) as files:
+        written = _write_files(files, labels, columns, results, meta, verdicts, buckets, figures)
+    return [files.directory / path.name for path in written]
+
+
+class ReportFiles:
+    """The files of a report, written into a temporary folder in its ``directory`` (:meth:`path`) and renamed into
+    place only once every one is whole; the folder is removed whatever happens, and ``directory`` too where it was
+    made for the report and stays empty. An OSError while they are written (a full disk) is refused in one line naming
+    the file."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.writing = self.directory
+        self.folder = self.directory
+        self.made = False
+
+    def __enter__(self) -> ReportFiles:
+        self.made = not self.directory.exists()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.folder = Path(tempfile.mkdtemp(dir=self.directory, prefix=".report-"))
+        except OSError as exc:
+            raise self._refusal(exc) from None
+        return self
+
+    def path(self, name: str) -> Path:
+        """Where the file ``name`` of the report is written now."""
+        self.writing = self.directory / name
+        return self.folder / name
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, *rest: Any) -> None:
+        try:
+            if kind is None:
+                staged = sorted(self.folder.iterdir())
+                for path in staged:
+                    with open(path, "rb") as f:
+                        os.fsync(f.fileno())
+                for path in staged:
+                    os.replace(path, self.directory / path.name)
+                fsync_directory(self.directory)
+            elif isinstance(error, OSError):
+                raise self._refusal(error) from None
+        finally:
+            if self.folder != self.directory:
+                shutil.rmtree(self.folder, ignore_errors=True)
+            if kind is not None and self.made:
+                with contextlib.suppress(OSError):
+                    self.directory.rmdir()
+
+    def _refusal(self, error: OSError) -> MiaFastError:
+        return MiaFastError(
+            f"cannot write {self.writing}: {error.strerror or error}; no report was written and the files of "
+            f"{self.directory} were left as they were"
+        )
+
+
+def _write_files(
+    files: ReportFiles,
+    labels: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    results: Mapping[str, MethodMetrics],
+    meta: Mapping[str, Any],
+    verdicts: Sequence[Verdict],
+    buckets: BucketResults | None,
+    figures: Sequence[tuple[str, Path]],
+) -> list[Path]:
+    """Every file of the report (see :func:`write_report`) into ``files``."""
     payload: dict[str, Any] = {"meta": dict(meta), "methods": {name: r.to_dict() for name, r in ranked(results)}}
     by_key = {v.key: v for v in verdicts}
     if "model_free" in by_key:
@@ -63,21 +136,20 @@ def write_report(
         payload["verdicts"] = {v.key: v.to_dict() for v in verdicts}
     if buckets:
         payload["buckets"] = {label: {name: r.to_dict() for name, r in ranked(res)} for label, res in buckets.items()}
-    metrics_path = write_atomic(
-        directory / "metrics.json", json.dumps(_finite(payload), indent=2, allow_nan=False) + "\n"
-    )
-    roc = plot_roc(directory / "roc.png", labels, columns, results)
-    histograms = plot_histograms(directory / "histograms.png", labels, columns, results)
+    metrics_path = files.path("metrics.json")
+    metrics_path.write_text(json.dumps(_finite(payload), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    roc = plot_roc(files.path("roc.png"), labels, columns, results)
+    histograms = plot_histograms(files.path("histograms.png"), labels, columns, results)
     shown = [
         ("ROC curves (each k-method at its best k; linear and log-log axes)", roc),
         ("Scores of members and non-members", histograms),
     ]
     written = [metrics_path, roc, histograms]
     if any(len(columns) > 1 for columns in k_families(list(results)).values()):
-        by_k = plot_auroc_by_k(directory / "auroc_by_k.png", results)
+        by_k = plot_auroc_by_k(files.path("auroc_by_k.png"), results)
         shown.append(("AUROC against k, with 95% CI bands", by_k))
         written.append(by_k)
-    markdown, page = write_documents(directory, meta, results, buckets, [*shown, *figures], verdicts)
+    markdown, page = write_documents(files, meta, results, buckets, [*shown, *figures], verdicts)
     return [*written, markdown, page]
 
 
@@ -142,7 +214,7 @@ def _counts(results: Mapping[str, MethodMetrics]) -> str:
 
 
 def write_documents(
-    directory: Path,
+    files: ReportFiles,
     meta: Mapping[str, Any],
     results: Mapping[str, MethodMetrics],
     buckets: BucketResults | None,
@@ -172,7 +244,8 @@ def write_documents(
     for caption, path in figures:
         md += [f"## {caption}", "", f"![{caption}]({path.name})", ""]
     md += ["## Settings", "", "| setting | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in settings), ""]
-    markdown = write_atomic(directory / "report.md", "\n".join(md))
+    markdown = files.path("report.md")
+    markdown.write_text("\n".join(md), encoding="utf-8")
 
     def html_table(title: str, header: list[str], rows: list[list[str]]) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
@@ -200,10 +273,11 @@ def write_documents(
         ".warning{background:#fde2e1;border-left:6px solid #c0392b;padding:8px 12px;font-weight:bold}"
         ".note{background:#eef4fb;border-left:6px solid #2c6fbb;padding:8px 12px}"
     )
-    page = write_atomic(
-        directory / "report.html",
+    page = files.path("report.html")
+    page.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>mia-fast report</title>"
         f"<style>{style}</style></head><body>{''.join(body)}</body></html>",
+        encoding="utf-8",
     )
     return markdown, page
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mia_fast.errors import MiaFastError
-from mia_fast.frequency.counting_tokenizers import BACKENDS
+from mia_fast.frequency.counting_tokenizers import TOKENIZER_BACKENDS
 from mia_fast.frequency.table import MODES
 
 if TYPE_CHECKING:
@@ -61,8 +61,8 @@ class Counting:
 
     def __post_init__(self) -> None:
         check_counting_options(self.mode, self.max_tokens_per_doc)
-        if self.tokenizer_backend not in BACKENDS:
-            backends = ", ".join(BACKENDS)
+        if self.tokenizer_backend not in TOKENIZER_BACKENDS:
+            backends = ", ".join(TOKENIZER_BACKENDS)
             raise MiaFastError(f"tokenizer_backend must be one of {backends}, got {self.tokenizer_backend!r}")
 
 

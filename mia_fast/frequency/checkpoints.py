@@ -12,6 +12,7 @@ from typing import Any
 from mia_fast.data.artefacts import write_atomic
 from mia_fast.errors import MiaFastError
 from mia_fast.frequency.table import FrequencyTable, FrequencyTableError
+from mia_fast.tokens.fingerprint import is_legacy_fingerprint, tokenizer_mismatch
 
 CHECKPOINTS_KIND = "mia-fast frequency build checkpoints v1"
 
@@ -54,6 +55,25 @@ def remove_checkpoints(directory: Path) -> None:
         raise MiaFastError(f"{directory} holds files mia-fast did not write; it was left as it is") from None
 
 
+def _check_tokenizer(directory: Path, recorded: Any, settings: dict[str, Any]) -> None:
+    """Refuses to resume a build counted by another tokenizer, or by one whose identity cannot be proven (a
+    fingerprint of an older mia-fast), naming what differs."""
+    old = recorded.get("tokenizer_fingerprint") if isinstance(recorded, dict) else None
+    current = settings.get("tokenizer_fingerprint")
+    differs = None if current is None else tokenizer_mismatch(old, current)
+    if differs is None:
+        return  # the same tokenizer; any other setting is compared with the rest
+    if is_legacy_fingerprint(old):
+        raise MiaFastError(
+            f"{directory} holds an unfinished build written by an older mia-fast whose tokenizer identity cannot be "
+            "proven; remove it (or pass --overwrite) to start over"
+        )
+    raise MiaFastError(
+        f"{directory} holds an unfinished build counted with another tokenizer ({differs}); "
+        "remove it (or pass --overwrite) to start over"
+    )
+
+
 class ShardCheckpoints:
     """Finished shards of a text build, kept as tables in a directory so that a rerun resumes.
 
@@ -67,6 +87,7 @@ class ShardCheckpoints:
         identity = {"settings": settings, "sources": [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
         if check_checkpoints(directory):
             manifest = json.loads(self.manifest_path.read_text())
+            _check_tokenizer(directory, manifest.get("settings"), settings)
             if {k: manifest.get(k) for k in identity} != identity:
                 raise MiaFastError(
                     f"{directory} holds an unfinished build with other settings or sources; "

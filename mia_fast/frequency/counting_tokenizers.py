@@ -28,7 +28,7 @@ from tokenizers import Tokenizer
 from mia_fast.data.text import replace_lone_surrogates
 from mia_fast.errors import MiaFastError, one_line, shown
 
-BACKENDS = ("auto", "fast", "exact")
+TOKENIZER_BACKENDS = ("auto", "fast", "exact")
 FAST, EXACT, PYTHON = "fastokens", "tokenizers", "transformers"
 # Added tokens spelled inside the hard strings: enough to cover every kind a tokenizer has, few enough to stay quick.
 SPELLED_SPECIAL_TOKENS = 64
@@ -311,8 +311,10 @@ def choose_counter(tokenizer: Any, backend: str = "auto", sample: Sequence[str] 
     load the tokenizer or gives another id than the model's tokenizer for any text of ``sample`` (the corpus's first
     documents) or of the hard strings; ``auto`` with ``fastokens`` where ``fast`` would, else exactly, with the reason
     in ``fell_back``."""
-    if backend not in BACKENDS:
-        raise MiaFastError(f"the tokenizer backend must be one of {', '.join(BACKENDS)}, got {shown(backend)}")
+    if backend not in TOKENIZER_BACKENDS:
+        raise MiaFastError(
+            f"the tokenizer backend must be one of {', '.join(TOKENIZER_BACKENDS)}, got {shown(backend)}"
+        )
     spec = tokenizer_json(tokenizer)
     if spec is None:
         if backend == "fast":

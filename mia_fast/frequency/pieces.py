@@ -101,8 +101,7 @@ def piece_documents(piece: Piece, text_field: str, bad: BadRecords) -> Iterator[
 def _line_texts(
     block: bytes, kind: str, text_field: str, bad: BadRecords, path: Path, first_line: Callable[[], int]
 ) -> list[str]:
-    """Each line of a block read as the line-by-line reader reads it: with its newline (``json`` guesses a line's
-    encoding from its first bytes, newline included)."""
+    """Each line of a block read as the line-by-line reader reads it, with its newline."""
     texts = []
     lines = block.split(b"\n")
     for index, line in enumerate(lines):

@@ -1,6 +1,6 @@
 """Token-frequency tables for DC-PDD: per-id counts over a reference corpus, in a file that can be trusted.
 
-File layout (little-endian), format version 2:
+File layout (little-endian), format version 3:
 
     b"MIAFREQ\\0"  uint32 version  uint32 header_length  header (UTF-8 JSON)  zero padding to 8 bytes
     uint64 counts[vocab_size]
@@ -8,10 +8,12 @@ File layout (little-endian), format version 2:
 
 The JSON header holds ``vocab_size``, ``tokens`` (positions counted), ``documents`` (null when a
 token stream had no document boundaries), ``mode`` (``occurrence`` or ``document``),
-``max_tokens_per_doc`` (null for no cap), ``tokenizer_fingerprint`` (null when unknown), ``sources`` and
-``tokenized_by`` (the library and version that tokenized the text, one per library of a merged table; empty for
-pre-tokenized ids). Version 1, without ``tokenized_by``, is still read. Loading checks every field, the size and the
-checksum; writing is atomic.
+``max_tokens_per_doc`` (null for no cap), ``tokenizer_fingerprint`` (null when unknown), ``sources`` (each file
+counted: its path, size, content sample and the times its documents are counted, see
+:mod:`mia_fast.frequency.sources`) and ``tokenized_by`` (the library and version that tokenized the text, one per
+library of a merged table; empty for pre-tokenized ids). Version 2, whose sources are paths alone, and version 1,
+without ``tokenized_by`` too, are still read. Loading checks every field, the size and the checksum; writing is
+atomic.
 """
 
 from __future__ import annotations
@@ -29,12 +31,18 @@ from typing import Any
 import numpy as np
 
 from mia_fast.data.artefacts import write_atomic
-from mia_fast.errors import MiaFastError
-from mia_fast.tokens.fingerprint import tokenizer_fingerprint
+from mia_fast.errors import MiaFastError, MiaFastWarning
+from mia_fast.frequency.sources import TableSource, merged_sources
+from mia_fast.tokens.fingerprint import (
+    is_legacy_fingerprint,
+    legacy_parts_match,
+    tokenizer_fingerprint,
+    tokenizer_mismatch,
+)
 
 MAGIC = b"MIAFREQ\x00"
-FORMAT_VERSION = 2
-READ_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
 MODES = ("occurrence", "document")
 _PREAMBLE = struct.Struct("<8sII")
 _CHECKSUM_BYTES = 32
@@ -65,12 +73,14 @@ class FrequencyTable:
     mode: str = "occurrence"
     max_tokens_per_doc: int | None = None
     tokenizer_fingerprint: str | None = None
-    sources: tuple[str, ...] = field(default_factory=tuple)
+    sources: tuple[TableSource, ...] = field(default_factory=tuple)  # a plain path is taken as TableSource(path)
     tokenized_by: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise FrequencyTableError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        sources = tuple(s if isinstance(s, TableSource) else TableSource(str(s)) for s in self.sources)
+        object.__setattr__(self, "sources", sources)  # frozen: the one assignment that completes construction
 
     @property
     def vocab_size(self) -> int:
@@ -105,7 +115,7 @@ class FrequencyTable:
             "mode": self.mode,
             "max_tokens_per_doc": self.max_tokens_per_doc,
             "tokenizer_fingerprint": self.tokenizer_fingerprint,
-            "sources": list(self.sources),
+            "sources": [source.record() for source in self.sources],
             "tokenized_by": list(self.tokenized_by),
         }
 
@@ -152,8 +162,14 @@ class FrequencyTable:
                 raise fail(f"header field {key!r} has the wrong type ({type(header[key]).__name__})")
         vocab_size = header["vocab_size"]
         tokenized_by = header.get("tokenized_by", [])
-        if vocab_size < 1 or not all(isinstance(s, str) for s in [*header["sources"], *tokenized_by]):
-            raise fail("the header's vocab_size must be positive, its sources and tokenized_by strings")
+        if vocab_size < 1 or not all(isinstance(s, str) for s in tokenized_by):
+            raise fail("the header's vocab_size must be positive, its tokenized_by strings")
+        if not all(isinstance(s, str if version < 3 else dict) for s in header["sources"]):
+            raise fail(f"the sources of a table of version {version} must be {'paths' if version < 3 else 'objects'}")
+        try:
+            sources = tuple(TableSource.from_record(s) for s in header["sources"])
+        except MiaFastError as exc:
+            raise fail(str(exc)) from None
         if len(data) - _CHECKSUM_BYTES - counts_at != 8 * vocab_size:
             raise fail(
                 f"holds {len(data) - _CHECKSUM_BYTES - counts_at} bytes of counts, "
@@ -174,7 +190,7 @@ class FrequencyTable:
             mode,
             cap,
             header["tokenizer_fingerprint"],
-            tuple(header["sources"]),
+            sources,
             tuple(tokenized_by),
         )
 
@@ -195,18 +211,37 @@ class FrequencyTable:
         return cls.from_bytes(data, str(path))
 
     @classmethod
-    def merge(cls, tables: Sequence[FrequencyTable]) -> FrequencyTable:
-        """Adds tables built with the same tokenizer, vocabulary, mode and cap (e.g. from corpus shards)."""
+    def merge(
+        cls, tables: Sequence[FrequencyTable], names: Sequence[str] = (), *, allow_overlap: bool = False
+    ) -> FrequencyTable:
+        """Adds tables built with the same tokenizer, vocabulary, mode and cap (e.g. from corpus shards), named in
+        refusals by ``names`` (default: table 1, table 2, ...).
+
+        Tokenizers are compared part by part (:func:`~mia_fast.tokens.fingerprint.tokenizer_mismatch`); a table of an
+        older mia-fast matches only another of equal fingerprint, with a warning. No document is counted twice: a
+        table's copy, or a source two tables share (:mod:`mia_fast.frequency.sources`), is refused naming it, unless
+        ``allow_overlap``; the merged table then lists each source once, with the times its documents are counted.
+        """
         if not tables:
             raise FrequencyTableError("nothing to merge")
+        names = list(names) or [f"table {i}" for i in range(1, len(tables) + 1)]
         first = tables[0]
-        for i, table in enumerate(tables[1:], start=2):
-            for attribute in ("vocab_size", "mode", "max_tokens_per_doc", "tokenizer_fingerprint"):
+        for name, table in zip(names[1:], tables[1:]):
+            for attribute in ("vocab_size", "mode", "max_tokens_per_doc"):
                 if getattr(table, attribute) != getattr(first, attribute):
                     raise FrequencyTableError(
-                        f"cannot merge: table {i} has {attribute} {getattr(table, attribute)!r}, "
-                        f"table 1 has {getattr(first, attribute)!r}"
+                        f"cannot merge {names[0]} and {name}: {name} has {attribute} {getattr(table, attribute)!r}, "
+                        f"{names[0]} has {getattr(first, attribute)!r}"
                     )
+        unchecked = _check_tokenizers(tables, names)
+        if not allow_overlap:
+            _refuse_copies(tables, names)
+        try:
+            sources = merged_sources([t.sources for t in tables], names, allow_overlap=allow_overlap)
+        except MiaFastError as exc:
+            raise FrequencyTableError(str(exc)) from None
+        if unchecked:
+            warnings.warn(MiaFastWarning(unchecked), stacklevel=2)
         documents = [t.documents for t in tables]
         return cls(
             counts=np.sum([t.counts for t in tables], axis=0, dtype=np.uint64),
@@ -215,9 +250,62 @@ class FrequencyTable:
             mode=first.mode,
             max_tokens_per_doc=first.max_tokens_per_doc,
             tokenizer_fingerprint=first.tokenizer_fingerprint,
-            sources=tuple(s for t in tables for s in t.sources),
+            sources=sources,
             tokenized_by=tuple(dict.fromkeys(library for t in tables for library in t.tokenized_by)),
         )
+
+
+def _check_tokenizers(tables: Sequence[FrequencyTable], names: Sequence[str]) -> str | None:
+    """Refuses tables whose tokenizers differ or cannot be shown to match, naming the part that differs; says what
+    cannot be checked where they match only as far as their records tell (no fingerprint, or an older mia-fast's)."""
+    first = tables[0].tokenizer_fingerprint
+    for name, table in zip(names[1:], tables[1:]):
+        other = table.tokenizer_fingerprint
+        if other == first:
+            continue
+        pair = f"cannot merge {names[0]} and {name}"
+        if first is None or other is None:
+            unknown = names[0] if first is None else name
+            raise FrequencyTableError(
+                f"{pair}: {unknown} records no tokenizer, so the two cannot be shown to share one; "
+                f"rebuild {unknown} with its tokenizer (freq build, or freq build-tokens --tokenizer)"
+            )
+        older = [n for n, fingerprint in ((names[0], first), (name, other)) if is_legacy_fingerprint(fingerprint)]
+        if len(older) == 1:
+            raise FrequencyTableError(
+                f"{pair}: {older[0]} records the tokenizer fingerprint of an older mia-fast, which covers only the "
+                f"vocabulary, merges and added tokens, so a match cannot be proven; rebuild {older[0]} with this "
+                "mia-fast (freq build, or freq build-tokens --tokenizer)"
+            )
+        differs = (
+            "even their vocabularies, merges or added tokens differ" if older else tokenizer_mismatch(other, first)
+        )
+        raise FrequencyTableError(f"{pair}: they were counted with different tokenizers ({differs})")
+    if len(tables) == 1 or not (first is None or is_legacy_fingerprint(first)):
+        return None
+    if first is None:
+        return "the tables record no tokenizer, so they cannot be checked to share one"
+    return (
+        "the tables were counted by an older mia-fast, whose fingerprint covers only the vocabulary, merges and "
+        "added tokens: their normalizers, pre-tokenizers and post-processors cannot be checked to match; rebuild them "
+        "to be sure"
+    )
+
+
+def _refuse_copies(tables: Sequence[FrequencyTable], names: Sequence[str]) -> None:
+    """Refuses a table merged with its own copy, named as such (its sources, where it records any, are shared too)."""
+    seen: dict[tuple, int] = {}
+    for index, table in enumerate(tables):
+        first = seen.setdefault((table.tokens, table.documents, table.sources), index)
+        if (
+            first != index
+            and table.header() == tables[first].header()
+            and np.array_equal(table.counts, tables[first].counts)
+        ):
+            raise FrequencyTableError(
+                f"cannot merge {names[first]} and {names[index]}: they are copies of one table, whose documents would "
+                "be counted twice; pass --allow-overlap (allow_overlap=True) to merge them anyway"
+            )
 
 
 def is_table_file(path: str | os.PathLike) -> bool:
@@ -269,19 +357,39 @@ def model_log_frequencies(
         source = FrequencyTable.load(source)
     if not isinstance(source, FrequencyTable):
         return laplace_log_frequencies(load_counts(source), vocab_size)
-    expected = tokenizer_fingerprint(tokenizer)
-    if source.tokenizer_fingerprint is None:
-        warnings.warn(
-            "the frequency table has no tokenizer fingerprint, so it cannot be checked against the model's tokenizer",
-            stacklevel=2,
-        )
-        if source.vocab_size != vocab_size:
-            raise FrequencyTableError(
-                f"the table covers {source.vocab_size} ids but the model's vocabulary has {vocab_size}"
-            )
-    elif source.tokenizer_fingerprint != expected:
+    check_table_tokenizer(source, tokenizer)
+    if source.tokenizer_fingerprint is None and source.vocab_size != vocab_size:
         raise FrequencyTableError(
-            f"the table was built with another tokenizer (fingerprint {source.tokenizer_fingerprint[:12]}…, "
-            f"the model's is {expected[:12]}…); build it with the model's own tokenizer"
+            f"the table covers {source.vocab_size} ids but the model's vocabulary has {vocab_size}"
         )
     return source.log_probs(vocab_size)
+
+
+def check_table_tokenizer(table: FrequencyTable, tokenizer: Any, name: str = "the frequency table") -> None:
+    """Refuses a table (called ``name``) counted by another tokenizer than ``tokenizer``, naming the part that
+    differs (:func:`~mia_fast.tokens.fingerprint.tokenizer_mismatch`). A table without a fingerprint, or with an older
+    mia-fast's whose vocabulary, merges and added tokens match, is used with one warning saying what cannot be
+    checked and how to rebuild it."""
+    recorded, current = table.tokenizer_fingerprint, tokenizer_fingerprint(tokenizer)
+    rebuild = "rebuild it with 'mia-fast freq build CORPUS --tokenizer MODEL' and the model's own tokenizer"
+    if recorded == current:
+        return
+    if recorded is None:
+        warnings.warn(
+            MiaFastWarning(
+                f"{name} has no tokenizer fingerprint, so it cannot be checked against the model's tokenizer"
+            ),
+            stacklevel=3,
+        )
+    elif is_legacy_fingerprint(recorded) and legacy_parts_match(recorded, tokenizer):
+        warnings.warn(
+            MiaFastWarning(
+                f"{name} was built by an older mia-fast whose fingerprint covered only the vocabulary, merges and "
+                f"added tokens: it is used, although its normalizer, pre-tokenizer and post-processor cannot be "
+                f"checked; {rebuild} to check them"
+            ),
+            stacklevel=3,
+        )
+    else:
+        differs = tokenizer_mismatch(recorded, current, tokenizer)
+        raise FrequencyTableError(f"{name} was built with another tokenizer ({differs}); {rebuild}")

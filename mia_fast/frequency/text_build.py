@@ -8,13 +8,12 @@ copy of the tokenizer the check accepted (:mod:`mia_fast.frequency.counting_toke
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 import warnings
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,15 +36,18 @@ from mia_fast.frequency.counting_tokenizers import (
 )
 from mia_fast.frequency.pieces import Piece, piece_documents, plan_pieces
 from mia_fast.frequency.progress import Progress
+from mia_fast.frequency.sources import TableSource
 from mia_fast.frequency.table import FrequencyTable
+from mia_fast.frequency.worker_processes import process_pool
 from mia_fast.tokens.fingerprint import tokenizer_fingerprint
+from mia_fast.tokens.tokenize import check_deterministic
 
 # Characters of text per tokenizer call: large enough that a thread seldom waits for the GIL, small enough to stream.
 BATCH_CHARS = 1 << 21
 # The most workers a build runs as threads of its own process: reading and parsing hold the GIL for 13-25% of a
 # document's time on one core (benchmarks/freq.py), so a few threads share it; more run as processes, which start in
 # about a second each (measured slower than threads on 2 cores for a 200 MB corpus).
-MOST_THREADS = 4
+MOST_THREAD_WORKERS = 4
 # The corpus's first documents that the fast tokenizer must tokenize as the model's own does before it counts.
 CHECK_DOCUMENTS = 64
 CHECK_CHARACTERS = 1 << 18
@@ -112,15 +114,10 @@ def count_piece(piece: Piece, job: PieceJob) -> PieceCount:
 @contextmanager
 def worker_pool(workers: int, choice: CounterChoice) -> Iterator[Executor]:
     """``workers`` threads of this process, or processes that each build the chosen counting tokenizer once."""
-    if workers == 1 or (workers <= MOST_THREADS and choice.counter.releases_gil):
+    if workers == 1 or (workers <= MOST_THREAD_WORKERS and choice.counter.releases_gil):
         pool: Executor = ThreadPoolExecutor(workers, thread_name_prefix="mia-fast-count")
     else:
-        pool = ProcessPoolExecutor(
-            workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=start_worker,
-            initargs=(choice.recipe,),
-        )
+        pool = process_pool(workers, start_worker, (choice.recipe,))
     try:
         yield pool
     finally:
@@ -252,7 +249,7 @@ def build_from_text(
                     bad.add(shard.bad)
                     if checkpoints:
                         checkpoints.save(piece.file, tables[piece.file], shard.bad.count)
-        table = FrequencyTable.merge(tables)
+        table = FrequencyTable.merge(tables, allow_overlap=True)  # distinct files (expand_sources), even if alike
         if table.tokens == 0:
             raise no_tokens(files)
     except BaseException:
@@ -306,7 +303,7 @@ def _shard_table(shard: PieceCount, path: Path, settings: dict[str, Any], choice
         settings["mode"],
         settings["max_tokens_per_doc"],
         settings["tokenizer_fingerprint"],
-        (str(path),),
+        (TableSource.of(path),),
         (choice.counter.library,),
     )
 
@@ -319,6 +316,7 @@ def text_build_settings(
     """Everything a text build's table depends on besides its sources (checked here): what a resumed build
     must share with the one it continues, and what every shard of a distributed build is counted with."""
     check_counting_options(counting.mode, counting.max_tokens_per_doc)
+    check_deterministic(tokenizer)
     own_vocab = tokenizer_vocab_size(tokenizer)
     vocab_size = counting.vocab_size or own_vocab
     if vocab_size < own_vocab:

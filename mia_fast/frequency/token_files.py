@@ -22,6 +22,7 @@ from mia_fast.frequency.build import (
     separator_offsets,
 )
 from mia_fast.frequency.progress import Progress
+from mia_fast.frequency.sources import TableSource
 from mia_fast.frequency.table import FrequencyTable
 
 TOKEN_DTYPES = {"uint16": np.uint16, "uint32": np.uint32, "int32": np.int32, "int64": np.int64}
@@ -32,12 +33,14 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 @dataclass(frozen=True)
 class TokenFile:
-    """A pre-tokenized source: its ids (memory-mapped) and, where known, its document offsets."""
+    """A pre-tokenized source: its ids (memory-mapped, from the file ``data``) and, where known, its document
+    offsets."""
 
     name: str
     ids: np.ndarray
     offsets: np.ndarray | None
     nbytes: int
+    data: Path
 
 
 def _memmap(path: Path, dtype: np.dtype, offset: int = 0) -> np.ndarray:
@@ -68,7 +71,7 @@ def open_token_file(source: str | os.PathLike, dtype: str | None) -> TokenFile:
             )
         if dtype is not None and ids.dtype.name != dtype:
             raise MiaFastError(f"{path}: holds {ids.dtype.name} ids, not {dtype}")
-        return TokenFile(str(path), ids, None, path.stat().st_size)
+        return TokenFile(str(path), ids, None, path.stat().st_size, path)
     if dtype is None:
         raise MiaFastError(f"{path}: a raw token file needs --dtype (uint16 or uint32)")
     numpy_dtype = np.dtype(TOKEN_DTYPES[dtype])
@@ -77,7 +80,7 @@ def open_token_file(source: str | os.PathLike, dtype: str | None) -> TokenFile:
         raise MiaFastError(
             f"{path}: {size} bytes is not a whole number of {dtype} ids ({numpy_dtype.itemsize} bytes each)"
         )
-    return TokenFile(str(path), _memmap(path, numpy_dtype), None, size)
+    return TokenFile(str(path), _memmap(path, numpy_dtype), None, size, path)
 
 
 def _open_megatron(index_path: Path, bin_path: Path, dtype: str | None) -> TokenFile:
@@ -94,7 +97,7 @@ def _open_megatron(index_path: Path, bin_path: Path, dtype: str | None) -> Token
             f"the .bin holds {actual}"
         )
     ids = _memmap(bin_path, np.dtype(index["dtype"]))
-    return TokenFile(str(bin_path.with_suffix("")), ids, index["document_offsets"], actual)
+    return TokenFile(str(bin_path.with_suffix("")), ids, index["document_offsets"], actual, bin_path)
 
 
 def _chunks(n_ids: int, offsets: np.ndarray | None) -> Iterator[tuple[int, int, np.ndarray | None]]:
@@ -170,5 +173,11 @@ def build_from_tokens(
     finally:
         bar.close()
     return FrequencyTable(
-        counts, tokens, documents, mode, max_tokens_per_doc, tokenizer_fingerprint, tuple(s.name for s in sources)
+        counts,
+        tokens,
+        documents,
+        mode,
+        max_tokens_per_doc,
+        tokenizer_fingerprint,
+        tuple(TableSource.of(s.data, s.name) for s in sources),
     )

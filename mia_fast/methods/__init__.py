@@ -24,7 +24,7 @@ import pkgutil
 
 from mia_fast.methods.inputs import ScoringInputs
 from mia_fast.methods.registry import DEFAULT_KS, DEFAULT_METHODS, REGISTRY, MethodRequest, register, resolve_methods
-from mia_fast.methods.settings import Flag, MethodSettings, setting, settings_classes
+from mia_fast.methods.settings import Flag, MethodSettings, setting, settings_classes_of
 
 # Run with ``python -m``: a module imported before runpy runs it as __main__ gets a warning.
 _SCRIPTS = {"catalogue"}
@@ -39,7 +39,7 @@ from mia_fast.methods.dcpdd import LogFrequencies  # noqa: E402  (after the othe
 
 def settings_by_name() -> dict[str, type]:
     """Every settings class a registered method reads, by its name, as the registry holds them now."""
-    return {cls.__name__: cls for cls in settings_classes(REGISTRY.values())}
+    return {cls.__name__: cls for cls in settings_classes_of(REGISTRY.values())}
 
 
 _SETTINGS = settings_by_name()

@@ -294,7 +294,7 @@ class ReadsSettings(Protocol):
     def settings(self) -> tuple[type, ...]: ...
 
 
-def settings_classes(readers: Iterable[ReadsSettings]) -> list[type]:
+def settings_classes_of(readers: Iterable[ReadsSettings]) -> list[type]:
     """The settings classes ``readers`` (registered methods) read, each once, in order."""
     return list(dict.fromkeys(cls for reader in readers for cls in reader.settings))
 
@@ -381,7 +381,7 @@ def recorded_settings(methods: Iterable[ReadsSettings], settings: MethodSettings
     output or a Ray manifest records and compares."""
     return {
         f.key: recorded(getattr(settings.of(cls), f.name))
-        for cls in settings_classes(methods)
+        for cls in settings_classes_of(methods)
         for f in setting_fields(cls)
         if f.spec.scores
     }

@@ -77,7 +77,7 @@ def numpy_kernel(name: str, dtypes: Sequence[np.dtype | type | None], device: An
         kernel = _loaded(name)
         on = kernel_device(device)
         tensors = [
-            argument if dtype is None else to_device(argument, dtype, on)
+            argument if dtype is None else array_to_device(argument, dtype, on)
             for argument, dtype in zip(arguments, dtypes, strict=True)
         ]
         return kernel(*tensors).cpu().numpy()
@@ -94,7 +94,7 @@ def kernel_device(device) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def to_device(array: np.ndarray, dtype: np.dtype, device):
+def array_to_device(array: np.ndarray, dtype: np.dtype, device):
     """``array`` as a contiguous torch tensor of ``dtype`` on ``device`` (for the kernels)."""
     import torch  # noqa: PLC0415  (the CLI reads BACKENDS here and starts without torch)
 

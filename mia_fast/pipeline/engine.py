@@ -143,7 +143,8 @@ class StatsEngine(ModelEngine):
     def provenance(self) -> dict[str, Any]:
         """What a scores file records of this engine, and the path its forward takes."""
         set_aside = {"kernels_set_aside": self.kernels_set_aside} if self.kernels_set_aside else {}
-        return {**super().provenance(), "forward": self.path.describe(), **set_aside}
+        adapter = {"adapter": self.loaded.adapter} if self.loaded.adapter else {}  # a peft adapter merged in
+        return {**super().provenance(), "forward": self.path.describe(), **set_aside, **adapter}
 
     def model_name(self) -> str:
         return self.loaded.name

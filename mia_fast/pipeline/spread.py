@@ -30,6 +30,7 @@ import torch
 from mia_fast.errors import MiaFastError, one_line
 from mia_fast.pipeline.device import resolve_device
 from mia_fast.pipeline.device_map import DEVICES_SAID, DISK, DeviceMap
+from mia_fast.pipeline.model_folders import check_loaded_whole
 
 # accelerate's logger that notes each offloaded device when a model is dispatched (a warning a run does not need).
 _DISPATCH_LOGGER = "accelerate.big_modeling"
@@ -79,6 +80,7 @@ def check_modules(device_map: DeviceMap, source: str, name: str) -> None:
     """Refuses, in one line and before any weight loads, a map that names a module the model (``source``, as
     ``from_pretrained`` reads it) lacks or leaves one of its weights without a device: the model is built from its
     config with no weights, as accelerate would check it after loading them all."""
+    check_loaded_whole(source, name)
     placed = placements(device_map)
     if isinstance(placed, str):
         return

@@ -22,7 +22,7 @@ from mia_fast.methods.settings import (
     PreparesForTexts,
     is_empty,
     setting_fields,
-    settings_classes,
+    settings_classes_of,
 )
 
 # What a caller gives as the methods' settings: a MethodSettings, settings objects, or None (every default).
@@ -46,13 +46,13 @@ def example_settings(methods: Iterable[Method], model: Any) -> MethodSettings:
     """Settings that ``methods`` run with on ``model`` (a LoadedModel), for a quick check: each settings class's own
     ``example(model)`` where it declares one (:class:`GivesExample`; a class with a required value must), its defaults
     otherwise. They run; they are small (few samples, a short fine-tuning), not tuned to detect anything."""
-    classes = settings_classes(methods)
+    classes = settings_classes_of(methods)
     return MethodSettings(*(cls.example(model) for cls in classes if issubclass(cls, GivesExample)))
 
 
 def _read_settings(settings: MethodSettings, requests: Sequence[MethodRequest]) -> list[Any]:
     """The settings object of each class the requested methods read, each class once, in order (what
-    ``settings_classes`` gives, read off the requests here)."""
+    ``settings_classes_of`` gives, read off the requests here)."""
     return [settings.of(cls) for cls in dict.fromkeys(c for r in requests for c in r.method.settings)]
 
 

@@ -1,6 +1,7 @@
 """A scoring run planned once from its configuration, before a model loads or a file is written: the input
 refused as an output, the methods checked (one route, whatever serves them), the first block read and checked,
-the columns of every output and who produces them, and what the outputs record of the run (``RunPlan``)."""
+the columns of every output and who produces them (an id column of values no one type holds as text, from every
+id), and what the outputs record of the run (``RunPlan``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mia_fast.data.files import Dataset, DataStream
+from mia_fast.data.formats import ColumnKinds
 from mia_fast.data.gate import Output, refuse_inputs
 from mia_fast.data.run_outputs import RunOutputs
 from mia_fast.engines.passes import REFERENCE, TARGET
@@ -125,6 +127,7 @@ class RunPlan:
     first: Dataset
     blocks: Iterator[tuple[Dataset, int]]
     detector: Detector | None
+    text_columns: tuple[str, ...] = ()  # an id column no one type holds, written as text
 
     def outputs(self) -> RunOutputs:
         """The files the run writes, not yet open: its scores and the files beside them, with their columns."""
@@ -139,6 +142,7 @@ class RunPlan:
             overwrite=output.overwrite,
             settings=run_record(self.config),
             run_file=output.run_file,
+            text_columns=self.text_columns,
         )
 
 
@@ -156,8 +160,15 @@ def plan_run(
     requests, settings = checked_requests(scoring, given or BeforeLoading(config.model))
     made_by = producers(requests, output.id_field, output.label_field, online)
     pooled = pooled_methods(requests, settings)
+    ids = ColumnKinds()
     if isinstance(dataset, DataStream):
-        dataset.check()
+        dataset.check(ids)
+        source, where = dataset.path, "line"
+    else:
+        for row, value in enumerate(dataset.ids or (), start=1):
+            ids.add(value, row)
+        source, where = dataset.source or "the input", "row"
+    text_columns = ids.text_columns(source, output.id_field, where)
     blocks = dataset.blocks(sys.maxsize if pooled else output.block_rows)
     first, first_end = next(blocks)
     check_texts(settings, requests, first.texts)
@@ -166,4 +177,5 @@ def plan_run(
             f"{', '.join(pooled)} standardises over all the texts scored together: "
             f"scoring {len(first.texts)} rows in one block"
         )
-    return RunPlan(config, requests, settings, made_by, first, itertools.chain([(first, first_end)], blocks), detector)
+    blocks = itertools.chain([(first, first_end)], blocks)
+    return RunPlan(config, requests, settings, made_by, first, blocks, detector, text_columns)

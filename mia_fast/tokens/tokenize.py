@@ -5,11 +5,26 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from mia_fast.data.text import replace_lone_surrogates
 from mia_fast.errors import MiaFastError, MiaFastWarning
+
+
+def check_deterministic(tokenizer: Any, name: str = "the tokenizer") -> Any:
+    """``tokenizer``, refused in one line where its ids are random: BPE dropout, a training-time option, drops merges at
+    random on every call, so counts and scores would differ from run to run. (Unigram's sampling is an argument of
+    each call, never stored, and mia-fast gives none.)"""
+    backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
+    dropout = getattr(getattr(backend, "model", None), "dropout", None)
+    if dropout:
+        raise MiaFastError(
+            f"{name}: model.dropout = {dropout:g} in its tokenizer.json makes tokenization random (BPE dropout, a "
+            "training-time option); set it to null to count or score with this tokenizer"
+        )
+    return tokenizer
 
 
 def start_token_id(tokenizer) -> int:

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from conftest import CORPUS
-from helpers import fail, read_jsonl, run_cli
+from helpers import fail, read_jsonl, refused, run_cli
 from transformers import AutoTokenizer
 
 from mia_fast.frequency.table import FrequencyTable
@@ -149,7 +149,7 @@ def test_bad_inputs_stop_with_one_line(tiny_model_dir, tmp_path, capsys):
             "--quiet",
         )
     capsys.readouterr()
-    assert "table 2 has vocab_size 12, table 1 has 10" in fail(
+    assert "v12.freq has vocab_size 12, " in fail(
         capsys, "freq", "merge", tmp_path / "v10.freq", tmp_path / "v12.freq", "--out", tmp_path / "m.freq"
     )
     assert "a.bin: token id 5 at position 5 is outside the vocabulary [0, 5)" in fail(
@@ -203,3 +203,113 @@ def test_bad_inputs_stop_with_one_line(tiny_model_dir, tmp_path, capsys):
     assert "no-model: no such model directory" in fail(
         capsys, "freq", "build", bad, "--tokenizer", tmp_path / "no-model", "--out", tmp_path / "c.freq"
     )
+
+
+# ---- freq merge: one tokenizer, no document counted twice; freq info --top: seen ids only (issue 67) ----
+
+
+def tokenizer_folders(model_dir, root):
+    """The model as it is, and the same with a Lowercase normalizer in its tokenizer.json."""
+    folders = {}
+    for name, normalizer in (("plain", None), ("lower", {"type": "Lowercase"})):
+        folder = root / name
+        folder.mkdir()
+        for file in model_dir.iterdir():
+            folder.joinpath(file.name).write_bytes(file.read_bytes())
+        spec = json.loads((folder / "tokenizer.json").read_text())
+        spec["normalizer"] = normalizer
+        (folder / "tokenizer.json").write_text(json.dumps(spec))
+        folders[name] = folder
+    return folders
+
+
+def test_merge_refuses_tables_of_a_tokenizer_with_and_without_its_normalizer(tiny_model_dir, tmp_path, capsys):
+    """On 96930e1 the two merged in silence: the same text gave other ids in each."""
+    folders = tokenizer_folders(tiny_model_dir, tmp_path)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("".join(f"{text.upper()} {i}\n" for i, text in enumerate(CORPUS)))
+    (corpus / "b.txt").write_text("".join(f"{text} {i}\n" for i, text in enumerate(CORPUS)))
+    for name, source in (("lower", "a.txt"), ("plain", "b.txt")):
+        argv = ("freq", "build", corpus / source, "--tokenizer", folders[name], "--out", tmp_path / f"{name}.freq")
+        assert run_cli(*argv, "--quiet") == 0
+    lower, plain = (FrequencyTable.load(tmp_path / f"{n}.freq") for n in ("lower", "plain"))
+    assert lower.counts.tolist() != plain.counts.tolist()
+    line = refused(
+        capsys,
+        "freq",
+        "merge",
+        tmp_path / "lower.freq",
+        tmp_path / "plain.freq",
+        "--out",
+        tmp_path / "m.freq",
+        keep=[tmp_path],
+    )
+    assert line == (
+        f"mia-fast: error: cannot merge {tmp_path / 'lower.freq'} and {tmp_path / 'plain.freq'}: they were counted "
+        "with different tokenizers (their normalizers differ)"
+    )
+    assert line == refused(
+        capsys,
+        "freq",
+        "merge",
+        tmp_path / "lower.freq",
+        tmp_path / "plain.freq",
+        "--out",
+        tmp_path / "m.freq",
+        "--allow-overlap",
+        keep=[tmp_path],
+    )
+
+
+def build_tokens(source, out, *more):
+    argv = ("freq", "build-tokens", source, *more, "--dtype", "uint16", "--vocab-size", 10, "--out", out, "--quiet")
+    assert run_cli(*argv) == 0
+
+
+def test_merge_refuses_a_shared_source_and_a_copy_unless_allowed(tmp_path, capsys):
+    """On 96930e1 both merged in silence, counting a.bin's ids twice and listing it twice."""
+    np.array([1, 2, 2, 3], np.uint16).tofile(tmp_path / "a.bin")
+    np.array([4, 4, 5], np.uint16).tofile(tmp_path / "b.bin")
+    build_tokens(tmp_path / "a.bin", tmp_path / "a.freq")
+    build_tokens(tmp_path / "a.bin", tmp_path / "ab.freq", tmp_path / "b.bin")
+    (tmp_path / "copy.freq").write_bytes((tmp_path / "a.freq").read_bytes())
+    capsys.readouterr()
+    a, ab, copy, out = (tmp_path / name for name in ("a.freq", "ab.freq", "copy.freq", "m.freq"))
+    shared = refused(capsys, "freq", "merge", a, ab, "--out", out, keep=[tmp_path])
+    assert shared == (
+        f"mia-fast: error: cannot merge {a} and {ab}: both count {tmp_path / 'a.bin'} (the same path), whose "
+        "documents would be counted twice; pass --allow-overlap (allow_overlap=True) to merge them anyway"
+    )
+    assert f"cannot merge {a} and {copy}: " in refused(capsys, "freq", "merge", a, copy, "--out", out, keep=[tmp_path])
+
+    assert run_cli("freq", "merge", a, ab, "--out", out, "--allow-overlap") == 0
+    merged = FrequencyTable.load(out)
+    assert merged.counts.tolist() == [0, 2, 4, 2, 2, 1, 0, 0, 0, 0]
+    assert [(s.path, s.counted) for s in merged.sources] == [(str(tmp_path / "a.bin"), 2), (str(tmp_path / "b.bin"), 1)]
+    capsys.readouterr()
+    assert run_cli("freq", "info", out) == 0
+    assert (
+        f"sources                2: {tmp_path / 'a.bin'} (counted twice), {tmp_path / 'b.bin'}; 1 counted more than "
+        "once (merged with --allow-overlap)\n"
+    ) in capsys.readouterr().out
+
+
+def test_info_top_lists_only_ids_seen_and_says_when_fewer(tmp_path, capsys):
+    """On 96930e1 ``--top 8`` listed ids of count 0 among the most frequent."""
+    np.array([3, 3, 7, 3, 1, 7], np.uint16).tofile(tmp_path / "a.bin")
+    build_tokens(tmp_path / "a.bin", tmp_path / "a.freq")
+    capsys.readouterr()
+    assert run_cli("freq", "info", tmp_path / "a.freq", "--top", 8) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-4:] == [
+        "   1. id       3: 3 (50.000%)",
+        "   2. id       7: 2 (33.333%)",
+        "   3. id       1: 1 (16.667%)",
+        "only 3 id(s) have a count above 0: fewer than --top 8",
+    ]
+    assert run_cli("freq", "info", tmp_path / "a.freq", "--top", 2) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "   1. id       3: 3 (50.000%)",
+        "   2. id       7: 2 (33.333%)",
+    ]

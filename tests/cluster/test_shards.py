@@ -1,6 +1,7 @@
 """A ``score --ray`` run on disk, without Ray: shards named and sent as JSON, the manifest that keeps the input's
-row positions for reruns, refuses a rerun with other settings (naming them) and a folder of the user's, and counts a
-shard finished only when its file holds all its rows; the settings it records."""
+row positions for reruns (and is discarded by a new run that scored nothing), refuses a rerun with other settings
+(naming them) and a folder of the user's, and counts a shard finished only when its file holds all its rows; the
+settings it records."""
 
 import json
 
@@ -53,6 +54,16 @@ def test_a_rerun_needs_resume_and_the_same_settings(tmp_path):
         RayManifest(directory, {"a": 1}, resume=True, overwrite=True, out=out)
     fresh = RayManifest(directory, {"a": 5}, resume=False, overwrite=True, out=out)
     assert fresh.content["settings"] == {"a": 5} and not directory.exists()
+
+
+def test_a_new_run_that_scored_nothing_discards_its_manifest_and_folder(tmp_path, data):
+    directory, out = tmp_path / "o.jsonl.shards", tmp_path / "o.jsonl"
+    manifest = RayManifest(directory, {"a": 1}, resume=False, overwrite=False, out=out)
+    manifest.shards(data, 4)
+    assert manifest.new and (directory / MANIFEST).is_file()
+    assert not RayManifest(directory, {"a": 1}, resume=True, overwrite=False, out=out).new
+    manifest.discard()
+    assert not directory.exists()
 
 
 def test_an_output_not_written_by_a_ray_run_is_not_replaced_without_overwrite(tmp_path):

@@ -1,6 +1,7 @@
 """Output formats: each built-in format's rows written and read back alike, a format that says where its rows start
 (so that a shard of a --ray run seeks there) and one that does not (positioned by row number), both registered here,
-and parquet's conversion from its stage."""
+and parquet's conversion from its stage, which gives a column one type from every value, text where none holds
+them."""
 
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from mia_fast.data import DataStream, read_dataset
-from mia_fast.data.files import row_positions
-from mia_fast.data.formats import OUTPUT_FORMATS, OutputFormat, output_format, register_format
+from mia_fast.data.files import read_rows, row_positions
+from mia_fast.data.formats import (
+    OUTPUT_FORMATS,
+    ColumnKinds,
+    OutputFormat,
+    as_text_value,
+    output_format,
+    register_format,
+)
 from mia_fast.data.outputs import ResultWriter
 from mia_fast.data.readers import RowPosition
 from mia_fast.errors import MiaFastError
@@ -113,3 +121,61 @@ def test_parquet_output_columns_empty_at_first_take_their_later_type(tmp_path, m
     assert table.schema.field("warning").type == pa.string()
     assert table.column("warning").to_pylist() == [None] * 5 + ["nothing to score"]
     assert table.column("score").to_pylist()[:5] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_column_gets_one_type_from_every_value_and_text_where_none_holds_them():
+    def kinds_of(values):
+        kinds = ColumnKinds()
+        for number, value in enumerate(values, start=1):
+            kinds.add(value, number)
+        return kinds
+
+    assert [kinds_of(v).type for v in ([1, None, 2**63 - 1], [0.5], ["a"], [True], [None])] == [
+        "int64",
+        "float64",
+        "string",
+        "bool_",
+        "null",
+    ]
+    for mixed in ([1, "1"], [1, 2.5], [True, 1], [{"a": 1}], [[1]], [2**63]):
+        assert kinds_of(mixed).type is None, mixed
+    assert kinds_of([1, 2.5]).numbers and not kinds_of([1, "a"]).numbers
+    line = kinds_of([None, 1, "1", 2, 2.5]).text_warning("d.jsonl", "id", "line")
+    assert line == (
+        "d.jsonl: no one type holds every 'id' (an int at line 2, a string at line 3, a float at line 5): the 'id' "
+        'column is written as text (2.5 as "2.5", an object as its JSON)'
+    )
+    assert kinds_of([1, 2]).text_warning("d.jsonl", "id", "line") is None
+    assert [as_text_value(v) for v in (1, "1", 2.5, None, True, {"a": 1}, 2**64)] == [
+        "1",
+        "1",
+        "2.5",
+        None,
+        "true",
+        '{"a": 1}',
+        "18446744073709551616",
+    ]
+
+
+def test_parquet_conversion_never_fails_on_the_values_it_is_given(tmp_path, monkeypatch):
+    """Rows a writer was given without text columns (a --ray merge of shards typed apart): ints in the first chunk
+    and strings after, ints and floats in a score column, nothing but nulls."""
+    monkeypatch.setattr("mia_fast.data.formats.PARQUET_CONVERSION_ROWS", 2)
+    writer = ResultWriter(tmp_path / "o.parquet", ["id", "score", "warning"])
+    writer.write([{"id": 1, "score": 1, "warning": None}, {"id": 2, "score": 0.5, "warning": None}])
+    writer.write([{"id": "three", "score": None, "warning": None}])
+    writer.close()
+    table = pq.read_table(tmp_path / "o.parquet")
+    assert [table.schema.field(c).type for c in table.column_names] == [pa.string(), pa.float64(), pa.null()]
+    assert table.column("id").to_pylist() == ["1", "2", "three"]
+    assert table.column("score").to_pylist() == [1.0, 0.5, None]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+def test_a_text_column_is_text_in_every_format(tmp_path, suffix):
+    out = tmp_path / f"o{suffix}"
+    writer = ResultWriter(out, ["id", "label"], text_columns=["id"])
+    writer.write([{"id": 1, "label": 0}, {"id": 2.5, "label": 1}, {"id": None, "label": 0}])
+    writer.close()
+    ids = [record["id"] for _, record in read_rows(out)]
+    assert ids == ["1", "2.5", "" if suffix == ".csv" else None]

@@ -3,13 +3,16 @@ and csv rows from a byte offset as from the start, each row's start, JSON arrays
 read whole with one line for each way they can be wrong."""
 
 import gzip
+import itertools
 import json
+import math
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from mia_fast.data.readers import (
+    ZSTD,
     BadRecord,
     RowPosition,
     csv_records,
@@ -22,6 +25,7 @@ from mia_fast.data.readers import (
     jsonl_row_starts,
     read_small_file,
     refuse_repeated_columns,
+    repeated_field,
 )
 from mia_fast.errors import MiaFastError
 
@@ -31,21 +35,36 @@ def test_lines_come_with_their_number_and_the_bytes_read(tmp_path):
     path.write_bytes(b"\xef\xbb\xbffirst\nsecond\nthird")
     assert list(iter_lines(path)) == [(1, b"first\n", 9), (2, b"second\n", 16), (3, b"third", 21)]
     assert list(iter_lines(path, offset=9, first_line=2)) == [(2, b"second\n", 16), (3, b"third", 21)]
-    packed = tmp_path / "a.txt.gz"
-    packed.write_bytes(gzip.compress(b"one\ntwo\n"))
-    assert [line for _, line, _ in iter_lines(packed)] == [b"one\n", b"two\n"]
+    for name, pack in (("a.txt.gz", gzip.compress), ("b.TXT.GZ", gzip.compress), ("c.zst", ZSTD.compress)) + (
+        ("d.jsonl.zstd", ZSTD.compress),
+        ("e.Zstd", ZSTD.compress),
+    ):
+        packed = tmp_path / name
+        packed.write_bytes(pack(b"one\ntwo\n"))
+        assert [line for _, line, _ in iter_lines(packed)] == [b"one\n", b"two\n"], name
     with pytest.raises(ValueError, match="read from its start"):
         list(iter_lines(packed, offset=3))
 
 
 @pytest.mark.parametrize(
-    "line, kind", [(b'{"a": 1', "json"), (b"\xff{}", "utf8"), (b"[1, 2]", "type"), (b'"text"', "type")]
+    "line, kind",
+    [(b'{"a": 1', "json"), (b"\xff{}", "utf8"), (b"[1, 2]", "type"), (b'"text"', "type")]
+    + [(b'{"a": "\xed\xa0\x80"}', "utf8"), (b'{"a": "\xed\xbf\xbf\xf0\x9f\x98\x80"}', "utf8")],
 )
 def test_a_line_that_is_no_json_object_says_why(line, kind):
+    """Raw bytes of a surrogate (ED A0 80) are no UTF-8, though json alone reads them as a lone surrogate."""
     with pytest.raises(BadRecord) as caught:
         decode_json_record(line)
     assert caught.value.kind == kind
     assert decode_json_record(b'{"a": [1]}\n') == {"a": [1]}
+
+
+def test_what_json_reads_of_a_line_is_still_read():
+    assert decode_json_record(b'{"a": "\\ud800 \\ud83d\\ude00"}\n') == {"a": "\ud800 \U0001f600"}  # escapes
+    assert math.isnan(decode_json_record(b'{"a": NaN}')["a"])
+    assert decode_json_record(b'\xef\xbb\xbf{"a": "caf\xc3\xa9"}') == {"a": "caf\u00e9"}  # a byte-order mark
+    twice = decode_json_record(b'{"a": 1, "b": {"c": 1, "c": 2}, "a": 3}')
+    assert twice == {"a": 3, "b": {"c": 2}} and repeated_field(twice, ("b", "a")) == "a"
 
 
 def test_json_lines_from_each_row_start_equal_the_whole_file(tmp_path):
@@ -104,6 +123,15 @@ def test_parquet_is_read_from_a_row_skipping_earlier_row_groups(tmp_path):
     records = list(iter_parquet(path, ["i"], first_row=4))
     assert [(number, record) for number, record, _ in records] == [(n + 1, {"i": n}) for n in range(4, 10)]
     assert records[-1][2] == path.stat().st_size
+
+
+def test_a_parquet_string_that_is_not_utf8_is_refused_naming_its_row_and_column(tmp_path):
+    path = tmp_path / "d.parquet"
+    texts = pa.array([b"a", b"b", b"c", b"\xed\xa0\x80", b"e"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"i": list(range(5)), "text": texts}), path, row_group_size=3)
+    assert [record["text"] for _, record, _ in itertools.islice(iter_parquet(path), 3)] == ["a", "b", "c"]
+    with pytest.raises(MiaFastError, match=r"d.parquet: row 4: 'text' is not valid UTF-8 \(byte 0\)$"):
+        list(iter_parquet(path))
 
 
 def test_a_header_may_not_name_a_column_twice():

@@ -1,4 +1,4 @@
-"""The flow every engine of a model shares (pipeline.engine_base), on an engine made here over the tiny model's
+"""The flow every engine of a model shares (engines.base), on an engine made here over the tiny model's
 tokenizer: a readout goes to the reader it names or is refused in one line, TokenStats pass through the stats
 cache (a rerun computes nothing it holds), the provenance is the settings' recorded part, and a sampled
 continuation's prompt is cut to the window."""

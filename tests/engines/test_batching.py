@@ -1,4 +1,4 @@
-"""Length-sorted batches under a token budget (pipeline.batching): padded rows x longest row, or packed rows' sum,
+"""Length-sorted batches under a token budget (engines.batching): padded rows x longest row, or packed rows' sum,
 within the budget; a row over the budget, or at least ``alone_from`` long, alone."""
 
 from hypothesis import given

@@ -1,4 +1,4 @@
-"""TokenStats (pipeline.stats), the hand-off between the model side and the methods: built from per-text arrays,
+"""TokenStats (engines.stats), the hand-off between the model side and the methods: built from per-text arrays,
 split by offsets, taken in any order, and saved and read back checked."""
 
 import numpy as np

@@ -1,6 +1,6 @@
 """The TokenStats cache: a rerun with other methods, k or cap runs no forward pass and gives identical
 scores; damaged, tampered or foreign shards are refused, moved aside and recomputed; another model's
-cache is not used."""
+cache is not used; a cache that cannot be written is left alone, said once."""
 
 import numpy as np
 import pyarrow as pa
@@ -9,8 +9,8 @@ from helpers import run_cli, write_jsonl
 
 from mia_fast import ComputeConfig, DcpddSettings, Detector, RecallSettings
 from mia_fast.engines.stats import TokenStats
-from mia_fast.engines.stats_cache import StatsCache, text_key
-from mia_fast.errors import MiaFastError
+from mia_fast.engines.stats_cache import StatsCache, cached_stats, text_key
+from mia_fast.errors import MiaFastError, MiaFastWarning
 from mia_fast.pipeline.engine import StatsEngine
 
 TEXTS = [
@@ -174,3 +174,32 @@ def test_score_with_stats_cache_reruns_without_a_forward(tiny_model_dir, tmp_pat
     forwards.clear()
     assert run_cli(*common, "--out", tmp_path / "b.jsonl", "--methods", "mink,minkpp", "--k", "0.3") == 0
     assert forwards == [] and (tmp_path / "b.jsonl").read_text().count("\n") == len(TEXTS)
+
+
+def test_a_cache_that_cannot_be_written_warns_once_removes_its_temporary_file_and_is_left_alone(tmp_path, monkeypatch):
+    cache = StatsCache(tmp_path, {"model": "x"})
+    keys = [text_key("", "ab"), text_key("", "cd")]
+    stats = TokenStats.from_texts([arrays(3, 0), arrays(4, 1)])
+    assert cache.store(keys[:1], stats.take([0]))
+    real = pa.ipc.new_file
+
+    def full_disk(sink, schema):
+        real(sink, schema)
+        raise OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    monkeypatch.setattr(pa.ipc, "new_file", full_disk)
+    shards = sorted(cache.root.iterdir())
+    computed = []
+
+    def compute(texts, prefixes):
+        computed.append(list(texts))
+        return TokenStats.from_texts([arrays(len(t), 0) for t in texts])
+
+    with pytest.warns(MiaFastWarning, match=f"stats cache {tmp_path}: cannot be written") as warned:
+        # "ab" is held, "cd" is not and cannot be added: the block is computed whole, the cache left alone from then on
+        assert len(cached_stats(cache, ["ab", "cd"], None, compute)) == 2
+        assert len(cached_stats(cache, ["ab", "cd"], None, compute)) == 2
+        assert not cache.store(keys, stats)
+    assert len(warned) == 1 and cache.unwritable
+    assert computed == [["cd"], ["ab", "cd"], ["ab", "cd"]]
+    assert sorted(cache.root.iterdir()) == shards  # no temporary file left

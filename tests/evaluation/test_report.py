@@ -1,9 +1,11 @@
 """The report documents: metrics.json, report.md and report.html headed by the verdicts, the best k per family and
 AUROC against k, the permutation column, n/a below the non-members' resolution, the text table, and metrics.json
-read back."""
+read back; a report appears whole or not at all."""
 
+import errno
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -94,3 +96,21 @@ def test_metrics_json_reads_back_with_undefined_metrics_as_nan(tmp_path):
 def test_number_cells_align_and_say_na():
     assert number_cell(0.25, 7) == "  0.250" and number_cell(0.25, 7, "+") == " +0.250"
     assert number_cell(-0.1, 7, "+") == " -0.100" and number_cell(math.nan, 5) == "  n/a"
+
+
+def test_a_report_that_cannot_be_written_whole_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    labels = np.r_[np.ones(5), np.zeros(5)].astype(int)
+    columns = {"loss": labels + np.random.default_rng(1).normal(size=10)}
+    results = metrics.evaluate(labels, columns, resamples=20)
+    written = write_report(tmp_path, labels, columns, results, {"data": "first"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in written)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def full_disk(path, *args, **kwargs):
+        path.write_bytes(b"\x89PNG half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("mia_fast.evaluation.report.plot_histograms", full_disk)
+    with pytest.raises(MiaFastError, match=f"^cannot write {tmp_path / 'histograms.png'}: No space left on device;"):
+        write_report(tmp_path, labels, columns, results, {"data": "second"})
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

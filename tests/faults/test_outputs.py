@@ -257,13 +257,13 @@ def test_a_full_disk_in_eval_is_one_line_and_keeps_what_was_written(
         line = refused(capsys, *run, "--out", tmp_path / "other.jsonl", "--overwrite", keep=[tmp_path])
     assert "No space left on device; nothing was written" in line
 
-    def disk_full(path, data):
+    def disk_full(path, *args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr("mia_fast.evaluation.report.write_atomic", disk_full)
+    monkeypatch.setattr("mia_fast.evaluation.report.plot_roc", disk_full)
     before = digests(report)
     line = refused(capsys, *run, "--out", tmp_path / "again.jsonl", "--overwrite")
-    assert line.endswith("metrics.json: No space left on device; nothing already written was lost")
+    assert f"cannot write {report / 'roc.png'}: No space left on device; no report was written" in line
     assert digests(report) == before and len(read_jsonl(tmp_path / "again.jsonl")) == 24
 
 

@@ -1,6 +1,7 @@
-"""A run stopped by SIGTERM unwinds as Ctrl-C does; inputs a user sweep found mishandled: a CSV that starts with a
-byte-order mark, repeated ids and texts labelled both ways, a named pipe (or a directory, socket or device) given as
-DATA, and numbers so large that a run would never end, which every numeric option of every command refuses."""
+"""A run stopped by SIGTERM unwinds as Ctrl-C does, and a build killed by SIGKILL leaves no worker process; inputs a
+user sweep found mishandled: a CSV that starts with a byte-order mark, repeated ids and texts labelled both ways, a
+named pipe (or a directory, socket or device) given as DATA, and numbers so large that a run would never end, which
+every numeric option of every command refuses."""
 
 from __future__ import annotations
 
@@ -13,12 +14,21 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, refused, run_cli, write_jsonl
+from helpers import (
+    PROGRESS_CAP_S,
+    child_processes,
+    end_processes,
+    processes_ended,
+    read_jsonl,
+    refused,
+    run_cli,
+    wait_until,
+    write_jsonl,
+)
 
 from mia_fast.cli.main import build_parser
 from mia_fast.data import read_dataset
@@ -41,11 +51,10 @@ def test_sigterm_releases_the_lock_keeps_finished_blocks_and_resume_finishes(tin
     data, out = write_jsonl(tmp_path / "d.jsonl", rows_of(60)), tmp_path / "o.jsonl"
     command = [sys.executable, "-m", "mia_fast.cli", "score", data, "--model", tiny_model_dir, "--out", out, *FAST]
     process = subprocess.Popen([*map(str, command), "--block-rows", "1"], stderr=subprocess.PIPE, text=True)
-    manifest, deadline = tmp_path / "o.jsonl.partial" / "manifest.json", time.monotonic() + 120
-    while not manifest.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    manifest = tmp_path / "o.jsonl.partial" / "manifest.json"
+    wait_until(manifest.exists, "the run wrote its manifest", process)
     process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=PROGRESS_CAP_S)
     assert process.returncode == 143, err
     assert err.strip().splitlines() == [
         "mia-fast: terminated (SIGTERM); finished work is kept (scores: continue with --resume)"
@@ -59,6 +68,42 @@ def test_sigterm_releases_the_lock_keeps_finished_blocks_and_resume_finishes(tin
     for got, expected in zip(resumed, whole):
         assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5)
         assert got["zlib"] == pytest.approx(expected["zlib"], rel=1e-5)
+
+
+def spawned_workers(processes: set[tuple[int, int]]) -> int:
+    """How many of ``processes`` are multiprocessing's spawned workers (once their Python has started)."""
+    count = 0
+    for pid, _ in processes:
+        try:
+            count += b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_build_killed_by_sigkill_leaves_no_worker_process(tiny_model_dir, tmp_path):
+    workers, corpus = 6, tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(workers):  # a piece of work per worker
+        write_jsonl(corpus / f"c{i}.jsonl", rows_of(50))
+    command = [sys.executable, "-m", "mia_fast.cli", "freq", "build", corpus, "--tokenizer", tiny_model_dir]
+    command += ["--out", tmp_path / "t.freq", "--workers", workers, "--quiet"]
+    build = subprocess.Popen(list(map(str, command)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: set[tuple[int, int]] = set()
+
+    def all_started() -> bool:
+        children.update(child_processes(build.pid))
+        return spawned_workers(children) == workers
+
+    try:
+        wait_until(all_started, f"the build started {workers} worker processes", build)
+        build.send_signal(signal.SIGKILL)
+        assert build.wait() == -signal.SIGKILL
+        wait_until(lambda: processes_ended(children), "every process of the killed build ended (the tracker too)")
+    finally:
+        build.kill()
+        end_processes(children)
 
 
 def write_bom_csv(path: Path, rows: list[dict]) -> Path:

@@ -2,6 +2,8 @@
 build of other settings or sources, a damaged shard counted again, and a folder that is not this tool's refused and
 never deleted."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,25 @@ def test_other_settings_or_changed_sources_are_refused(tmp_path, sources):
     sources[1].write_text('{"text": "changed"}\n')
     with pytest.raises(MiaFastError, match="holds an unfinished build with other settings or sources"):
         ShardCheckpoints(folder, SETTINGS, sources)
+
+
+TOKENIZER = "tok2:0123456789abcdef:model=aaaaaaaaaaaa,normalizer=bbbbbbbbbbbb"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "said"),
+    [
+        (TOKENIZER.replace("bbbb", "cccc"), "counted with another tokenizer (their normalizers differ)"),
+        ("ab" * 32, "written by an older mia-fast whose tokenizer identity cannot be proven"),
+    ],
+    ids=["another normalizer", "an older mia-fast"],
+)
+def test_a_build_of_another_tokenizer_or_an_unproven_one_is_refused_naming_it(tmp_path, sources, recorded, said):
+    folder = tmp_path / "t.freq.partial"
+    ShardCheckpoints(folder, {**SETTINGS, "tokenizer_fingerprint": recorded}, sources).save(0, table(1), 0)
+    with pytest.raises(MiaFastError, match=re.escape(f"{said}; remove it (or pass --overwrite) to start over")):
+        ShardCheckpoints(folder, {**SETTINGS, "tokenizer_fingerprint": TOKENIZER}, sources)
+    assert ShardCheckpoints(folder, {**SETTINGS, "tokenizer_fingerprint": recorded}, sources).load(0) is not None
 
 
 def test_a_damaged_shard_is_counted_again(tmp_path, sources):

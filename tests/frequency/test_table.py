@@ -4,13 +4,17 @@ log-probabilities, and their use by DC-PDD."""
 import hashlib
 import json
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from conftest import CORPUS
 
 from mia_fast import DcpddSettings, Detector, load_model
+from mia_fast.errors import MiaFastWarning
+from mia_fast.frequency.sources import TableSource
 from mia_fast.frequency.table import (
+    FORMAT_VERSION,
     MAGIC,
     FrequencyTable,
     FrequencyTableError,
@@ -20,6 +24,8 @@ from mia_fast.frequency.table import (
 from mia_fast.tokens.fingerprint import tokenizer_fingerprint
 
 pytestmark = pytest.mark.lower_bounds
+# A fingerprint of this mia-fast (an older one wrote 64 hex).
+MODERN = "tok2:0123456789abcdef:model=aaaaaaaaaaaa,normalizer=bbbbbbbbbbbb,pre_tokenizer=cccccccccccc"
 
 
 def make_table(vocab=50, seed=0, **fields) -> FrequencyTable:
@@ -77,12 +83,12 @@ def test_wrong_magic_and_version_are_named():
     data = make_table().to_bytes()
     with pytest.raises(FrequencyTableError, match="not a mia-fast frequency table"):
         FrequencyTable.from_bytes(b"PK\x03\x04" + data[4:])
-    newer = data[:8] + struct.pack("<I", 3) + data[12:]
-    with pytest.raises(FrequencyTableError, match="format version 3; this mia-fast reads versions 1, 2"):
+    newer = data[:8] + struct.pack("<I", 4) + data[12:]
+    with pytest.raises(FrequencyTableError, match="format version 4; this mia-fast reads versions 1, 2, 3"):
         FrequencyTable.from_bytes(newer)
 
 
-def sealed_with_header(header: dict, counts: np.ndarray, version: int = 2) -> bytes:
+def sealed_with_header(header: dict, counts: np.ndarray, version: int = FORMAT_VERSION) -> bytes:
     text = json.dumps(header).encode()
     pad = b"\x00" * (-(16 + len(text)) % 8)
     return reseal(MAGIC + struct.pack("<II", version, len(text)) + text + pad + counts.astype("<u8").tobytes())
@@ -90,23 +96,25 @@ def sealed_with_header(header: dict, counts: np.ndarray, version: int = 2) -> by
 
 def test_a_table_of_version_1_still_loads_and_says_nothing_of_its_tokenizer_library():
     """Tables written before the header named the library that tokenized: every one a user has still loads."""
-    header = make_table(vocab=5).header() | {"vocab_size": 5, "tokens": 10}
+    header = make_table(vocab=5).header() | {"vocab_size": 5, "tokens": 10, "sources": ["shard-0.jsonl.gz"]}
     del header["tokenized_by"]
     table = FrequencyTable.from_bytes(sealed_with_header(header, np.full(5, 2, np.uint64), version=1))
-    assert table.tokenized_by == () and table.tokens == 10
+    assert table.tokenized_by == () and table.tokens == 10 and table.sources == (TableSource("shard-0.jsonl.gz"),)
     with pytest.raises(FrequencyTableError, match="exactly the fields"):
         FrequencyTable.from_bytes(sealed_with_header(header, np.full(5, 2, np.uint64), version=2))
     header["tokenized_by"] = ["fastokens 0.3.5"]
     with pytest.raises(FrequencyTableError, match="exactly the fields"):
         FrequencyTable.from_bytes(sealed_with_header(header, np.full(5, 2, np.uint64), version=1))
     header["tokenized_by"] = [3]
-    with pytest.raises(FrequencyTableError, match="sources and tokenized_by strings"):
+    with pytest.raises(FrequencyTableError, match="its tokenized_by strings"):
         FrequencyTable.from_bytes(sealed_with_header(header, np.full(5, 2, np.uint64), version=2))
 
 
 def test_merged_tables_name_every_library_that_tokenized_them_once():
-    fast, exact = make_table(tokenized_by=("fastokens 0.3.5",)), make_table(tokenized_by=("tokenizers 0.23.3",))
-    merged = FrequencyTable.merge([fast, exact, fast, make_table()])
+    fast = make_table(tokenized_by=("fastokens 0.3.5",), tokenizer_fingerprint=MODERN)
+    exact = make_table(tokenized_by=("tokenizers 0.23.3",), tokenizer_fingerprint=MODERN, sources=("shard-1.jsonl.gz",))
+    fast_again = replace(fast, sources=("shard-2.jsonl.gz",))
+    merged = FrequencyTable.merge([fast, exact, fast_again, replace(fast, sources=(), tokenized_by=())])
     assert merged.tokenized_by == ("fastokens 0.3.5", "tokenizers 0.23.3")
     assert FrequencyTable.from_bytes(merged.to_bytes()).tokenized_by == merged.tokenized_by
 
@@ -131,11 +139,13 @@ def test_header_fields_are_checked(change, message):
 
 
 def test_merge_adds_counts_documents_and_sources():
-    a, b = make_table(seed=1, sources=("s0",)), make_table(seed=2, sources=("s1",), documents=3)
+    a = make_table(seed=1, sources=("s0",), tokenizer_fingerprint=MODERN)
+    b = make_table(seed=2, sources=("s1",), documents=3, tokenizer_fingerprint=MODERN)
     merged = FrequencyTable.merge([a, b])
     np.testing.assert_array_equal(merged.counts, a.counts + b.counts)
-    assert (merged.tokens, merged.documents, merged.sources) == (a.tokens + b.tokens, 10, ("s0", "s1"))
-    assert FrequencyTable.merge([a, make_table(documents=None)]).documents is None
+    assert (merged.tokens, merged.documents) == (a.tokens + b.tokens, 10)
+    assert merged.sources == (TableSource("s0"), TableSource("s1"))
+    assert FrequencyTable.merge([a, replace(b, documents=None)]).documents is None
 
 
 @pytest.mark.parametrize(
@@ -144,7 +154,6 @@ def test_merge_adds_counts_documents_and_sources():
         (make_table(vocab=51), "vocab_size"),
         (make_table(mode="document"), "mode"),
         (make_table(max_tokens_per_doc=1024), "max_tokens_per_doc"),
-        (make_table(tokenizer_fingerprint="cd" * 32), "tokenizer_fingerprint"),
     ],
 )
 def test_merge_refuses_tables_of_other_settings(other, attribute):
@@ -197,3 +206,121 @@ def test_a_table_without_fingerprint_warns_and_needs_the_exact_vocabulary(tiny_m
     smaller = FrequencyTable(np.ones(target.vocab_size - 1, np.uint64), target.vocab_size - 1, None)
     with pytest.warns(UserWarning), pytest.raises(FrequencyTableError, match="covers"):
         model_log_frequencies(smaller, target.tokenizer, target.vocab_size)
+
+
+# ---- merge: one tokenizer, no document counted twice (issue 67) ----
+
+
+def word_tokenizer(normalizer=None):
+    """A transformers tokenizer of six words, with ``normalizer`` or none."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["[UNK]", "the", "quick", "brown", "fox", "The"])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    if normalizer is not None:
+        core.normalizer = normalizer
+    return PreTrainedTokenizerFast(tokenizer_object=core)
+
+
+def test_merge_names_the_part_of_the_tokenizers_that_differs():
+    """The issue's first case: the same tokenizer.json with and without a Lowercase normalizer gives other ids."""
+    from tokenizers import normalizers
+
+    lower, plain = word_tokenizer(normalizers.Lowercase()), word_tokenizer()
+    assert lower.encode("The fox") != plain.encode("The fox")
+    a = make_table(vocab=6, sources=("a.txt",), tokenizer_fingerprint=tokenizer_fingerprint(lower))
+    b = make_table(vocab=6, sources=("b.txt",), tokenizer_fingerprint=tokenizer_fingerprint(plain))
+    with pytest.raises(
+        FrequencyTableError,
+        match=r"^cannot merge lo.freq and pl.freq: they were counted with different tokenizers \(their normalizers "
+        r"differ\)$",
+    ):
+        FrequencyTable.merge([a, b], ["lo.freq", "pl.freq"])
+    same = make_table(vocab=6, sources=("c.txt",), tokenizer_fingerprint=tokenizer_fingerprint(word_tokenizer()))
+    assert FrequencyTable.merge([b, same]).tokenizer_fingerprint == b.tokenizer_fingerprint
+
+
+def test_merge_of_older_tables_is_refused_unless_their_older_fingerprints_are_equal():
+    older, other_older = "ab" * 32, "cd" * 32
+    a, b = (
+        make_table(sources=("a",), tokenizer_fingerprint=older),
+        make_table(sources=("b",), tokenizer_fingerprint=older),
+    )
+    with pytest.warns(MiaFastWarning, match="older mia-fast.*cannot be checked to match; rebuild them") as shown:
+        merged = FrequencyTable.merge([a, b])
+    assert len(shown) == 1 and merged.tokenizer_fingerprint == older
+    with pytest.raises(FrequencyTableError, match=r"different tokenizers \(even their vocabularies, merges or added"):
+        FrequencyTable.merge([a, make_table(sources=("c",), tokenizer_fingerprint=other_older)])
+    modern = make_table(sources=("m",), tokenizer_fingerprint=MODERN)
+    with pytest.raises(
+        FrequencyTableError, match="old.freq records the tokenizer fingerprint of an older mia-fast.*rebuild old.freq"
+    ):
+        FrequencyTable.merge([modern, a], ["new.freq", "old.freq"])
+    unknown = make_table(sources=("u",), tokenizer_fingerprint=None)
+    with pytest.raises(FrequencyTableError, match="u.freq records no tokenizer.*rebuild u.freq with its tokenizer"):
+        FrequencyTable.merge([unknown, modern], ["u.freq", "new.freq"])
+    with pytest.warns(MiaFastWarning, match="record no tokenizer"):
+        FrequencyTable.merge([unknown, make_table(sources=("v",), tokenizer_fingerprint=None)])
+
+
+def test_merge_refuses_a_source_of_two_tables_naming_it():
+    a = make_table(seed=1, sources=("a.txt", "b.txt"), tokenizer_fingerprint=MODERN)
+    b = make_table(seed=2, sources=("c.txt", "a.txt"), tokenizer_fingerprint=MODERN)
+    with pytest.raises(
+        FrequencyTableError,
+        match=r"^cannot merge one.freq and two.freq: both count a.txt \(the same path\), whose documents would be "
+        r"counted twice; pass --allow-overlap",
+    ):
+        FrequencyTable.merge([a, b], ["one.freq", "two.freq"])
+    merged = FrequencyTable.merge([a, b], allow_overlap=True)
+    assert [(s.path, s.counted) for s in merged.sources] == [("a.txt", 2), ("b.txt", 1), ("c.txt", 1)]
+    np.testing.assert_array_equal(merged.counts, a.counts + b.counts)
+    assert FrequencyTable.from_bytes(merged.to_bytes()).sources == merged.sources
+    assert [s["counted"] for s in merged.header()["sources"]] == [2, 1, 1]
+
+
+def test_merge_knows_a_source_by_its_content_under_another_path(tmp_path):
+    (tmp_path / "copy").mkdir()
+    for name in ("a.txt", "copy/a.txt"):
+        (tmp_path / name).write_text("the quick brown fox\n")
+    (tmp_path / "empty1.txt").write_bytes(b"")
+    (tmp_path / "empty2.txt").write_bytes(b"")
+    a = make_table(seed=1, sources=(TableSource.of(tmp_path / "a.txt"),), tokenizer_fingerprint=MODERN)
+    b = make_table(seed=2, sources=(TableSource.of(tmp_path / "copy/a.txt"),), tokenizer_fingerprint=MODERN)
+    with pytest.raises(FrequencyTableError, match=r"the same file \(the same size and the same first and last MiB\)"):
+        FrequencyTable.merge([a, b])
+    merged = FrequencyTable.merge([a, b], allow_overlap=True)
+    assert [(s.path, s.counted) for s in merged.sources] == [(str(tmp_path / "a.txt"), 2)]
+    empties = [
+        make_table(seed=i, sources=(TableSource.of(tmp_path / f"empty{i}.txt"),), tokenizer_fingerprint=MODERN)
+        for i in (1, 2)
+    ]
+    assert len(FrequencyTable.merge(empties).sources) == 2  # an empty file holds no document to count twice
+    older = make_table(seed=3, sources=(str(tmp_path / "a.txt"),), tokenizer_fingerprint=MODERN)
+    with pytest.raises(FrequencyTableError, match="the same path"):
+        FrequencyTable.merge([older, a])
+    assert FrequencyTable.merge([older, a], allow_overlap=True).sources == (replace(a.sources[0], counted=2),)
+
+
+def test_merge_refuses_a_table_and_its_copy():
+    table = make_table(sources=(), tokenizer_fingerprint=MODERN)
+    for copy in (table, FrequencyTable.from_bytes(table.to_bytes())):
+        with pytest.raises(FrequencyTableError, match="cannot merge t.freq and c.freq: they are copies of one table"):
+            FrequencyTable.merge([table, copy], ["t.freq", "c.freq"])
+    assert FrequencyTable.merge([table, table], allow_overlap=True).tokens == 2 * table.tokens
+    other = make_table(seed=1, sources=(), tokenizer_fingerprint=MODERN)
+    assert FrequencyTable.merge([table, other]).tokens == table.tokens + other.tokens
+
+
+def test_sources_of_each_format_version_are_checked():
+    header = make_table(vocab=5).header() | {"vocab_size": 5, "tokens": 10}
+    counts = np.full(5, 2, np.uint64)
+    with pytest.raises(FrequencyTableError, match="the sources of a table of version 2 must be paths"):
+        FrequencyTable.from_bytes(sealed_with_header(header, counts, version=2))
+    with pytest.raises(FrequencyTableError, match="the sources of a table of version 3 must be objects"):
+        FrequencyTable.from_bytes(sealed_with_header(header | {"sources": ["a.txt"]}, counts))
+    bad = header | {"sources": [{"path": "a.txt", "bytes": 3, "sample_sha256": None, "counted": 0}]}
+    with pytest.raises(FrequencyTableError, match="'counted' must be positive"):
+        FrequencyTable.from_bytes(sealed_with_header(bad, counts))

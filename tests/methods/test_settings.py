@@ -24,7 +24,7 @@ from mia_fast.methods.settings import (
     recorded_settings,
     setting,
     setting_fields,
-    settings_classes,
+    settings_classes_of,
 )
 
 
@@ -93,7 +93,7 @@ def test_what_is_recorded_of_a_runs_settings():
 def test_the_settings_classes_of_methods_each_once_in_order():
     from mia_fast.methods import REGISTRY, ConRecallSettings, RecallSettings
 
-    classes = settings_classes([REGISTRY["recall"], REGISTRY["conrecall"], REGISTRY["loss"]])
+    classes = settings_classes_of([REGISTRY["recall"], REGISTRY["conrecall"], REGISTRY["loss"]])
     assert classes == [RecallSettings, ConRecallSettings]
 
 
@@ -103,6 +103,6 @@ def test_the_settings_classes_declare_their_hooks_by_protocol():
 
     hooks = {"prepare": PreparesForModel, "check_texts": ChecksTexts, "before_scoring": PreparesForTexts}
     hooks["example"] = GivesExample
-    for cls in settings_classes(REGISTRY.values()):
+    for cls in settings_classes_of(REGISTRY.values()):
         for name, protocol in hooks.items():
             assert (name in vars(cls)) == (protocol in cls.__mro__), (cls.__name__, name)

@@ -11,13 +11,13 @@ from mia_fast.errors import MiaFastError
 from mia_fast.ops.backend import (
     BACKENDS,
     RUNNING_BACKENDS,
+    array_to_device,
     check_backend,
     implementation,
     kernel_device,
     numpy_kernel,
     resolve_backend,
     streams_natively,
-    to_device,
     triton_kernel,
 )
 
@@ -83,7 +83,7 @@ def test_a_numpy_kernel_moves_each_argument_as_its_dtype_and_returns_numpy():
 def test_the_kernels_device_and_tensors():
     assert kernel_device("cpu") == CPU and kernel_device(torch.device("meta")) == torch.device("meta")
     assert kernel_device(None) == torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tensor = to_device(np.arange(6, dtype=np.int32).reshape(2, 3)[:, ::2], np.int64, "cpu")
+    tensor = array_to_device(np.arange(6, dtype=np.int32).reshape(2, 3)[:, ::2], np.int64, "cpu")
     assert tensor.dtype == torch.int64 and tensor.is_contiguous() and tensor.tolist() == [[0, 2], [3, 5]]
 
 

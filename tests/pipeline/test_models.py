@@ -13,7 +13,7 @@ import torch
 
 from mia_fast import load_model
 from mia_fast.errors import MiaFastError, one_line
-from mia_fast.pipeline.models import cache_dir, check_model_source
+from mia_fast.pipeline.models import cache_dir, check_model_source, load_tokenizer
 
 pytestmark = pytest.mark.lower_bounds
 
@@ -117,3 +117,11 @@ def test_an_exceptions_message_is_one_line_cut_at_a_word():
     assert one_line(KeyError()) == "KeyError"
     assert one_line(ValueError("alpha beta gamma delta"), limit=14) == "alpha beta …"
     assert one_line(ValueError("alpha beta gamma delta"), limit=11) == "alpha beta …"  # the cut at a word's end
+
+
+def test_a_folder_of_tokenizer_files_alone_loads_its_tokenizer(tiny_model_dir, tmp_path):
+    """What `freq build --tokenizer` and `freq info --tokenizer` name: a tokenizer needs no config or weights."""
+    for part in tiny_model_dir.iterdir():
+        if part.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(part, tmp_path / part.name)
+    assert load_tokenizer(str(tmp_path)).get_vocab() == load_tokenizer(str(tiny_model_dir)).get_vocab()

@@ -1,4 +1,4 @@
-"""A server's answers read into a row's results (pipeline.server_answers): vLLM's ``prompt_logprobs`` (with or
+"""A server's answers read into a row's results (served.answers): vLLM's ``prompt_logprobs`` (with or
 without ranks) and OpenAI's ``echo``, checked as they are read; the choices of an answer; its fingerprint."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The HTTP client of a served model (pipeline.server_client): retries and refusals against small servers made here
+"""The HTTP client of a served model (served.client): retries and refusals against small servers made here
 (one that answers 503 then 200, one that never answers), settings refused before any request, and the checks every
 value of an answer passes (``json_*``, ``logprob``)."""
 

@@ -1,4 +1,4 @@
-"""What is known of a served model before any request (pipeline.served_model): what it cannot give, with or without
+"""What is known of a served model before any request (served.model): what it cannot give, with or without
 a tokenizer here, and the tokenizer loaded for it (named, or found where the server says it loaded the model)."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""A served model's address (pipeline.server_url): read into an endpoint or refused in one line, shown with its user
+"""A served model's address (served.url): read into an endpoint or refused in one line, shown with its user
 part, query values and key masked, and the key's variable told apart from a key pasted in its place. The CLI's
 lines for bad URLs: tests/faults/test_run_files_and_urls.py."""
 

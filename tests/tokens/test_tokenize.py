@@ -1,4 +1,4 @@
-"""Token ids as every method scores them (pipeline.tokenize): the start-token rule, sliding windows, the rows an
+"""Token ids as every method scores them (tokens.tokenize): the start-token rule, sliding windows, the rows an
 engine runs (each text after its prefix), and each text's results put back together."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import train_tokenizer
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from mia_fast.tokens.tokenize import (
     Row,
     TextRows,
     Window,
+    check_deterministic,
     encodable,
     per_text,
     split_windows,
@@ -171,3 +173,13 @@ def test_each_texts_windows_are_put_end_to_end_and_a_text_without_rows_is_empty(
 def test_a_text_without_rows_holds_empty_top_logprobs_where_the_results_carry_them():
     empty = per_text([], [], texts=1, top=3)[0]
     assert set(empty) == {"target_ids", "logp", "top", "target_in_top"} and empty["top"].shape == (0, 3)
+
+
+def test_a_tokenizer_with_bpe_dropout_is_refused_naming_the_setting():
+    tokenizer = train_tokenizer({"bos_token": "<s>", "eos_token": "</s>"})
+    assert check_deterministic(tokenizer, "m") is tokenizer
+    tokenizer.backend_tokenizer.model.dropout = 0.25
+    with pytest.raises(MiaFastError, match=r"^m: model.dropout = 0.25 in its tokenizer.json makes tokenization random"):
+        check_deterministic(tokenizer, "m")
+    tokenizer.backend_tokenizer.model.dropout = 0.0  # no merge dropped: the same ids every call
+    assert check_deterministic(tokenizer, "m") is tokenizer
