@@ -601,7 +601,7 @@ CASES = [
     Case(
         "freq build: a symlink loop",
         "freq build {loop_dir}/self --tokenizer {model} --out {work}/l.freq --quiet",
-        "loop",
+        "a loop of links",
     ),
     Case(
         "freq build: raw invalid UTF-8 in JSON lines",

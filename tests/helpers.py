@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -424,3 +425,16 @@ def end_processes(processes: set[tuple[int, int]]) -> None:
     for pid, start in processes:
         if process_start(pid) == start:
             os.kill(pid, signal.SIGKILL)
+
+
+def gguf_tokenizer(part: Path, tmp: Path):
+    """The tokenizer of a GGUF file of which a package ships the first part: the header says it holds no tensors,
+    so the metadata, where the tokenizer lives, is all that is read."""
+    from transformers import AutoTokenizer
+
+    with open(part, "rb") as src, open(tmp / "model.gguf", "wb") as dst:
+        header = bytearray(src.read(24))
+        header[8:16] = struct.pack("<Q", 0)
+        dst.write(header)
+        shutil.copyfileobj(src, dst)
+    return AutoTokenizer.from_pretrained(tmp, gguf_file="model.gguf")

@@ -192,15 +192,16 @@ def _build(args: argparse.Namespace, out: Path, sources: list[Path]) -> None:
         tokenizer_backend=args.tokenizer_backend,
     )
     require_text(sources, corpus)  # before torch and the tokenizer, which take long to load
-    if args.overwrite:
-        remove_checkpoints(checkpoints)
-    if args.ray is not None:
-        from mia_fast.cluster import build_on_ray, require_ray  # noqa: PLC0415 (torch: loaded by mia_fast.cluster; build-tokens and info load none)
+    if args.ray is not None:  # a cluster that does not answer is refused before anything is loaded or removed
+        from mia_fast.cluster import build_on_ray, check_address, require_ray  # noqa: PLC0415 (torch: loaded by mia_fast.cluster; build-tokens and info load none)
 
         require_ray()
+        check_address(args.ray or None)
         build, options = build_on_ray, {"address": args.ray or None, "threads": args.workers or 1}
     else:
         build, options = build_from_text, {"workers": args.workers}
+    if args.overwrite:
+        remove_checkpoints(checkpoints)
     from mia_fast.pipeline.models import load_tokenizer  # noqa: PLC0415 (torch: 1.5 s at start-up; build-tokens and info load none)
 
     tokenizer = load_tokenizer(args.tokenizer)

@@ -1,10 +1,13 @@
 """A ``--ray`` run refused for its cluster, one where nothing listens or one that answers but is not Ray, leaves every
 file as it was and adds none: no checkpoint folder of ``freq build``, no shards folder of ``score``."""
 
+import json
 import socket
 
 import pytest
 from helpers import refused, write_jsonl
+
+from mia_fast.frequency.checkpoints import CHECKPOINTS_KIND
 
 ray = pytest.importorskip("ray")
 
@@ -62,3 +65,13 @@ def test_a_cluster_that_answers_but_is_not_ray_leaves_nothing(
     address = f"ray://127.0.0.1:{silent_port}"
     line = refused_leaving_nothing(capsys, tmp_path, commands(tmp_path, tiny_model_dir)[command], address)
     assert f"cannot connect to the Ray cluster at {address}: ray client connection timeout" in line
+
+
+def test_overwrite_keeps_the_checkpoints_of_a_build_whose_cluster_is_refused(tiny_model_dir, tmp_path, capsys):
+    """--overwrite removes OUT.partial/ only once the run can go on: a cluster refused first leaves it as it was."""
+    command = commands(tmp_path, tiny_model_dir)["freq build"]
+    shard = tmp_path / "t.freq.partial" / "manifest.json"
+    shard.parent.mkdir()
+    shard.write_text(json.dumps({"format": CHECKPOINTS_KIND}))
+    refused_leaving_nothing(capsys, tmp_path, [*command, "--overwrite"], f"ray://127.0.0.1:{free_port()}")
+    assert json.loads(shard.read_text()) == {"format": CHECKPOINTS_KIND}

